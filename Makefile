@@ -1,0 +1,32 @@
+# The two commands of the README. Both configure and build on first use.
+#   make bench   build, then print the accuracy-and-time table (CPU; GPU when present)
+#   make test    build, then run the test suite (quick tier; `make test-full` adds the full tier)
+BUILD ?= build
+JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all build bench test test-full test-asan clean
+
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	@command -v cmake >/dev/null && pkg-config --exists jansson 2>/dev/null || ./tools/install-deps.sh
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+bench: build
+	./$(BUILD)/lyco bench
+
+test: build
+	cd $(BUILD) && ctest -L quick --output-on-failure -j $(JOBS)
+
+test-full: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DLYCO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DLYCO_WERROR=ON" test
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,88 @@
+/*
+ * cases_locon.c — LoRA/LoCon rows of the case table and their builder (ALGORITHMS.md §2.1):
+ * linear, conv1d/2d/3d (stride, padding, dilation), Tucker, DoRA both axes, σs, rank masks,
+ * module dropout, odd sizes, strided and unaligned operands, empty batches.
+ */
+#include "check.h"
+
+#define K1 {1, 1, 1}
+const lyco_case lyco_cases_locon[] = {
+    {.name = "locon_linear_r4", .algo = LYCO_ALGO_LOCON, .O = 24, .I = 20, .rank = 4, .tokens = 9, .alpha = 2},
+    {.name = "locon_linear_mult_scalar_mask", .algo = LYCO_ALGO_LOCON, .O = 17, .I = 13, .rank = 5, .tokens = 6,
+     .alpha = 3, .multiplier = 0.7, .opts = CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "locon_linear_strided_unaligned", .algo = LYCO_ALGO_LOCON, .O = 12, .I = 10, .rank = 3, .tokens = 5,
+     .opts = CASE_NONCONTIG | CASE_UNALIGNED},
+    {.name = "locon_linear_1000x999_r7", .algo = LYCO_ALGO_LOCON, .O = 1000, .I = 999, .rank = 7, .tokens = 77, .alpha = 4},
+    {.name = "locon_linear_empty_batch", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 0},
+    {.name = "locon_linear_module_drop", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 3, .opts = CASE_MODULE_DROP},
+    {.name = "locon_conv2d_3x3_s2p1", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 8, .I = 6,
+     .k = {3, 3, 1}, .stride = {2, 2, 1}, .pad = {1, 1, 0}, .dil = K1, .rank = 4, .tokens = 2, .spatial = {7, 6, 1}, .alpha = 1},
+    {.name = "locon_conv2d_dilated_mask", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 5, .I = 4,
+     .k = {3, 2, 1}, .stride = {1, 1, 1}, .pad = {2, 1, 0}, .dil = {2, 1, 1}, .rank = 3, .tokens = 2, .spatial = {6, 5, 1},
+     .opts = CASE_RANK_MASK | CASE_SCALAR},
+    {.name = "locon_conv1d", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
+     .k = {3, 1, 1}, .stride = {1, 1, 1}, .pad = {1, 0, 0}, .dil = K1, .rank = 2, .tokens = 3, .spatial = {9, 1, 1}},
+    {.name = "locon_conv3d", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 3, .O = 4, .I = 3,
+     .k = {2, 3, 2}, .stride = {1, 2, 1}, .pad = {0, 1, 1}, .dil = K1, .rank = 2, .tokens = 1, .spatial = {4, 5, 3}},
+    {.name = "locon_conv2d_tucker", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 7, .I = 6,
+     .k = {3, 3, 1}, .stride = {1, 1, 1}, .pad = {1, 1, 0}, .dil = K1, .rank = 3, .tokens = 2, .spatial = {5, 5, 1},
+     .alpha = 2, .opts = CASE_TUCKER | CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "locon_linear_dora_out", .algo = LYCO_ALGO_LOCON, .O = 16, .I = 12, .rank = 4, .tokens = 5, .alpha = 2,
+     .multiplier = 0.8, .opts = CASE_DORA_OUT},
+    {.name = "locon_linear_dora_in", .algo = LYCO_ALGO_LOCON, .O = 11, .I = 14, .rank = 3, .tokens = 4,
+     .opts = CASE_DORA_IN | CASE_SCALAR},
+    {.name = "locon_conv2d_dora_out", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 6, .I = 4,
+     .k = {3, 3, 1}, .stride = {1, 1, 1}, .pad = {1, 1, 0}, .dil = K1, .rank = 2, .tokens = 2, .spatial = {5, 4, 1},
+     .opts = CASE_DORA_OUT},
+    {.name = "locon_linear_4096_r32", .algo = LYCO_ALGO_LOCON, .O = 4096, .I = 4096, .rank = 32, .tokens = 64, .alpha = 16, .tier = 1},
+};
+const int lyco_cases_locon_count = (int)(sizeof lyco_cases_locon / sizeof lyco_cases_locon[0]);
+
+/* kernel dims of the layer appended to (a, b): a×b×k, or a×b for linear */
+static int with_kernel(const lyco_case *c, int64_t a, int64_t b, bool ones, int64_t *sh) {
+    sh[0] = a;
+    sh[1] = b;
+    if (c->kind != LYCO_LAYER_CONV) return 2;
+    for (int i = 0; i < c->conv_dims; i++) sh[2 + i] = ones ? 1 : c->k[i];
+    return 2 + c->conv_dims;
+}
+
+/* DoRA magnitude: O×1… (out) or 1×I×1… (in), positive. Shared with LoHa/LoKr builders. */
+bool case_dora_scale(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca);
+bool case_dora_scale(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca) {
+    if (!(c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) return true;
+    bool out = c->opts & CASE_DORA_OUT;
+    int64_t sh[5];
+    int nd = with_kernel(c, out ? c->O : 1, out ? 1 : c->I, true, sh);
+    if (!case_slot(ca, LYCO_DORA_SCALE, d, nd, sh, 0, rng, 1.0)) return false;
+    case_tensor *t = &ca->slot[LYCO_DORA_SCALE];
+    for (int64_t i = 0; i < lyco_numel(&t->t); i++) /* magnitudes in [1, 3) */
+        lyco_store_f64(lyco_elem_at(&t->t, i), d, 2.0 + lyco_rng_uniform(rng) * (lyco_rng_uniform(rng) < 0.5 ? -1 : 1));
+    ca->a.wd_on_out = out ? 1 : 0;
+    return true;
+}
+
+/* σs: a 0-dim tensor around 0.8. Shared with the other σs algorithms. */
+bool case_scalar(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca);
+bool case_scalar(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca) {
+    if (!(c->opts & CASE_SCALAR)) return true;
+    if (!case_slot(ca, LYCO_SCALAR, d, 0, NULL, 0, rng, 1.0)) return false;
+    lyco_store_f64(ca->slot[LYCO_SCALAR].t.data, d, 0.75 + 0.1 * lyco_rng_uniform(rng));
+    return true;
+}
+
+bool case_build_locon(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca) {
+    int64_t sh[5];
+    int nd;
+    bool tucker = c->opts & CASE_TUCKER;
+    nd = with_kernel(c, c->rank, c->I, tucker, sh);
+    if (!case_slot(ca, LYCO_LORA_DOWN, d, nd, sh, c->opts, rng, 1.0)) return false;
+    if (tucker) {
+        nd = with_kernel(c, c->rank, c->rank, false, sh);
+        if (!case_slot(ca, LYCO_LORA_MID, d, nd, sh, c->opts, rng, 1.0)) return false;
+    }
+    nd = with_kernel(c, c->O, c->rank, true, sh);
+    if (!case_slot(ca, LYCO_LORA_UP, d, nd, sh, c->opts, rng, 1.0)) return false;
+    if (c->opts & CASE_RANK_MASK && !case_mask(ca, LYCO_RANK_MASK, ca->bypass ? c->rank : c->O, rng)) return false;
+    return case_dora_scale(c, d, rng, ca) && case_scalar(c, d, rng, ca);
+}

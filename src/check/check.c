@@ -1,0 +1,552 @@
+/*
+ * check.c — runs one (case, direction, dtype row): builds random inputs (fresh per seed, never
+ * all-zero), poisons every output with NaN, runs the backend under test and the eager twin
+ * through the public API, computes the exact fp64 reference with the oracle (unrounded), and
+ * scores each output tensor in its own dtype (NUMERICS.md §2, §4): the worst output decides.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "check.h"
+#include "ref/ref.h"
+
+/* All tensors of one run. */
+typedef struct {
+    case_adapter ca;
+    case_tensor W, bias, x, y0, dout, dout_bias;     /* inputs */
+    bool has_W, has_bias, has_y0, has_dout_bias;
+    case_tensor out, out_bias, dx, dy0;               /* outputs */
+    bool has_out_bias, has_dy0;
+    case_tensor grad[LYCO_SLOT_COUNT];
+    bool has_grad[LYCO_SLOT_COUNT];
+    lyco_grads g;
+    lyco_merge_args margs;
+    lyco_bypass_args bargs;
+    lyco_dtypes dt;
+} run_set;
+
+static void run_set_free(run_set *r) {
+    case_adapter_free(&r->ca);
+    case_tensor *ts[] = {&r->W, &r->bias, &r->x, &r->y0, &r->dout, &r->dout_bias, &r->out, &r->out_bias, &r->dx, &r->dy0};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) case_tensor_free(ts[i]);
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) case_tensor_free(&r->grad[s]);
+}
+
+static bool is_bypass(lyco_direction d) { return d == LYCO_DIR_BYPASS_FWD || d == LYCO_DIR_BYPASS_BWD; }
+static bool is_mask(int s) { return s == LYCO_RANK_MASK || s == LYCO_RANK_MASK_B || s == LYCO_MODULE_MASK; }
+
+static int weight_shape(const lyco_case *c, int64_t *sh) {
+    if (c->kind == LYCO_LAYER_NORM) { sh[0] = c->O; return 1; }
+    sh[0] = c->O;
+    sh[1] = c->I;
+    if (c->kind != LYCO_LAYER_CONV) return 2;
+    for (int i = 0; i < c->conv_dims; i++) sh[2 + i] = c->k[i] ? c->k[i] : 1;
+    return 2 + c->conv_dims;
+}
+
+static int x_shape(const lyco_case *c, int64_t *sh) {
+    if (c->kind == LYCO_LAYER_CONV || (c->kind == LYCO_LAYER_NORM && (c->opts & CASE_GROUPNORM))) {
+        sh[0] = c->tokens;
+        sh[1] = c->kind == LYCO_LAYER_NORM ? c->O : c->I;
+        int nd = c->kind == LYCO_LAYER_CONV ? c->conv_dims : 2;
+        for (int i = 0; i < nd; i++) sh[2 + i] = c->spatial[i] ? c->spatial[i] : 1;
+        return 2 + nd;
+    }
+    sh[0] = c->tokens;
+    sh[1] = c->kind == LYCO_LAYER_NORM ? c->O : c->I;
+    return 2;
+}
+
+static int y_shape(const lyco_case *c, const lyco_layer *l, int64_t *sh) {
+    int nd = x_shape(c, sh);
+    if (c->kind == LYCO_LAYER_LINEAR) sh[1] = c->O;
+    if (c->kind == LYCO_LAYER_CONV) {
+        sh[1] = c->O;
+        for (int i = 0; i < c->conv_dims; i++) {
+            int64_t span = l->dilation[i] * (l->kernel[i] - 1) + 1;
+            sh[2 + i] = (sh[2 + i] + 2 * l->padding[i] - span) / l->stride[i] + 1;
+        }
+    }
+    return nd;
+}
+
+static bool needs_W(const lyco_case *c, lyco_direction dir) {
+    if (!is_bypass(dir)) return true;
+    return (c->opts & (CASE_DORA_OUT | CASE_DORA_IN)) || c->algo == LYCO_ALGO_GLORA ||
+           (c->algo == LYCO_ALGO_IA3 && (c->opts & CASE_ON_INPUT));
+}
+static bool needs_y0(const lyco_case *c) {
+    return c->algo == LYCO_ALGO_DIAG_OFT || c->algo == LYCO_ALGO_BOFT || (c->algo == LYCO_ALGO_IA3 && !(c->opts & CASE_ON_INPUT)) ||
+           !(c->opts & CASE_NO_Y0);
+}
+
+/* Builds inputs and (poisoned) outputs; resolves the policy's dtypes through the public API. */
+static lyco_status build(const lyco_case *c, lyco_direction dir, const lyco_dtype_row *row, lyco_ctx *ctx,
+                         lyco_rng *rng, run_set *r) {
+    memset(r, 0, sizeof *r);
+    uint32_t lay = c->opts & (CASE_NONCONTIG | CASE_UNALIGNED);
+    if (!case_build_adapter(c, row->adapter, is_bypass(dir), rng, &r->ca)) return lyco_fail(LYCO_ERR_NOMEM, "check: cannot build case %s", c->name);
+    const lyco_layer *l = &r->ca.a.layer;
+    int64_t wsh[5], xsh[5], ysh[5], one = c->O;
+    int wnd = weight_shape(c, wsh), xnd = x_shape(c, xsh), ynd = y_shape(c, l, ysh);
+    bool bias = (c->opts & CASE_BIAS) && (c->algo == LYCO_ALGO_FULL || c->algo == LYCO_ALGO_NORM);
+    if (needs_W(c, dir)) {
+        if (!case_tensor_make(&r->W, row->base, wnd, wsh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        r->has_W = true;
+    }
+    if (is_bypass(dir)) {
+        if (!case_tensor_make(&r->x, row->base, xnd, xsh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        if (needs_y0(c)) {
+            if (!case_tensor_make(&r->y0, row->base, ynd, ysh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+            r->has_y0 = true;
+        }
+        r->bargs = (lyco_bypass_args){&r->x.t, r->has_y0 ? &r->y0.t : NULL, r->has_W ? &r->W.t : NULL,
+                                      (c->opts & CASE_NO_Y0) ? LYCO_BYPASS_DELTA_ONLY : 0};
+    } else {
+        if (bias) {
+            if (!case_tensor_make(&r->bias, row->base, 1, &one, 0, rng, 1.0)) return LYCO_ERR_NOMEM;
+            r->has_bias = true;
+        }
+        r->margs = (lyco_merge_args){r->has_W ? &r->W.t : NULL, r->has_bias ? &r->bias.t : NULL, LYCO_MERGE_DELTA};
+    }
+    lyco_status st = lyco_resolve_dtypes(ctx, &r->ca.a, r->has_W ? &r->W.t : NULL, is_bypass(dir) ? &r->x.t : NULL,
+                                         r->has_y0 ? &r->y0.t : NULL, &r->dt);
+    if (st) return st;
+    lyco_dtype od = r->dt.output;
+    switch (dir) {
+    case LYCO_DIR_MERGE_FWD:
+        if (!case_tensor_make(&r->out, od, wnd, wsh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        if (bias) {
+            if (!case_tensor_make(&r->out_bias, od, 1, &one, 0, rng, 1.0)) return LYCO_ERR_NOMEM;
+            r->has_out_bias = true;
+        }
+        break;
+    case LYCO_DIR_BYPASS_FWD:
+        if (!case_tensor_make(&r->out, od, ynd, ysh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        break;
+    case LYCO_DIR_MERGE_BWD:
+        if (!case_tensor_make(&r->dout, od, wnd, wsh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        if (bias) {
+            if (!case_tensor_make(&r->dout_bias, od, 1, &one, 0, rng, 1.0)) return LYCO_ERR_NOMEM;
+            r->has_dout_bias = true;
+        }
+        break;
+    default:
+        if (!case_tensor_make(&r->dout, od, ynd, ysh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        if (!case_tensor_make(&r->dx, row->base, xnd, xsh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+        if (r->has_y0) {
+            if (!case_tensor_make(&r->dy0, row->base, ynd, ysh, lay, rng, 1.0)) return LYCO_ERR_NOMEM;
+            r->has_dy0 = true;
+        }
+        break;
+    }
+    if (dir == LYCO_DIR_MERGE_BWD || dir == LYCO_DIR_BYPASS_BWD)
+        for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
+            if (!r->ca.has[s] || is_mask(s)) continue;
+            const DLTensor *t = &r->ca.slot[s].t;
+            if (!case_tensor_make(&r->grad[s], lyco_dtype_of(t), t->ndim, t->shape, 0, rng, 1.0)) return LYCO_ERR_NOMEM;
+            r->has_grad[s] = true;
+            r->g.grad[s] = &r->grad[s].t;
+        }
+    return LYCO_OK;
+}
+
+static void poison(run_set *r) {
+    case_tensor *ts[] = {&r->out, &r->out_bias, &r->dx, &r->dy0};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        if (ts[i]->alloc) case_tensor_fill(ts[i], NAN);
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++)
+        if (r->has_grad[s]) case_tensor_fill(&r->grad[s], NAN);
+}
+
+static lyco_status invoke(lyco_ctx *ctx, lyco_direction dir, run_set *r) {
+    switch (dir) {
+    case LYCO_DIR_MERGE_FWD: return lyco_merge_fwd(ctx, &r->out.t, r->has_out_bias ? &r->out_bias.t : NULL, &r->ca.a, &r->margs);
+    case LYCO_DIR_MERGE_BWD: return lyco_merge_bwd(ctx, &r->g, &r->ca.a, &r->margs, &r->dout.t, r->has_dout_bias ? &r->dout_bias.t : NULL);
+    case LYCO_DIR_BYPASS_FWD: return lyco_bypass_fwd(ctx, &r->out.t, &r->ca.a, &r->bargs);
+    default: return lyco_bypass_bwd(ctx, &r->g, &r->dx.t, r->has_dy0 ? &r->dy0.t : NULL, &r->ca.a, &r->bargs, &r->dout.t);
+    }
+}
+
+/* The outputs of a direction, as (tensor, name) pairs, in a fixed order. */
+typedef struct {
+    DLTensor *t[LYCO_SLOT_COUNT + 4];
+    const char *name[LYCO_SLOT_COUNT + 4];
+    int ref_out[LYCO_SLOT_COUNT + 4];   /* ref_output index, or -1 - slot for gradients */
+    int n;
+} out_list;
+
+static void outputs_of(lyco_direction dir, run_set *r, out_list *ol) {
+    ol->n = 0;
+#define ADD(tensor, nm, ro) do { ol->t[ol->n] = (tensor); ol->name[ol->n] = (nm); ol->ref_out[ol->n] = (ro); ol->n++; } while (0)
+    if (dir == LYCO_DIR_MERGE_FWD || dir == LYCO_DIR_BYPASS_FWD) ADD(&r->out.t, dir == LYCO_DIR_MERGE_FWD ? "out" : "y", REF_OUT_MAIN);
+    if (r->has_out_bias) ADD(&r->out_bias.t, "out_bias", REF_OUT_BIAS);
+    if (dir == LYCO_DIR_BYPASS_BWD) ADD(&r->dx.t, "dx", REF_OUT_DX);
+    if (r->has_dy0) ADD(&r->dy0.t, "dy0", REF_OUT_DY0);
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++)
+        if (r->has_grad[s]) ADD(&r->grad[s].t, lyco_slot_name((lyco_slot)s), -1 - s);
+#undef ADD
+}
+
+static void read_f64(const DLTensor *t, double *dst) { lyco_gather_f64(t, lyco_dtype_of(t), dst); }
+
+double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out, lyco_dtype compute, bool eager) {
+    /* Fused/oracle-grade paths: every element within its own 0.5 ULP plus accumulation, which for
+       fp32 accumulation is < 0.01 ULP_T(rms) on 16-bit outputs and ~0.3·sqrt(K) ULP_fp32 on fp32
+       outputs (NUMERICS.md §2.5); masks, DoRA and Cayley chains add a few roundings. */
+    double k = (double)(c->I * (c->k[0] ? c->k[0] : 1) * (c->k[1] ? c->k[1] : 1) * (c->k[2] ? c->k[2] : 1));
+    if (c->tokens > 0 && (dir == LYCO_DIR_BYPASS_BWD)) k += (double)c->tokens * (double)(c->spatial[0] ? c->spatial[0] : 1) * (double)(c->spatial[1] ? c->spatial[1] : 1);
+    double acc = out == LYCO_F32 ? 1.0 * sqrt(k) : 0.5;
+    if (!eager) return 1.0 + acc;
+    /* the eager twin rounds every intermediate to the compute dtype: each rounded stage adds about
+       0.5 ULP of the compute dtype times its downstream gain, measured ≤ ~6 stages here */
+    double stage = compute == LYCO_F32 ? 0.5 * sqrt(k) : 0.5;
+    double per = ldexp(1.0, lyco_dtype_precision(out) - lyco_dtype_precision(compute));
+    return 2.0 + acc + 16.0 * stage * per;
+}
+
+static uint64_t mix(uint64_t a, uint64_t b) { return (a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2))); }
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dtype_row *row,
+                           const lyco_check_opts *o, lyco_check_result *res) {
+    memset(res, 0, sizeof *res);
+    lyco_ctx *ctx = NULL, *ectx = NULL;
+    lyco_status st = lyco_ctx_create(&ctx);
+    if (st == LYCO_OK) st = lyco_ctx_create(&ectx);
+    if (st) { lyco_ctx_destroy(ctx); return st; }
+    lyco_ctx_set_backend(ctx, o->backend);
+    lyco_ctx_set_output_mode(ctx, o->mode);
+    lyco_ctx_set_backend(ectx, LYCO_BACKEND_EAGER);
+    lyco_ctx_set_output_mode(ectx, o->mode);
+
+    lyco_rng rng;
+    lyco_rng_seed(&rng, mix(mix(o->seed, name_hash(c->name)), (uint64_t)dir * 131 + (uint64_t)(row - lyco_dtype_rows)));
+    run_set r;
+    double *y = NULL, *ref = NULL;
+    st = build(c, dir, row, ctx, &rng, &r);
+    if (st) goto done;
+
+    /* exact reference: the oracle in fp64, outputs captured unrounded */
+    out_list ol;
+    outputs_of(dir, &r, &ol);
+    int64_t maxn = 1;
+    for (int i = 0; i < ol.n; i++) if (lyco_numel(ol.t[i]) > maxn) maxn = lyco_numel(ol.t[i]);
+    double *refs[LYCO_SLOT_COUNT + 4] = {0};
+    ref_f64_io io;
+    memset(&io, 0, sizeof io);
+    for (int i = 0; i < ol.n; i++) {
+        refs[i] = calloc((size_t)lyco_numel(ol.t[i]) + 1, sizeof(double));
+        if (!refs[i]) { st = LYCO_ERR_NOMEM; goto free_refs; }
+        if (ol.ref_out[i] >= 0) io.out[ol.ref_out[i]] = refs[i];
+        else io.grad[-1 - ol.ref_out[i]] = refs[i];
+    }
+    {
+        lyco_call call = {.dir = dir, .a = &r.ca.a};
+        if (is_bypass(dir)) {
+            call.bypass = &r.bargs;
+            call.y = dir == LYCO_DIR_BYPASS_FWD ? &r.out.t : NULL;
+            call.dy = dir == LYCO_DIR_BYPASS_BWD ? &r.dout.t : NULL;
+            call.dx = dir == LYCO_DIR_BYPASS_BWD ? &r.dx.t : NULL;
+            call.dy0 = r.has_dy0 ? &r.dy0.t : NULL;
+        } else {
+            call.merge = &r.margs;
+            call.out = dir == LYCO_DIR_MERGE_FWD ? &r.out.t : NULL;
+            call.out_bias = r.has_out_bias ? &r.out_bias.t : NULL;
+            call.d_out = dir == LYCO_DIR_MERGE_BWD ? &r.dout.t : NULL;
+            call.d_out_bias = r.has_dout_bias ? &r.dout_bias.t : NULL;
+        }
+        call.g = &r.g;
+        if ((st = lyco_validate(ctx, &call)) || (st = lyco_ref_run_f64(&call, &io))) {
+            snprintf(res->detail, sizeof res->detail, "oracle: %s", lyco_last_error());
+            goto free_refs;
+        }
+    }
+
+    y = malloc(sizeof(double) * (size_t)maxn);
+    if (!y) { st = LYCO_ERR_NOMEM; goto free_refs; }
+    res->budget = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        lyco_ctx *cx = pass == 0 ? ctx : ectx;
+        lyco_score *worst = pass == 0 ? &res->backend : &res->eager;
+        poison(&r);
+        clock_t t0 = clock();
+        st = invoke(cx, dir, &r);
+        if (pass == 0) res->time_ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+        if (st) {
+            if (pass == 1) { res->eager_ok = false; st = LYCO_OK; break; }
+            snprintf(res->detail, sizeof res->detail, "%s: %s", lyco_status_name(st), lyco_last_error());
+            st = LYCO_OK;
+            res->pass = false;
+            goto free_refs;
+        }
+        if (pass == 0) {
+            lyco_path p;
+            lyco_ctx_last_path(cx, &p);
+            snprintf(res->path, sizeof res->path, "%s%s%s", lyco_path_name(p.kind), p.why[0] ? ": " : "", p.why);
+        } else {
+            res->eager_ok = true;
+        }
+        for (int i = 0; i < ol.n; i++) {
+            int64_t n = lyco_numel(ol.t[i]);
+            read_f64(ol.t[i], y);
+            lyco_score sc;
+            lyco_score_f64(y, refs[i], n, 0, lyco_dtype_of(ol.t[i]), &sc);
+            double b = lyco_check_budget(c, dir, lyco_dtype_of(ol.t[i]), r.dt.compute, pass == 1);
+            bool ok = lyco_score_pass(&sc, b);
+            if (pass == 0) {
+                if (b > res->budget) res->budget = b;
+                if (!ok && !res->detail[0])
+                    snprintf(res->detail, sizeof res->detail, "%s: excess %.3g ULP > budget %.3g, %lld non-finite mismatches",
+                             ol.name[i], sc.max_excess, b, (long long)sc.bad_class);
+            }
+            if (sc.max_ulp > worst->max_ulp || i == 0) {
+                double ex = worst->max_excess;
+                int64_t bad = worst->bad_class;
+                *worst = sc;
+                if (ex > worst->max_excess) worst->max_excess = ex;
+                worst->bad_class += bad;
+            } else {
+                if (sc.max_excess > worst->max_excess) worst->max_excess = sc.max_excess;
+                worst->bad_class += sc.bad_class;
+            }
+        }
+    }
+    res->pass = !res->detail[0];
+    if (res->pass && o->require_fused && strncmp(res->path, "fused", 5) != 0 && o->backend != LYCO_BACKEND_REF &&
+        o->backend != LYCO_BACKEND_EAGER) {
+        res->pass = false;
+        snprintf(res->detail, sizeof res->detail, "expected the fused path, got %s", res->path);
+    }
+free_refs:
+    for (int i = 0; i < LYCO_SLOT_COUNT + 4; i++) free(refs[i]);
+done:
+    free(y);
+    free(ref);
+    run_set_free(&r);
+    lyco_ctx_destroy(ctx);
+    lyco_ctx_destroy(ectx);
+    return st;
+}
+
+static bool matches(const char *filter, const char *name) {
+    if (!filter || !*filter) return true;
+    /* comma-separated list of exact names or prefixes ending in '*' */
+    const char *p = filter;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n && p[n - 1] == '*' ? !strncmp(p, name, n - 1) : (strlen(name) == n && !strncmp(p, name, n))) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+int lyco_check_run(const lyco_check_opts *o, FILE *out, int *ran) {
+    int fails = 0, count = 0;
+    fprintf(out, "%-36s %-10s %-17s %9s %9s %9s %7s  %-6s %s\n", "case", "dir", "dtypes", "ulp_max", "ulp_mean", "eager_max", "budget", "result", "path");
+    for (int i = 0; i < lyco_case_count(); i++) {
+        const lyco_case *c = lyco_case_get(i);
+        if (c->tier > o->tier || !matches(o->algo, lyco_algo_name(c->algo))) continue;
+        for (int d = 0; d < LYCO_DIR_COUNT; d++) {
+            if (!matches(o->dir, lyco_direction_name((lyco_direction)d))) continue;
+            for (int k = 0; k < lyco_dtype_row_count; k++) {
+                const lyco_dtype_row *row = &lyco_dtype_rows[k];
+                if (!matches(o->dtypes, row->name)) continue;
+                lyco_check_result res;
+                lyco_status st = lyco_check_one(c, (lyco_direction)d, row, o, &res);
+                count++;
+                if (st) {
+                    fails++;
+                    fprintf(out, "%-36s %-10s %-17s %s: %s %s\n", c->name, lyco_direction_name((lyco_direction)d), row->name,
+                            lyco_status_name(st), lyco_last_error(), res.detail);
+                    continue;
+                }
+                if (!res.pass) fails++;
+                char eag[16];
+                if (res.eager_ok) snprintf(eag, sizeof eag, "%9.3f", res.eager.max_ulp);
+                else snprintf(eag, sizeof eag, "%9s", "-");
+                fprintf(out, "%-36s %-10s %-17s %9.3f %9.4f %s %7.2f  %-6s %s%s%s\n", c->name, lyco_direction_name((lyco_direction)d),
+                        row->name, res.backend.max_ulp, res.backend.mean_ulp, eag, res.budget, res.pass ? "PASS" : "FAIL", res.path,
+                        res.pass ? "" : "  ", res.pass ? "" : res.detail);
+            }
+        }
+    }
+    if (ran) *ran = count;
+    return fails;
+}
+
+/* ---- gradient check of the oracle (NUMERICS.md §2.7: central differences in fp64) ---- */
+
+typedef struct {
+    lyco_call fwd, bwd;
+    ref_f64_io fio, bio;
+    double *G, *Gb;          /* weights of the scalar L = Σ G·out (+ Σ Gb·out_bias) */
+    double *out, *outb;
+    int64_t nout, noutb;
+} grad_ctx;
+
+static double loss(grad_ctx *gc) {
+    if (lyco_ref_run_f64(&gc->fwd, &gc->fio)) return NAN;
+    double L = 0;
+    for (int64_t i = 0; i < gc->nout; i++) L += gc->G[i] * gc->out[i];
+    for (int64_t i = 0; i < gc->noutb; i++) L += gc->Gb[i] * gc->outb[i];
+    return L;
+}
+
+/* One numeric-vs-analytic comparison on parameter array p (element i); analytic value a. */
+static bool probe(grad_ctx *gc, double *p, int64_t i, double a, const char *what, char *detail, size_t dn) {
+    double v = p[i], h = 1e-6 * (fabs(v) > 1 ? fabs(v) : 1.0);
+    p[i] = v + h;
+    double lp = loss(gc);
+    p[i] = v - h;
+    double lm = loss(gc);
+    p[i] = v;
+    double num = (lp - lm) / (2 * h);
+    if (fabs(num - a) <= 1e-5 + 1e-3 * fabs(num)) return true;
+    snprintf(detail, dn, "%s[%lld]: analytic %.9g, numeric %.9g", what, (long long)i, a, num);
+    return false;
+}
+
+int lyco_check_grad(const lyco_case *c, bool bypass, uint64_t seed, char *detail, size_t dn, int *probes) {
+    const lyco_dtype_row *row = &lyco_dtype_rows[2]; /* fp32 tensors carry the shapes */
+    lyco_direction fd = bypass ? LYCO_DIR_BYPASS_FWD : LYCO_DIR_MERGE_FWD, bd = bypass ? LYCO_DIR_BYPASS_BWD : LYCO_DIR_MERGE_BWD;
+    lyco_ctx *ctx = NULL;
+    if (lyco_ctx_create(&ctx)) return -1;
+    lyco_rng rng;
+    lyco_rng_seed(&rng, mix(seed, name_hash(c->name) + bypass));
+    run_set rf, rb;
+    int fails = 0;
+    *probes = 0;
+    detail[0] = 0;
+    grad_ctx gc;
+    memset(&gc, 0, sizeof gc);
+    double *vals[LYCO_SLOT_COUNT] = {0}, *grads[LYCO_SLOT_COUNT] = {0}, *inx = NULL, *iny0 = NULL, *inW = NULL, *inb = NULL;
+    double *dx = NULL, *dy0 = NULL;
+    memset(&rf, 0, sizeof rf);
+    memset(&rb, 0, sizeof rb);
+    if (build(c, fd, row, ctx, &rng, &rf) || build(c, bd, row, ctx, &rng, &rb)) { fails = -1; goto done; }
+    /* fp64 values, unrounded, shared by both calls */
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
+        if (!rf.ca.has[s]) continue;
+        int64_t n = lyco_numel(&rf.ca.slot[s].t);
+        vals[s] = malloc(sizeof(double) * (size_t)(n + 1));
+        grads[s] = calloc((size_t)n + 1, sizeof(double));
+        if (!vals[s] || !grads[s]) { fails = -1; goto done; }
+        lyco_gather_f64(&rf.ca.slot[s].t, LYCO_F32, vals[s]);
+        if (!is_mask(s))
+            for (int64_t i = 0; i < n; i++) vals[s][i] += 1e-3 * (lyco_rng_uniform(&rng) - 0.5) * (vals[s][i] != 0);
+        gc.fio.slot[s] = gc.bio.slot[s] = vals[s];
+        if (!is_mask(s)) gc.bio.grad[s] = grads[s];
+    }
+    const DLTensor *Wt = bypass ? rf.bargs.weight : rf.margs.weight;
+    if (Wt) {
+        inW = malloc(sizeof(double) * (size_t)(lyco_numel(Wt) + 1));
+        if (!inW) { fails = -1; goto done; }
+        lyco_gather_f64(Wt, LYCO_F32, inW);
+        gc.fio.in[REF_IN_W] = gc.bio.in[REF_IN_W] = inW;
+    }
+    if (!bypass && rf.has_bias) {
+        inb = malloc(sizeof(double) * (size_t)(c->O + 1));
+        if (!inb) { fails = -1; goto done; }
+        lyco_gather_f64(&rf.bias.t, LYCO_F32, inb);
+        gc.fio.in[REF_IN_BIAS] = gc.bio.in[REF_IN_BIAS] = inb;
+    }
+    if (bypass) {
+        int64_t nx = lyco_numel(&rf.x.t);
+        inx = malloc(sizeof(double) * (size_t)(nx + 1));
+        dx = calloc((size_t)nx + 1, sizeof(double));
+        if (!inx || !dx) { fails = -1; goto done; }
+        lyco_gather_f64(&rf.x.t, LYCO_F32, inx);
+        gc.fio.in[REF_IN_X] = gc.bio.in[REF_IN_X] = inx;
+        gc.bio.out[REF_OUT_DX] = dx;
+        if (rf.has_y0) {
+            int64_t ny = lyco_numel(&rf.y0.t);
+            iny0 = malloc(sizeof(double) * (size_t)(ny + 1));
+            dy0 = calloc((size_t)ny + 1, sizeof(double));
+            if (!iny0 || !dy0) { fails = -1; goto done; }
+            lyco_gather_f64(&rf.y0.t, LYCO_F32, iny0);
+            gc.fio.in[REF_IN_Y0] = gc.bio.in[REF_IN_Y0] = iny0;
+            gc.bio.out[REF_OUT_DY0] = dy0;
+        }
+    }
+    gc.nout = lyco_numel(&rf.out.t);
+    gc.out = malloc(sizeof(double) * (size_t)(gc.nout + 1));
+    gc.G = malloc(sizeof(double) * (size_t)(gc.nout + 1));
+    if (!gc.out || !gc.G) { fails = -1; goto done; }
+    lyco_gather_f64(&rb.dout.t, LYCO_F32, gc.G);
+    gc.fio.out[REF_OUT_MAIN] = gc.out;
+    gc.bio.in[bypass ? REF_IN_DY : REF_IN_DOUT] = gc.G;
+    if (rf.has_out_bias) {
+        gc.noutb = c->O;
+        gc.outb = malloc(sizeof(double) * (size_t)(c->O + 1));
+        gc.Gb = malloc(sizeof(double) * (size_t)(c->O + 1));
+        if (!gc.outb || !gc.Gb) { fails = -1; goto done; }
+        lyco_gather_f64(&rb.dout_bias.t, LYCO_F32, gc.Gb);
+        gc.fio.out[REF_OUT_BIAS] = gc.outb;
+        gc.bio.in[REF_IN_DOUT_BIAS] = gc.Gb;
+    }
+    gc.fwd = (lyco_call){.dir = fd, .a = &rf.ca.a};
+    gc.bwd = (lyco_call){.dir = bd, .a = &rf.ca.a, .g = &rb.g};
+    if (bypass) {
+        gc.fwd.bypass = gc.bwd.bypass = &rf.bargs;
+        gc.fwd.y = &rf.out.t;
+        gc.bwd.dy = &rb.dout.t;
+        gc.bwd.dx = &rb.dx.t;
+        gc.bwd.dy0 = rb.has_dy0 ? &rb.dy0.t : NULL;
+    } else {
+        gc.fwd.merge = gc.bwd.merge = &rf.margs;
+        gc.fwd.out = &rf.out.t;
+        gc.fwd.out_bias = rf.has_out_bias ? &rf.out_bias.t : NULL;
+        gc.bwd.d_out = &rb.dout.t;
+        gc.bwd.d_out_bias = rb.has_dout_bias ? &rb.dout_bias.t : NULL;
+    }
+    /* the bwd call borrows the forward run's adapter (same shapes); its grads come from rb */
+    if (lyco_validate(ctx, &gc.fwd) || lyco_validate(ctx, &gc.bwd) || lyco_ref_run_f64(&gc.bwd, &gc.bio)) {
+        snprintf(detail, dn, "oracle failed: %s", lyco_last_error());
+        fails = -1;
+        goto done;
+    }
+    for (int s = 0; s < LYCO_SLOT_COUNT && fails < 3; s++) {
+        if (!grads[s] || is_mask(s)) continue;
+        int64_t n = lyco_numel(&rf.ca.slot[s].t);
+        for (int k = 0; k < 6 && k < n; k++) {
+            int64_t i = k == 0 ? 0 : (int64_t)(lyco_rng_next(&rng) % (uint64_t)n);
+            (*probes)++;
+            if (!probe(&gc, vals[s], i, grads[s][i], lyco_slot_name((lyco_slot)s), detail, dn)) fails++;
+        }
+    }
+    if (bypass) {
+        int64_t nx = lyco_numel(&rf.x.t);
+        for (int k = 0; k < 6 && k < nx; k++) {
+            int64_t i = (int64_t)(lyco_rng_next(&rng) % (uint64_t)nx);
+            (*probes)++;
+            if (!probe(&gc, inx, i, dx[i], "x", detail, dn)) fails++;
+        }
+        if (iny0) {
+            int64_t ny = lyco_numel(&rf.y0.t);
+            for (int k = 0; k < 6 && k < ny; k++) {
+                int64_t i = (int64_t)(lyco_rng_next(&rng) % (uint64_t)ny);
+                (*probes)++;
+                if (!probe(&gc, iny0, i, dy0[i], "y0", detail, dn)) fails++;
+            }
+        }
+    }
+done:
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) { free(vals[s]); free(grads[s]); }
+    free(inx); free(iny0); free(inW); free(inb); free(dx); free(dy0);
+    free(gc.out); free(gc.G); free(gc.outb); free(gc.Gb);
+    run_set_free(&rf);
+    run_set_free(&rb);
+    lyco_ctx_destroy(ctx);
+    return fails;
+}
