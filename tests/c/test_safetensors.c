@@ -1,0 +1,1067 @@
+/*
+ * test_safetensors.c — tests of the safetensors reader/writer (src/io/safetensors.c,
+ * FORMATS.md §1.4–1.5, §2.1, §2.6).
+ *
+ *   - round trips through the writer and the strict reader (every dtype, empty and rank-0
+ *     tensors, names and metadata needing JSON escapes), parse -> write -> parse byte-identical,
+ *     the reference writer's order and padding, byte-exact reference vectors;
+ *   - the broken-file corpus: one file per rejection rule of FORMATS.md §1.4, each asserting
+ *     its status, a distinctive substring of the message, the file path and (where there is
+ *     one) the tensor name in the message; plus valid seeds that must open;
+ *   - writer argument errors, and atomic-write fault injection (write/fsync/close/rename/
+ *     directory fsync): clean failure, no temp left, target untouched;
+ *   - randomized round trips and a byte-mutation smoke test (run it under ASan/UBSan).
+ *
+ * Usage: test_safetensors            run every check in a fresh temp dir (removed on success)
+ *        test_safetensors --corpus D write the corpus (broken files + valid seeds) into the
+ *                                    existing directory D and exit: seeds for the fuzz target.
+ * Prints one line per check and ends with "N passed, M failed"; exits non-zero on failure.
+ * The random parts print their seed (LYCO_SEED reproduces a run).
+ * Assumptions: POSIX (mkdtemp, opendir), a writable TMPDIR (or /tmp), a little-endian host.
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "io/safetensors.h"
+
+/* ============================================================================================
+ * check plumbing
+ * ========================================================================================== */
+
+static int g_pass, g_fail;
+static char g_dir[512];
+
+static void check(bool ok, const char *fmt, ...) LYCO_PRINTF(2, 3);
+static void check(bool ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s: ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (!ok) printf("  [last error: %s]", lyco_last_error());
+    printf("\n");
+    if (ok) g_pass++;
+    else g_fail++;
+}
+
+/* Test-only allocation: out of memory ends the run as a failure. */
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        printf("FAIL: out of memory (%zu bytes)\n%d passed, %d failed\n", n, g_pass, g_fail + 1);
+        exit(1);
+    }
+    return p;
+}
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = xmalloc(n * sz);
+    memset(p, 0, n * sz);
+    return p;
+}
+
+static void path_in(char *buf, size_t n, const char *dir, const char *name) {
+    snprintf(buf, n, "%s/%s", dir, name);
+}
+
+static bool write_bytes(const char *path, const void *p, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return false;
+    bool ok = (n == 0 || fwrite(p, 1, n, fp) == n);
+    return fclose(fp) == 0 && ok;
+}
+
+/* Reads a whole file into a malloc'ed buffer (NULL on failure). */
+static uint8_t *read_bytes(const char *path, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    size_t cap = 4096, len = 0;
+    uint8_t *b = malloc(cap);
+    while (b) {
+        size_t r = fread(b + len, 1, cap - len, fp);
+        len += r;
+        if (len < cap) break;
+        uint8_t *nb = realloc(b, cap * 2);
+        if (!nb) { free(b); b = NULL; break; }
+        b = nb;
+        cap *= 2;
+    }
+    fclose(fp);
+    *n = len;
+    return b;
+}
+
+static bool file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Number of leftover writer temp files in dir. */
+static int count_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strstr(e->d_name, ".lyco-tmp.")) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        path_in(p, sizeof p, dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
+        else unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* ============================================================================================
+ * the broken-file corpus (one file per rejection rule of FORMATS.md §1.4) and valid seeds.
+ * Table-driven so that the fuzz target can reuse it: corpus_write_all() writes every case as
+ * <dir>/<id>.safetensors.
+ * ========================================================================================== */
+
+typedef enum {
+    K_HEADER = 0, /* prefix (N = header length, or n_prefix) + header + data_len bytes */
+    K_RAW,        /* raw[0..raw_len) verbatim */
+    K_GEN         /* header produced by gen() */
+} corpus_kind;
+
+typedef struct {
+    const char *id;
+    corpus_kind kind;
+    const char *header; /* K_HEADER: the header bytes (may contain NUL; see header_len) */
+    size_t header_len;
+    bool use_prefix;    /* write n_prefix instead of the header's length */
+    uint64_t n_prefix;
+    uint64_t data_len;  /* data bytes appended (a repeating pattern) */
+    const char *raw;
+    size_t raw_len;
+    char *(*gen)(size_t *len);
+    lyco_status want;   /* LYCO_OK for valid seeds */
+    const char *needle; /* distinctive substring of the error message */
+    const char *tensor; /* the tensor name the message must quote, or NULL */
+} corpus_case;
+
+#define HDR(s) K_HEADER, s, sizeof(s) - 1
+#define RAW(s) K_RAW, NULL, 0, false, 0, 0, s, sizeof(s) - 1, NULL
+#define NOPFX false, 0
+#define PFX(n) true, n
+#define TAIL(d) d, NULL, 0, NULL
+
+/* a 3000-deep array nest: beyond jansson's parser depth limit */
+static char *gen_deep(size_t *len) {
+    const size_t depth = 3000;
+    const char *pre = "{\"a\":";
+    size_t n = strlen(pre) + 2 * depth + 1;
+    char *s = malloc(n + 1);
+    if (!s) return NULL;
+    size_t o = 0;
+    memcpy(s, pre, strlen(pre));
+    o += strlen(pre);
+    for (size_t i = 0; i < depth; i++) s[o++] = '[';
+    for (size_t i = 0; i < depth; i++) s[o++] = ']';
+    s[o++] = '}';
+    s[o] = '\0';
+    *len = o;
+    return s;
+}
+
+#define T1 "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}"
+
+static const corpus_case corpus[] = {
+    /* ---- valid seeds ---- */
+    {"ok_empty", HDR("{}"), NOPFX, TAIL(0), LYCO_OK, NULL, NULL},
+    {"ok_one", HDR(T1 "   "), NOPFX, TAIL(8), LYCO_OK, NULL, NULL},
+    {"ok_leading_ws", HDR(" \n\t\r" T1 " \t\n"), NOPFX, TAIL(8), LYCO_OK, NULL, NULL},
+    {"ok_meta", HDR("{\"__metadata__\":{\"format\":\"pt\",\"k\":\"\\u00fc\\n\"},"
+                    "\"b\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[4,6]},"
+                    "\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(6), LYCO_OK, NULL, NULL},
+    {"ok_empty_tensors_share_offset",
+     HDR("{\"e1\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+         "\"e2\":{\"dtype\":\"I64\",\"shape\":[4,0],\"data_offsets\":[0,0]},"
+         "\"w\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+         "\"e3\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[3,3]}}"),
+     NOPFX, TAIL(3), LYCO_OK, NULL, NULL},
+    {"ok_subbyte", HDR("{\"q\":{\"dtype\":\"F4\",\"shape\":[2,3],\"data_offsets\":[0,3]},"
+                       "\"r\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[3,6]}}"),
+     NOPFX, TAIL(6), LYCO_OK, NULL, NULL},
+    {"ok_all_empty_data", HDR("{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}"),
+     NOPFX, TAIL(0), LYCO_OK, NULL, NULL},
+
+    /* ---- rule 1: sizes, before any allocation ---- */
+    {"r1_empty_file", K_RAW, NULL, 0, false, 0, 0, "", 0, NULL, LYCO_ERR_FORMAT,
+     "shorter than the 8-byte", NULL},
+    {"r1_short_file", RAW("\x02\x00\x00"), LYCO_ERR_FORMAT, "shorter than the 8-byte", NULL},
+    {"r1_n_zero", RAW("\x00\x00\x00\x00\x00\x00\x00\x00"), LYCO_ERR_FORMAT,
+     "below the minimum of 2", NULL},
+    {"r1_n_one", HDR("{"), NOPFX, TAIL(0), LYCO_ERR_FORMAT, "below the minimum of 2", NULL},
+    {"r1_n_over_cap", HDR("{}"), PFX(100000001u), TAIL(0), LYCO_ERR_FORMAT,
+     "exceeds the 100000000-byte cap", NULL},
+    {"r1_n_u64_max", HDR("{}"), PFX(UINT64_MAX), TAIL(0), LYCO_ERR_FORMAT,
+     "exceeds the 100000000-byte cap", NULL},
+    {"r1_n_past_eof", HDR("{}"), PFX(100), TAIL(0), LYCO_ERR_FORMAT,
+     "bytes that follow the prefix", NULL},
+    {"r1_n_past_eof_by_one", HDR("{}  "), PFX(5), TAIL(0), LYCO_ERR_FORMAT,
+     "bytes that follow the prefix", NULL},
+
+    /* ---- rule 2: UTF-8, start, trailing bytes ---- */
+    {"r2_utf8_overlong2", HDR("{\"__metadata__\":{\"k\":\"\xc0\xaf\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "overlong encoding", NULL},
+    {"r2_utf8_overlong3", HDR("{\"__metadata__\":{\"k\":\"\xe0\x80\xaf\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "overlong encoding", NULL},
+    {"r2_utf8_overlong4", HDR("{\"__metadata__\":{\"k\":\"\xf0\x80\x80\xaf\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "overlong encoding", NULL},
+    {"r2_utf8_surrogate", HDR("{\"__metadata__\":{\"k\":\"\xed\xa0\x80\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "UTF-16 surrogate", NULL},
+    {"r2_utf8_above_max", HDR("{\"__metadata__\":{\"k\":\"\xf4\x90\x80\x80\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "above U+10FFFF", NULL},
+    {"r2_utf8_lead_f5", HDR("{\"__metadata__\":{\"k\":\"\xf5\x80\x80\x80\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "lead byte above U+10FFFF", NULL},
+    {"r2_utf8_lone_continuation", HDR("{\"__metadata__\":{\"k\":\"\x80\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "unexpected continuation byte", NULL},
+    {"r2_utf8_bad_continuation", HDR("{\"__metadata__\":{\"k\":\"\xc3\x28\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "bad continuation byte", NULL},
+    {"r2_utf8_truncated", HDR("{}  \xe2\x82"), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "truncated sequence", NULL},
+    {"r2_escaped_surrogate", HDR("{\"__metadata__\":{\"k\":\"\\ud800\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "escaped lone UTF-16 surrogate", NULL},
+    {"r2_not_brace", HDR("[]"), NOPFX, TAIL(0), LYCO_ERR_FORMAT, "does not start with '{'", NULL},
+    {"r2_bom", HDR("\xef\xbb\xbf{}"), NOPFX, TAIL(0), LYCO_ERR_FORMAT, "does not start with '{'",
+     NULL},
+    {"r2_all_whitespace", HDR("    "), NOPFX, TAIL(0), LYCO_ERR_FORMAT, "all whitespace", NULL},
+    {"r2_trailing_garbage", HDR("{}  x"), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "trailing bytes after the JSON object", NULL},
+    {"r2_trailing_object", HDR("{}{}"), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "trailing bytes after the JSON object", NULL},
+    {"r2_trailing_nul_padding", HDR("{}\0\0\0\0\0\0"), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "trailing bytes after the JSON object", NULL},
+
+    /* ---- rule 3: JSON structure ---- */
+    {"r3_bad_json", HDR("{\"a\":}"), NOPFX, TAIL(0), LYCO_ERR_FORMAT, "not valid JSON", NULL},
+    {"r3_truncated_json", HDR("{\"w\":{\"dtype\""), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "not valid JSON", NULL},
+    {"r3_dup_tensor",
+     HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}"),
+     NOPFX, TAIL(8), LYCO_ERR_FORMAT, "duplicate key", NULL},
+    {"r3_dup_field", HDR("{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[1],"
+                         "\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "duplicate key", NULL},
+    {"r3_dup_metadata", HDR("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "duplicate key", NULL},
+    {"r3_dup_metadata_block", HDR("{\"__metadata__\":{},\"__metadata__\":{}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "duplicate key", NULL},
+    {"r3_nesting_shape", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[[1]],\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "nests containers", "w"},
+    {"r3_nesting_metadata", HDR("{\"__metadata__\":{\"k\":{\"x\":[]}}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "nests containers", "__metadata__"},
+    {"r3_nesting_parser_limit", K_GEN, NULL, 0, false, 0, 0, NULL, 0, gen_deep, LYCO_ERR_FORMAT,
+     "nests containers too deep", NULL},
+    {"r3_entry_not_object", HDR("{\"w\":[0,4]}"), NOPFX, TAIL(4), LYCO_ERR_FORMAT,
+     "tensor entry is an array, not an object", "w"},
+    {"r3_entry_string", HDR("{\"w\":\"F32\"}"), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "tensor entry is a string, not an object", "w"},
+    {"r3_missing_dtype", HDR("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}"), NOPFX, TAIL(4),
+     LYCO_ERR_FORMAT, "missing field \"dtype\"", "w"},
+    {"r3_missing_shape", HDR("{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}"), NOPFX, TAIL(4),
+     LYCO_ERR_FORMAT, "missing field \"shape\"", "w"},
+    {"r3_missing_offsets", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}"), NOPFX, TAIL(4),
+     LYCO_ERR_FORMAT, "missing field \"data_offsets\"", "w"},
+    {"r3_extra_field", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+                           "\"extra\":1}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "unknown field \"extra\"", "w"},
+    {"r3_metadata_not_object", HDR("{\"__metadata__\":\"pt\"}"), NOPFX, TAIL(0), LYCO_ERR_FORMAT,
+     "__metadata__ is a string, not an object", NULL},
+    {"r3_metadata_array", HDR("{\"__metadata__\":[\"a\",\"b\"]}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "__metadata__ is an array, not an object", NULL},
+    {"r3_metadata_value_int", HDR("{\"__metadata__\":{\"alpha\":8}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "__metadata__ value is an integer, not a string", "alpha"},
+    {"r3_metadata_value_null", HDR("{\"__metadata__\":{\"alpha\":null}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "__metadata__ value is null, not a string", "alpha"},
+
+    /* ---- rule 4: dtype ---- */
+    {"r4_unknown_dtype", HDR("{\"w\":{\"dtype\":\"F128\",\"shape\":[1],\"data_offsets\":[0,16]}}"),
+     NOPFX, TAIL(16), LYCO_ERR_FORMAT, "unknown dtype \"F128\"", "w"},
+    {"r4_lowercase_dtype", HDR("{\"w\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "unknown dtype \"f32\"", "w"},
+    {"r4_dtype_with_nul", HDR("{\"w\":{\"dtype\":\"F32\\u0000\",\"shape\":[1],"
+                              "\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "unknown dtype \"F32\\x00\"", "w"},
+    {"r4_dtype_not_string", HDR("{\"w\":{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "dtype is an integer, not a string", "w"},
+
+    /* ---- rule 5: shape and sizes ---- */
+    {"r5_shape_not_array", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,16]}}"),
+     NOPFX, TAIL(16), LYCO_ERR_FORMAT, "shape is an integer, not an array", "w"},
+    {"r5_shape_string", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[\"4\"],\"data_offsets\":[0,16]}}"),
+     NOPFX, TAIL(16), LYCO_ERR_FORMAT, "shape[0] is a string, not an integer", "w"},
+    {"r5_shape_fraction", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[4.0],\"data_offsets\":[0,16]}}"),
+     NOPFX, TAIL(16), LYCO_ERR_FORMAT, "shape[0] is a number with a fraction or exponent", "w"},
+    {"r5_shape_exponent", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[4e0],\"data_offsets\":[0,16]}}"),
+     NOPFX, TAIL(16), LYCO_ERR_FORMAT, "shape[0] is a number with a fraction or exponent", "w"},
+    {"r5_shape_negative", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,-2],\"data_offsets\":[0,16]}}"),
+     NOPFX, TAIL(16), LYCO_ERR_FORMAT, "shape[1] = -2 is negative", "w"},
+    {"r5_shape_above_cap", HDR("{\"w\":{\"dtype\":\"U8\",\"shape\":[281474976710656],"
+                               "\"data_offsets\":[0,1]}}"),
+     NOPFX, TAIL(1), LYCO_ERR_FORMAT, "exceeds 2^48-1", "w"},
+    {"r5_shape_not_int64", HDR("{\"w\":{\"dtype\":\"U8\",\"shape\":[18446744073709551616],"
+                               "\"data_offsets\":[0,1]}}"),
+     NOPFX, TAIL(1), LYCO_ERR_FORMAT, "does not fit 64 bits", NULL},
+    {"r5_count_overflow", HDR("{\"w\":{\"dtype\":\"U8\",\"shape\":[281474976710655,"
+                              "281474976710655],\"data_offsets\":[0,1]}}"),
+     NOPFX, TAIL(1), LYCO_ERR_FORMAT, "element count of the shape overflows", "w"},
+    {"r5_count_overflow_after_zero", HDR("{\"w\":{\"dtype\":\"U8\",\"shape\":[0,281474976710655,"
+                                         "281474976710655],\"data_offsets\":[0,0]}}"),
+     NOPFX, TAIL(0), LYCO_ERR_FORMAT, "element count of the shape overflows", "w"},
+    /* LiteRT #9255: 4 * 2^32 * 2^30 wraps to exactly 0 unchecked */
+    {"r5_bytes_wrap_to_zero", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,1073741824],"
+                                  "\"data_offsets\":[0,0]}}"),
+     NOPFX, TAIL(0), LYCO_ERR_FORMAT, "byte size of the shape overflows", "w"},
+    {"r5_subbyte_partial_f4", HDR("{\"w\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,1]}}"),
+     NOPFX, TAIL(1), LYCO_ERR_FORMAT, "not a multiple of 8 bits", "w"},
+    {"r5_subbyte_partial_f6", HDR("{\"w\":{\"dtype\":\"F6_E3M2\",\"shape\":[2],"
+                                  "\"data_offsets\":[0,1]}}"),
+     NOPFX, TAIL(1), LYCO_ERR_FORMAT, "not a multiple of 8 bits", "w"},
+
+    /* ---- rule 6: data_offsets ---- */
+    {"r6_offsets_one", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "data_offsets has 1 elements", "w"},
+    {"r6_offsets_three", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "data_offsets has 3 elements", "w"},
+    {"r6_offsets_not_array", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":\"0,4\"}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "data_offsets is a string", "w"},
+    {"r6_offsets_negative", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "data_offsets[0] = -4 is negative", "w"},
+    {"r6_offsets_fraction", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.5]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "data_offsets[1] is a number with a fraction", "w"},
+    {"r6_offsets_above_cap", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                 "\"data_offsets\":[281474976710656,281474976710660]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "data_offsets[0] = 281474976710656 exceeds 2^48-1", "w"},
+    {"r6_end_before_begin", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}"),
+     NOPFX, TAIL(8), LYCO_ERR_FORMAT, "ends before it begins", "w"},
+    {"r6_span_mismatch", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "span 4 bytes but shape x dtype F32 needs 8", "w"},
+    /* fastllm #712: buffer sized from shape, filled from offsets */
+    {"r6_span_larger_than_shape", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                      "\"data_offsets\":[0,64]}}"),
+     NOPFX, TAIL(64), LYCO_ERR_FORMAT, "span 64 bytes but shape x dtype F32 needs 4", "w"},
+
+    /* ---- rule 7: cover of the byte buffer ---- */
+    {"r7_first_not_zero", HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}"),
+     NOPFX, TAIL(8), LYCO_ERR_FORMAT, "first tensor begins at data byte 4", "w"},
+    {"r7_hole", HDR("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}"),
+     NOPFX, TAIL(12), LYCO_ERR_FORMAT, "hole of 4 bytes", "b"},
+    {"r7_overlap", HDR("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}"),
+     NOPFX, TAIL(12), LYCO_ERR_FORMAT, "overlaps tensor \"a\"", "b"},
+    /* attacks README Proposal 4: many tensors aliasing one region */
+    {"r7_alias", HDR("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                     "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "overlaps tensor \"a\"", "b"},
+    {"r7_empty_inside_other", HDR("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                  "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}"),
+     NOPFX, TAIL(8), LYCO_ERR_FORMAT, "overlaps tensor \"a\"", "e"},
+    {"r7_trailing_bytes", HDR(T1), NOPFX, TAIL(12), LYCO_ERR_FORMAT,
+     "4 trailing bytes after the last tensor", NULL},
+    {"r7_trailing_no_tensors", HDR("{}"), NOPFX, TAIL(3), LYCO_ERR_FORMAT,
+     "3 trailing bytes after the last tensor", NULL},
+    {"r7_truncated", HDR(T1), NOPFX, TAIL(5), LYCO_ERR_FORMAT, "file is truncated", NULL},
+    {"r7_truncated_no_data", HDR(T1), NOPFX, TAIL(0), LYCO_ERR_FORMAT, "file is truncated", NULL},
+
+    /* ---- rule 8: NUL in names and metadata ---- */
+    {"r8_nul_in_name", HDR("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],"
+                           "\"data_offsets\":[0,4]}}"),
+     NOPFX, TAIL(4), LYCO_ERR_FORMAT, "contains a NUL", NULL},
+    {"r8_nul_in_metadata_key", HDR("{\"__metadata__\":{\"k\\u0000\":\"v\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "contains a NUL", NULL},
+    {"r8_nul_in_metadata_value", HDR("{\"__metadata__\":{\"k\":\"v\\u0000w\"}}"), NOPFX, TAIL(0),
+     LYCO_ERR_FORMAT, "__metadata__ value contains a NUL", "k"},
+};
+#define N_CORPUS (sizeof corpus / sizeof corpus[0])
+
+/* Writes one corpus case to path; false on an I/O failure. */
+static bool corpus_write(const corpus_case *c, const char *path) {
+    if (c->kind == K_RAW) return write_bytes(path, c->raw, c->raw_len);
+    char *gen = NULL;
+    const char *h = c->header;
+    size_t hl = c->header_len;
+    if (c->kind == K_GEN) {
+        gen = c->gen(&hl);
+        if (!gen) return false;
+        h = gen;
+    }
+    uint64_t n = c->use_prefix ? c->n_prefix : (uint64_t)hl;
+    size_t total = 8 + hl + (size_t)c->data_len;
+    uint8_t *b = xmalloc(total);
+    for (int k = 0; k < 8; k++) b[k] = (uint8_t)(n >> (8 * k));
+    memcpy(b + 8, h, hl);
+    for (uint64_t k = 0; k < c->data_len; k++) b[8 + hl + k] = (uint8_t)(k * 37u + 11u);
+    bool ok = write_bytes(path, b, total);
+    free(b);
+    free(gen);
+    return ok;
+}
+
+/* The reusable generator: every case as <dir>/<id>.safetensors. Returns files written. */
+static int corpus_write_all(const char *dir) {
+    int n = 0;
+    char p[1024];
+    for (size_t i = 0; i < N_CORPUS; i++) {
+        snprintf(p, sizeof p, "%s/%s.safetensors", dir, corpus[i].id);
+        if (corpus_write(&corpus[i], p)) n++;
+    }
+    return n;
+}
+
+static void test_corpus(void) {
+    char dir[600], p[1024];
+    path_in(dir, sizeof dir, g_dir, "corpus");
+    mkdir(dir, 0700);
+    int written = corpus_write_all(dir);
+    check(written == (int)N_CORPUS, "corpus: %d of %zu files written", written, N_CORPUS);
+    for (size_t i = 0; i < N_CORPUS; i++) {
+        const corpus_case *c = &corpus[i];
+        snprintf(p, sizeof p, "%s/%s.safetensors", dir, c->id);
+        lyco_st_file *f = (lyco_st_file *)(uintptr_t)1;
+        lyco_clear_error();
+        lyco_status s = lyco_st_open(p, &f);
+        const char *msg = lyco_last_error();
+        if (c->want == LYCO_OK) {
+            bool ok = s == LYCO_OK && f != NULL;
+            if (ok) {
+                /* invariant (safetensors#857): every view's length == shape x dtype bytes */
+                for (int64_t k = 0; k < lyco_st_count(f); k++) {
+                    const lyco_st_tensor *t = lyco_st_get(f, k);
+                    uint64_t cnt = 1;
+                    for (int32_t d = 0; d < t->ndim; d++) cnt *= (uint64_t)t->shape[d];
+                    ok = ok && t->nbytes == cnt * (uint64_t)lyco_st_dtype_bits(t->dtype) / 8 &&
+                         t->end - t->begin == t->nbytes && t->end <= lyco_st_data_size(f);
+                }
+            }
+            check(ok, "corpus %s: opens (%s)", c->id, lyco_status_name(s));
+            lyco_st_close(f);
+            continue;
+        }
+        char tq[128] = "";
+        if (c->tensor) snprintf(tq, sizeof tq, "\"%s\"", c->tensor);
+        bool ok = s == c->want && f == NULL && strstr(msg, c->needle) != NULL &&
+                  strstr(msg, p) != NULL && (!c->tensor || strstr(msg, tq) != NULL) &&
+                  strstr(msg, "rule") != NULL;
+        check(ok, "corpus %s: %s with \"%s\"%s%s (got %s: %s)", c->id, lyco_status_name(c->want),
+              c->needle, c->tensor ? ", naming " : "", c->tensor ? tq : "", lyco_status_name(s),
+              msg);
+        if (s == LYCO_OK) lyco_st_close(f);
+    }
+}
+
+/* ============================================================================================
+ * reader odds and ends: I/O errors, NULL arguments
+ * ========================================================================================== */
+
+static void test_open_io(void) {
+    char p[1024];
+    lyco_st_file *f = NULL;
+    path_in(p, sizeof p, g_dir, "does-not-exist.safetensors");
+    lyco_status s = lyco_st_open(p, &f);
+    check(s == LYCO_ERR_IO && f == NULL && strstr(lyco_last_error(), "cannot open for reading"),
+          "open: missing file -> LYCO_ERR_IO (%s)", lyco_last_error());
+    s = lyco_st_open(g_dir, &f);
+    check(s == LYCO_ERR_IO && f == NULL && strstr(lyco_last_error(), "not a regular file"),
+          "open: a directory -> LYCO_ERR_IO (%s)", lyco_last_error());
+    check(lyco_st_open(NULL, &f) == LYCO_ERR_NULL, "open: NULL path -> LYCO_ERR_NULL");
+    check(lyco_st_open(p, NULL) == LYCO_ERR_NULL, "open: NULL out -> LYCO_ERR_NULL");
+    lyco_st_close(NULL);
+    check(lyco_st_count(NULL) == 0 && lyco_st_get(NULL, 0) == NULL &&
+          lyco_st_find(NULL, "x") == NULL && lyco_st_metadata(NULL, "x") == NULL,
+          "accessors: NULL file is harmless");
+    /* a file name needing escapes shows up escaped in the message */
+    path_in(p, sizeof p, g_dir, "bad\tname\x01.safetensors");
+    write_bytes(p, "\x01\x00", 2);
+    s = lyco_st_open(p, &f);
+    check(s == LYCO_ERR_FORMAT && strstr(lyco_last_error(), "bad\\x09name\\x01.safetensors"),
+          "open: control bytes in the path are escaped in the message (%s)", lyco_last_error());
+    unlink(p);
+}
+
+/* ============================================================================================
+ * writer: round trips
+ * ========================================================================================== */
+
+typedef struct {
+    const char *name;
+    lyco_st_dtype dtype;
+    int32_t ndim;
+    int64_t shape[4];
+} spec;
+
+static uint64_t spec_bytes(const spec *s) {
+    uint64_t c = 1;
+    for (int32_t d = 0; d < s->ndim; d++) c *= (uint64_t)s->shape[d];
+    return c * (uint64_t)lyco_st_dtype_bits(s->dtype) / 8;
+}
+
+/* The reference order as the test sees it (independent of the writer's comparator). */
+static bool ref_order_ok(const lyco_st_file *f) {
+    for (int64_t i = 1; i < lyco_st_count(f); i++) {
+        const lyco_st_tensor *a = lyco_st_get(f, i - 1), *b = lyco_st_get(f, i);
+        if (a->dtype < b->dtype) return false;
+        if (a->dtype == b->dtype && strcmp(a->name, b->name) >= 0) return false;
+    }
+    return true;
+}
+
+static bool header_layout_ok(const char *path) {
+    size_t n = 0;
+    uint8_t *b = read_bytes(path, &n);
+    if (!b || n < 10) { free(b); return false; }
+    uint64_t N = 0;
+    for (int k = 7; k >= 0; k--) N = (N << 8) | b[k];
+    bool ok = N % 8 == 0 && N + 8 <= n && b[8] == '{';
+    /* the JSON ends with the last '}' and only spaces follow */
+    size_t e = (size_t)(8 + N);
+    while (ok && e > 8 && b[e - 1] == ' ') e--;
+    ok = ok && e > 8 && b[e - 1] == '}' && (8 + N) - e < 8;
+    free(b);
+    return ok;
+}
+
+static void test_roundtrip(void) {
+    static const spec specs[] = {
+        {"w.f32", LYCO_ST_F32, 2, {3, 4}},
+        {"b.f16", LYCO_ST_F16, 1, {5}},
+        {"c.bf16", LYCO_ST_BF16, 2, {2, 3}},
+        {"d.f64", LYCO_ST_F64, 1, {2}},
+        {"e.i64", LYCO_ST_I64, 1, {3}},
+        {"f.u8", LYCO_ST_U8, 1, {7}},
+        {"g.bool", LYCO_ST_BOOL, 1, {3}},
+        {"h.f4", LYCO_ST_F4, 2, {2, 3}},
+        {"i.f6", LYCO_ST_F6_E3M2, 1, {4}},
+        {"j.empty", LYCO_ST_F32, 2, {0, 5}},
+        {"k.scalar", LYCO_ST_F32, 0, {0}},
+        {"weird \"name\"\\\n\t\x01 \xc3\xbc/..", LYCO_ST_F16, 1, {1}},
+        {"", LYCO_ST_I32, 1, {1}},
+        {"z.c64", LYCO_ST_C64, 1, {1}},
+        {"y.f8", LYCO_ST_F8_E4M3, 3, {1, 2, 3}},
+        {"x.i16", LYCO_ST_I16, 1, {3}},
+    };
+    enum { NS = sizeof specs / sizeof specs[0] };
+    lyco_st_entry ent[NS];
+    uint8_t *bufs[NS];
+    for (int i = 0; i < NS; i++) {
+        uint64_t nb = spec_bytes(&specs[i]);
+        bufs[i] = xmalloc((size_t)nb);
+        for (uint64_t k = 0; k < nb; k++) bufs[i][k] = (uint8_t)(i * 31 + (int)k * 7 + 1);
+        ent[i] = (lyco_st_entry){specs[i].name, specs[i].dtype, specs[i].ndim, specs[i].shape,
+                                 bufs[i], nb};
+    }
+    /* real values for the float views */
+    float *w = (float *)(void *)bufs[0];
+    for (int k = 0; k < 12; k++) { float v = 0.5f * (float)k - 2.0f; memcpy(&w[k], &v, 4); }
+    for (int k = 0; k < 5; k++) {
+        uint16_t h = lyco_f32_to_f16(1.0f + (float)k);
+        memcpy(bufs[1] + 2 * k, &h, 2);
+    }
+    for (int k = 0; k < 6; k++) {
+        uint16_t h = lyco_f32_to_bf16(-3.0f * (float)k);
+        memcpy(bufs[2] + 2 * k, &h, 2);
+    }
+    const char *meta[] = {"format", "pt", "ss_network_alpha", "8", "quote\"key\\",
+                          "line\nvalue \xc3\xbc\x1f", NULL};
+    char p1[1024], p2[1024];
+    path_in(p1, sizeof p1, g_dir, "rt1.safetensors");
+    path_in(p2, sizeof p2, g_dir, "rt2.safetensors");
+    lyco_status s = lyco_st_write(p1, ent, NS, meta);
+    check(s == LYCO_OK, "write: %d tensors of 16 dtypes + 3 metadata pairs (%s)", NS,
+          lyco_status_name(s));
+    check(header_layout_ok(p1), "write: header starts with '{', space-padded, N %% 8 == 0");
+    lyco_st_file *f = NULL;
+    s = lyco_st_open(p1, &f);
+    check(s == LYCO_OK && f, "read back: opens (%s)", lyco_status_name(s));
+    if (!f) goto out;
+    check(lyco_st_count(f) == NS, "read back: %" PRId64 " tensors", lyco_st_count(f));
+    check(ref_order_ok(f), "read back: file order = dtype descending, then name (reference)");
+    check((8 + lyco_st_header_size(f)) % 8 == 0, "read back: data section starts 8-byte aligned");
+    bool all = true;
+    for (int i = 0; i < NS; i++) {
+        const lyco_st_tensor *t = lyco_st_find(f, specs[i].name);
+        bool ok = t && t->dtype == specs[i].dtype && t->ndim == specs[i].ndim &&
+                  strcmp(t->dtype_name, lyco_st_dtype_name(specs[i].dtype)) == 0 &&
+                  t->nbytes == ent[i].nbytes && t->name_len == strlen(specs[i].name) &&
+                  (t->nbytes == 0 || memcmp(t->data, bufs[i], (size_t)t->nbytes) == 0);
+        for (int32_t d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == specs[i].shape[d];
+        if (!ok) {
+            char e[64];
+            snprintf(e, sizeof e, "%.40s", specs[i].name);
+            check(false, "read back: tensor \"%s\" equal", e);
+        }
+        all = all && ok;
+    }
+    check(all, "read back: every name, dtype, shape and byte equal");
+    int64_t nm = lyco_st_metadata_count(f);
+    check(nm == 3 && strcmp(lyco_st_metadata_key(f, 0), "format") == 0 &&
+              strcmp(lyco_st_metadata_value(f, 2), meta[5]) == 0 &&
+              strcmp(lyco_st_metadata(f, "quote\"key\\"), meta[5]) == 0 &&
+              strcmp(lyco_st_metadata(f, "ss_network_alpha"), "8") == 0 &&
+              lyco_st_metadata(f, "absent") == NULL && lyco_st_metadata_key(f, 3) == NULL &&
+              lyco_st_metadata_key(f, -1) == NULL,
+          "read back: metadata lookup and iteration in written order");
+    check(lyco_st_find(f, "nope") == NULL && lyco_st_get(f, -1) == NULL &&
+              lyco_st_get(f, NS) == NULL && lyco_st_find(f, "") != NULL,
+          "read back: absent names and out-of-range indices give NULL");
+
+    /* float views */
+    DLTensor v;
+    const lyco_st_tensor *t = lyco_st_find(f, "w.f32");
+    s = lyco_st_tensor_view(t, &v);
+    bool vok = s == LYCO_OK && v.ndim == 2 && v.shape[0] == 3 && v.shape[1] == 4 &&
+               v.dtype.code == kDLFloat && v.dtype.bits == 32 && v.strides == NULL &&
+               v.device.device_type == kDLCPU;
+    for (int k = 0; vok && k < 12; k++)
+        vok = lyco_load_f32((const char *)v.data + 4 * k, LYCO_F32) == 0.5f * (float)k - 2.0f;
+    check(vok, "view: F32 tensor as a compact host DLTensor with the written values");
+    s = lyco_st_tensor_view(lyco_st_find(f, "b.f16"), &v);
+    vok = s == LYCO_OK && v.dtype.code == kDLFloat && v.dtype.bits == 16;
+    for (int k = 0; vok && k < 5; k++)
+        vok = lyco_load_f32((const char *)v.data + 2 * k, LYCO_F16) == 1.0f + (float)k;
+    check(vok, "view: F16 tensor values");
+    s = lyco_st_tensor_view(lyco_st_find(f, "c.bf16"), &v);
+    vok = s == LYCO_OK && v.dtype.code == kDLBfloat && v.dtype.bits == 16;
+    for (int k = 0; vok && k < 6; k++)
+        vok = lyco_load_f32((const char *)v.data + 2 * k, LYCO_BF16) == -3.0f * (float)k;
+    check(vok, "view: BF16 tensor values");
+    s = lyco_st_tensor_view(lyco_st_find(f, "k.scalar"), &v);
+    check(s == LYCO_OK && v.ndim == 0 && v.shape != NULL, "view: rank-0 tensor");
+    s = lyco_st_tensor_view(lyco_st_find(f, "d.f64"), &v);
+    check(s == LYCO_ERR_DTYPE && strstr(lyco_last_error(), "dtype F64 has no float view") &&
+              strstr(lyco_last_error(), "\"d.f64\""),
+          "view: F64 -> LYCO_ERR_DTYPE naming the tensor (%s)", lyco_last_error());
+    s = lyco_st_tensor_view(lyco_st_find(f, "e.i64"), &v);
+    check(s == LYCO_ERR_DTYPE, "view: I64 -> LYCO_ERR_DTYPE");
+    check(lyco_st_tensor_view(NULL, &v) == LYCO_ERR_NULL, "view: NULL tensor -> LYCO_ERR_NULL");
+    check(lyco_st_dtype_from_lyco(LYCO_F16) == LYCO_ST_F16 &&
+              lyco_st_dtype_from_lyco(LYCO_BF16) == LYCO_ST_BF16 &&
+              lyco_st_dtype_from_lyco(LYCO_F32) == LYCO_ST_F32 &&
+              lyco_st_dtype_from_lyco(LYCO_DTYPE_INVALID) == LYCO_ST_DTYPE_COUNT &&
+              lyco_st_dtype_parse("BF16", 4) == LYCO_ST_BF16 && lyco_st_dtype_parse("BF1", 3) == -1 &&
+              lyco_st_dtype_bits(LYCO_ST_F6_E2M3) == 6 && lyco_st_dtype_name(LYCO_ST_DTYPE_COUNT) == NULL,
+          "dtype helpers: lyco <-> safetensors mapping, parse, bits, names");
+
+    /* parse -> write -> parse: byte-identical */
+    {
+        int64_t n = lyco_st_count(f);
+        lyco_st_entry *re = xcalloc((size_t)n, sizeof *re);
+        for (int64_t i = 0; i < n; i++) {
+            const lyco_st_tensor *x = lyco_st_get(f, i);
+            re[i] = (lyco_st_entry){x->name, x->dtype, x->ndim, x->shape, x->data, x->nbytes};
+        }
+        const char **mk = xcalloc((size_t)(2 * nm + 1), sizeof *mk);
+        for (int64_t i = 0; i < nm; i++) {
+            mk[2 * i] = lyco_st_metadata_key(f, i);
+            mk[2 * i + 1] = lyco_st_metadata_value(f, i);
+        }
+        s = lyco_st_write(p2, re, n, mk);
+        size_t n1 = 0, n2 = 0;
+        uint8_t *b1 = read_bytes(p1, &n1), *b2 = read_bytes(p2, &n2);
+        check(s == LYCO_OK && b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0,
+              "round trip: parse -> write -> parse is byte-identical (%zu bytes)", n1);
+        free(b1);
+        free(b2);
+        free(re);
+        free(mk);
+    }
+    /* the writer's input order does not matter */
+    {
+        lyco_st_entry rev[NS];
+        for (int i = 0; i < NS; i++) rev[i] = ent[NS - 1 - i];
+        s = lyco_st_write(p2, rev, NS, meta);
+        size_t n1 = 0, n2 = 0;
+        uint8_t *b1 = read_bytes(p1, &n1), *b2 = read_bytes(p2, &n2);
+        check(s == LYCO_OK && b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0,
+              "write: output independent of the input order");
+        free(b1);
+        free(b2);
+    }
+    check(count_temps(g_dir) == 0, "write: no temp files left behind");
+    lyco_st_close(f);
+out:
+    for (int i = 0; i < NS; i++) free(bufs[i]);
+    unlink(p1);
+    unlink(p2);
+}
+
+/* Byte vectors of the reference implementation's own tests (safetensors/src/tensor.rs). */
+static void test_reference_vectors(void) {
+    char p[1024];
+    path_in(p, sizeof p, g_dir, "ref.safetensors");
+    size_t n = 0;
+    uint8_t *b;
+
+    static const uint8_t empty[] = {8, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    lyco_status s = lyco_st_write(p, NULL, 0, NULL);
+    b = read_bytes(p, &n);
+    check(s == LYCO_OK && b && n == sizeof empty && memcmp(b, empty, n) == 0,
+          "reference vector: empty file is {} + 6 spaces");
+    free(b);
+
+    static const char meta_hdr[] = "{\"__metadata__\":{\"framework\":\"pt\"}}     ";
+    const char *meta[] = {"framework", "pt", NULL};
+    s = lyco_st_write(p, NULL, 0, meta);
+    b = read_bytes(p, &n);
+    check(s == LYCO_OK && b && n == 8 + 40 && b[0] == 40 && memcmp(b + 8, meta_hdr, 40) == 0,
+          "reference vector: metadata-only file (N = 40)");
+    free(b);
+
+    float vals[6] = {0, 1, 2, 3, 4, 5};
+    int64_t sh4[4] = {1, 1, 2, 3};
+    lyco_st_entry e = {"attn0", LYCO_ST_F32, 4, sh4, vals, 24};
+    static const char h72[] =
+        "{\"attn0\":{\"dtype\":\"F32\",\"shape\":[1,1,2,3],\"data_offsets\":[0,24]}}       ";
+    s = lyco_st_write(p, &e, 1, NULL);
+    b = read_bytes(p, &n);
+    check(s == LYCO_OK && b && n == 8 + 72 + 24 && b[0] == 72 && memcmp(b + 8, h72, 72) == 0 &&
+              memcmp(b + 80, vals, 24) == 0,
+          "reference vector: forced alignment (attn0, N = 72)");
+    free(b);
+
+    int64_t sh3[3] = {1, 2, 3};
+    lyco_st_entry e2 = {"attn.0", LYCO_ST_F32, 3, sh3, vals, 24};
+    static const char h64[] =
+        "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}";
+    s = lyco_st_write(p, &e2, 1, NULL);
+    b = read_bytes(p, &n);
+    check(s == LYCO_OK && b && n == 8 + 64 + 24 && b[0] == 64 && memcmp(b + 8, h64, 64) == 0,
+          "reference vector: attn.0 (N = 64, no padding needed)");
+    free(b);
+    unlink(p);
+}
+
+/* ============================================================================================
+ * writer: argument errors (no file may appear)
+ * ========================================================================================== */
+
+static void writer_rejects(const char *what, const char *path, const lyco_st_entry *e, int64_t n,
+                           const char *const *meta, lyco_status want, const char *needle) {
+    lyco_clear_error();
+    lyco_status s = lyco_st_write(path, e, n, meta);
+    bool ok = s == want && strstr(lyco_last_error(), needle) != NULL &&
+              (path == NULL || !file_exists(path)) && count_temps(g_dir) == 0;
+    check(ok, "writer rejects %s: %s \"%s\" (got %s: %s)", what, lyco_status_name(want), needle,
+          lyco_status_name(s), lyco_last_error());
+}
+
+static void test_writer_errors(void) {
+    char p[1024], bad[1024];
+    path_in(p, sizeof p, g_dir, "never.safetensors");
+    uint8_t data[64] = {0};
+    int64_t sh[2] = {2, 2};
+    int64_t neg[1] = {-1};
+    int64_t big[1] = {(int64_t)LYCO_ST_MAX_INT + 1};
+    int64_t three[1] = {3};
+    lyco_st_entry dup[2] = {{"a", LYCO_ST_F32, 2, sh, data, 16}, {"a", LYCO_ST_F32, 2, sh, data, 16}};
+    writer_rejects("duplicate names", p, dup, 2, NULL, LYCO_ERR_INVALID, "duplicate tensor name");
+    lyco_st_entry dup2[3] = {{"a", LYCO_ST_F32, 2, sh, data, 16},
+                             {"m", LYCO_ST_U8, 1, three, data, 3},
+                             {"a", LYCO_ST_F16, 2, sh, data, 8}};
+    writer_rejects("duplicate names of different dtypes", p, dup2, 3, NULL, LYCO_ERR_INVALID,
+                   "duplicate tensor name");
+    lyco_st_entry res = {"__metadata__", LYCO_ST_F32, 2, sh, data, 16};
+    writer_rejects("the reserved name", p, &res, 1, NULL, LYCO_ERR_INVALID, "is reserved");
+    lyco_st_entry u8 = {"bad\xff", LYCO_ST_F32, 2, sh, data, 16};
+    writer_rejects("a non-UTF-8 name", p, &u8, 1, NULL, LYCO_ERR_INVALID, "not valid UTF-8");
+    lyco_st_entry sur = {"bad\xed\xa0\x80", LYCO_ST_F32, 2, sh, data, 16};
+    writer_rejects("a surrogate in a name", p, &sur, 1, NULL, LYCO_ERR_INVALID, "UTF-16 surrogate");
+    lyco_st_entry mis = {"a", LYCO_ST_F32, 2, sh, data, 15};
+    writer_rejects("an nbytes mismatch", p, &mis, 1, NULL, LYCO_ERR_INVALID,
+                   "nbytes 15 differs from bytes(shape, F32) = 16");
+    lyco_st_entry ng = {"a", LYCO_ST_F32, 1, neg, data, 0};
+    writer_rejects("a negative dim", p, &ng, 1, NULL, LYCO_ERR_INVALID, "outside [0, 2^48-1]");
+    lyco_st_entry bg = {"a", LYCO_ST_U8, 1, big, data, 0};
+    writer_rejects("a dim above 2^48-1", p, &bg, 1, NULL, LYCO_ERR_INVALID, "outside [0, 2^48-1]");
+    lyco_st_entry dt = {"a", (lyco_st_dtype)99, 2, sh, data, 16};
+    writer_rejects("an unknown dtype", p, &dt, 1, NULL, LYCO_ERR_INVALID, "is not a lyco_st_dtype");
+    lyco_st_entry f4 = {"a", LYCO_ST_F4, 1, three, data, 1};
+    writer_rejects("a partial byte", p, &f4, 1, NULL, LYCO_ERR_INVALID, "not a multiple of 8 bits");
+    lyco_st_entry nd = {"a", LYCO_ST_F32, 2, sh, NULL, 16};
+    writer_rejects("NULL data", p, &nd, 1, NULL, LYCO_ERR_NULL, "data is NULL");
+    lyco_st_entry nn = {NULL, LYCO_ST_F32, 2, sh, data, 16};
+    writer_rejects("a NULL name", p, &nn, 1, NULL, LYCO_ERR_NULL, "entries[0].name is NULL");
+    lyco_st_entry ns = {"a", LYCO_ST_F32, 2, NULL, data, 16};
+    writer_rejects("a NULL shape", p, &ns, 1, NULL, LYCO_ERR_NULL, "shape is NULL");
+    lyco_st_entry ok1 = {"a", LYCO_ST_F32, 2, sh, data, 16};
+    const char *odd[] = {"k", NULL};
+    writer_rejects("a key without value", p, &ok1, 1, odd, LYCO_ERR_INVALID, "has no value");
+    const char *dupm[] = {"k", "1", "j", "2", "k", "3", NULL};
+    writer_rejects("duplicate metadata keys", p, &ok1, 1, dupm, LYCO_ERR_INVALID,
+                   "duplicate metadata key");
+    const char *badm[] = {"k", "\xc0\x80", NULL};
+    writer_rejects("a non-UTF-8 metadata value", p, &ok1, 1, badm, LYCO_ERR_INVALID,
+                   "not valid UTF-8");
+    writer_rejects("a NULL path", NULL, &ok1, 1, NULL, LYCO_ERR_NULL, "path is NULL");
+    writer_rejects("NULL entries", p, NULL, 1, NULL, LYCO_ERR_NULL, "entries is NULL");
+    writer_rejects("a negative count", p, &ok1, -1, NULL, LYCO_ERR_INVALID, "is negative");
+    path_in(bad, sizeof bad, g_dir, "dir/");
+    writer_rejects("a path ending in '/'", bad, &ok1, 1, NULL, LYCO_ERR_INVALID,
+                   "does not name a file");
+    path_in(bad, sizeof bad, g_dir, "no/such/dir/x.safetensors");
+    writer_rejects("a missing directory", bad, &ok1, 1, NULL, LYCO_ERR_IO,
+                   "cannot open the target directory");
+    /* the target is an existing directory: rename fails, temp removed */
+    path_in(bad, sizeof bad, g_dir, "adir");
+    mkdir(bad, 0700);
+    lyco_status s = lyco_st_write(bad, &ok1, 1, NULL);
+    check(s == LYCO_ERR_IO && strstr(lyco_last_error(), "rename") && count_temps(g_dir) == 0,
+          "writer: target is a directory -> LYCO_ERR_IO, temp removed (%s)", lyco_last_error());
+    rmdir(bad);
+}
+
+/* ============================================================================================
+ * writer: atomicity under injected faults (FORMATS.md §2.1, §2.6)
+ * ========================================================================================== */
+
+static void test_writer_faults(void) {
+    char p[1024], fresh[1024];
+    path_in(p, sizeof p, g_dir, "atomic.safetensors");
+    path_in(fresh, sizeof fresh, g_dir, "fresh.safetensors");
+    float a[4] = {1, 2, 3, 4}, b[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+    int64_t sa[1] = {4}, sb[1] = {8};
+    lyco_st_entry ea[2] = {{"old", LYCO_ST_F32, 1, sa, a, 16}, {"old2", LYCO_ST_F32, 1, sa, a, 16}};
+    lyco_st_entry eb[2] = {{"new", LYCO_ST_F32, 1, sb, b, 32}, {"new2", LYCO_ST_F32, 1, sa, b, 16}};
+    lyco_status s = lyco_st_write(p, ea, 2, NULL);
+    size_t n0 = 0;
+    uint8_t *orig = read_bytes(p, &n0);
+    check(s == LYCO_OK && orig, "faults: original target written");
+    if (!orig) return;
+
+    static const struct {
+        lyco_st_fault_op op;
+        int64_t nth;
+        int err;
+        const char *needle;
+    } faults[] = {
+        {LYCO_ST_FAULT_WRITE, 1, ENOSPC, "write failed"},
+        {LYCO_ST_FAULT_WRITE, 2, EIO, "write failed"},
+        {LYCO_ST_FAULT_WRITE, 3, ENOSPC, "write failed"},
+        {LYCO_ST_FAULT_FSYNC, 1, EIO, "fsync of the temp file failed"},
+        {LYCO_ST_FAULT_CLOSE, 1, EIO, "close of the temp file failed"},
+        {LYCO_ST_FAULT_RENAME, 1, EXDEV, "rename of the temp file into place failed"},
+    };
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+        lyco_st_fault_inject(faults[i].op, faults[i].nth, faults[i].err);
+        s = lyco_st_write(p, eb, 2, NULL);
+        lyco_st_fault_inject(faults[i].op, 0, 0);
+        size_t n1 = 0;
+        uint8_t *now = read_bytes(p, &n1);
+        bool ok = s == LYCO_ERR_IO && strstr(lyco_last_error(), faults[i].needle) &&
+                  now && n1 == n0 && memcmp(now, orig, n0) == 0 && count_temps(g_dir) == 0;
+        check(ok, "faults: %s #%" PRId64 " (errno %d) -> LYCO_ERR_IO, target unchanged, no temp "
+                  "(%s)", faults[i].needle, faults[i].nth, faults[i].err, lyco_last_error());
+        free(now);
+        lyco_st_fault_inject(faults[i].op, faults[i].nth, faults[i].err);
+        s = lyco_st_write(fresh, eb, 2, NULL);
+        lyco_st_fault_inject(faults[i].op, 0, 0);
+        check(s == LYCO_ERR_IO && !file_exists(fresh) && count_temps(g_dir) == 0,
+              "faults: %s with no previous target -> no file at the path", faults[i].needle);
+    }
+    /* a fault fires once: the next write goes through */
+    lyco_st_fault_inject(LYCO_ST_FAULT_WRITE, 1, EIO);
+    s = lyco_st_write(fresh, eb, 2, NULL);
+    check(s == LYCO_ERR_IO, "faults: armed write fault fires");
+    s = lyco_st_write(fresh, eb, 2, NULL);
+    check(s == LYCO_OK && file_exists(fresh), "faults: the following write succeeds");
+    unlink(fresh);
+
+    /* the directory fsync fails after the rename: the new file is complete and in place */
+    lyco_st_fault_inject(LYCO_ST_FAULT_DIRSYNC, 1, EIO);
+    s = lyco_st_write(p, eb, 2, NULL);
+    lyco_st_fault_inject(LYCO_ST_FAULT_DIRSYNC, 0, 0);
+    lyco_st_file *f = NULL;
+    bool okd = s == LYCO_ERR_IO && strstr(lyco_last_error(), "fsync of the directory failed") &&
+               lyco_st_open(p, &f) == LYCO_OK && lyco_st_find(f, "new") != NULL &&
+               count_temps(g_dir) == 0;
+    check(okd, "faults: directory fsync failure -> LYCO_ERR_IO, new file complete and valid");
+    lyco_st_close(f);
+    free(orig);
+    unlink(p);
+}
+
+/* ============================================================================================
+ * randomized round trips and byte mutation
+ * ========================================================================================== */
+
+static void test_random(uint64_t seed) {
+    lyco_rng r;
+    lyco_rng_seed(&r, seed);
+    char p[1024];
+    path_in(p, sizeof p, g_dir, "rand.safetensors");
+    static const char *const alphabet[] = {"a", "b", ".", "_", "0", "\xc3\xa9", "\"", "\\", "\n",
+                                           "\x7f", " ", "\xf0\x9f\x98\x80"};
+    int bad = 0, iters = 300;
+    for (int it = 0; it < iters; it++) {
+        int n = (int)(lyco_rng_next(&r) % 7);
+        lyco_st_entry e[7];
+        int64_t shapes[7][3];
+        char names[7][48];
+        uint8_t *bufs[7] = {0};
+        for (int i = 0; i < n; i++) {
+            lyco_st_dtype dt = (lyco_st_dtype)(lyco_rng_next(&r) % LYCO_ST_DTYPE_COUNT);
+            int32_t nd = (int32_t)(lyco_rng_next(&r) % 4);
+            int bits = lyco_st_dtype_bits(dt);
+            for (int d = 0; d < nd; d++) shapes[i][d] = (int64_t)(lyco_rng_next(&r) % 5);
+            if (bits % 8 != 0) { nd = 1; shapes[i][0] = 4 * (int64_t)(lyco_rng_next(&r) % 4); }
+            size_t o = (size_t)snprintf(names[i], sizeof names[i], "%d", i);
+            int len = (int)(lyco_rng_next(&r) % 6);
+            for (int k = 0; k < len; k++) {
+                const char *c = alphabet[lyco_rng_next(&r) % (sizeof alphabet / sizeof *alphabet)];
+                if (o + strlen(c) + 1 < sizeof names[i]) {
+                    memcpy(names[i] + o, c, strlen(c));
+                    o += strlen(c);
+                }
+            }
+            names[i][o] = '\0';
+            uint64_t cnt = 1;
+            for (int d = 0; d < nd; d++) cnt *= (uint64_t)shapes[i][d];
+            uint64_t nb = cnt * (uint64_t)bits / 8;
+            bufs[i] = xmalloc((size_t)nb);
+            for (uint64_t k = 0; k < nb; k++) bufs[i][k] = (uint8_t)lyco_rng_next(&r);
+            e[i] = (lyco_st_entry){names[i], dt, nd, shapes[i], bufs[i], nb};
+        }
+        bool ok = lyco_st_write(p, e, n, NULL) == LYCO_OK;
+        lyco_st_file *f = NULL;
+        ok = ok && lyco_st_open(p, &f) == LYCO_OK && lyco_st_count(f) == n && ref_order_ok(f);
+        for (int i = 0; ok && i < n; i++) {
+            const lyco_st_tensor *t = lyco_st_find(f, names[i]);
+            ok = t && t->dtype == e[i].dtype && t->ndim == e[i].ndim && t->nbytes == e[i].nbytes &&
+                 (t->nbytes == 0 || memcmp(t->data, bufs[i], (size_t)t->nbytes) == 0);
+            for (int d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == shapes[i][d];
+        }
+        lyco_st_close(f);
+        for (int i = 0; i < n; i++) free(bufs[i]);
+        if (!ok && bad++ == 0)
+            printf("  first random failure at iteration %d: %s\n", it, lyco_last_error());
+    }
+    check(bad == 0, "random round trips: %d of %d failed (seed %" PRIu64 ")", bad, iters, seed);
+    unlink(p);
+}
+
+static void test_mutation(uint64_t seed) {
+    lyco_rng r;
+    lyco_rng_seed(&r, seed ^ 0x5bd1e995u);
+    char p[1024], m[1024];
+    path_in(p, sizeof p, g_dir, "mut-src.safetensors");
+    path_in(m, sizeof m, g_dir, "mut.safetensors");
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    int64_t s1[2] = {2, 3}, s2[1] = {3}, s3[1] = {0};
+    lyco_st_entry e[3] = {{"lora_up.weight", LYCO_ST_F32, 2, s1, a, 24},
+                          {"lora_down.weight", LYCO_ST_F16, 1, s2, a, 6},
+                          {"alpha", LYCO_ST_BF16, 1, s3, NULL, 0}};
+    const char *meta[] = {"ss_network_dim", "4", NULL};
+    lyco_st_write(p, e, 3, meta);
+    size_t n = 0;
+    uint8_t *src = read_bytes(p, &n);
+    if (!src) { check(false, "mutation: source file"); return; }
+    int iters = 3000, bad = 0, accepted = 0;
+    uint8_t *buf = xmalloc(n + 16);
+    for (int it = 0; it < iters; it++) {
+        memcpy(buf, src, n);
+        size_t len = n;
+        int kind = (int)(lyco_rng_next(&r) % 8);
+        if (kind == 0) len = (size_t)(lyco_rng_next(&r) % n);                /* truncate */
+        else if (kind == 1) {                                                 /* pad */
+            len = n + 1 + lyco_rng_next(&r) % 15;
+            for (size_t k = n; k < len; k++) buf[k] = ' ';
+        }
+        else {
+            int flips = 1 + (int)(lyco_rng_next(&r) % 4);
+            for (int k = 0; k < flips; k++) {
+                size_t at = (size_t)(lyco_rng_next(&r) % n);
+                static const uint8_t interesting[] = {'{', '}', '[', ']', '"', ',', ':', '0', '9',
+                                                      '-', '.', 'e', ' ', 0, 0x80, 0xff};
+                buf[at] = (lyco_rng_next(&r) & 1) ? (uint8_t)lyco_rng_next(&r)
+                                                  : interesting[lyco_rng_next(&r) % sizeof interesting];
+            }
+        }
+        write_bytes(m, buf, len);
+        lyco_st_file *f = NULL;
+        lyco_status s = lyco_st_open(m, &f);
+        if (s == LYCO_OK) {
+            accepted++;
+            volatile uint8_t sink = 0;
+            uint64_t covered = 0;
+            for (int64_t k = 0; k < lyco_st_count(f); k++) {
+                const lyco_st_tensor *t = lyco_st_get(f, k);
+                for (uint64_t j = 0; j < t->nbytes; j++) sink ^= ((const uint8_t *)t->data)[j];
+                covered += t->nbytes;
+            }
+            (void)sink;
+            if (covered != lyco_st_data_size(f) || 8 + lyco_st_header_size(f) + covered != len) bad++;
+            lyco_st_close(f);
+        } else if (s != LYCO_ERR_FORMAT || f != NULL || lyco_last_error()[0] == '\0') {
+            bad++;
+        }
+    }
+    check(bad == 0, "mutation: %d mutated files: only OK (with a full cover) or LYCO_ERR_FORMAT "
+                    "(%d accepted, %d bad)", iters, accepted, bad);
+    free(buf);
+    free(src);
+    unlink(p);
+    unlink(m);
+}
+
+/* ============================================================================================ */
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--corpus") == 0) {
+        int n = corpus_write_all(argv[2]);
+        printf("wrote %d of %zu corpus files to %s\n", n, N_CORPUS, argv[2]);
+        return n == (int)N_CORPUS ? 0 : 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/lyco-st-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        printf("FAIL: cannot create a temp dir under %s\n0 passed, 1 failed\n", tmp ? tmp : "/tmp");
+        return 1;
+    }
+    uint64_t seed = lyco_seed_from_env();
+    printf("test_safetensors: temp dir %s, seed %" PRIu64 "\n", g_dir, seed);
+
+    test_corpus();
+    test_open_io();
+    test_roundtrip();
+    test_reference_vectors();
+    test_writer_errors();
+    test_writer_faults();
+    test_random(seed);
+    test_mutation(seed);
+
+    if (g_fail == 0) remove_tree(g_dir);
+    else printf("temp dir kept for inspection: %s\n", g_dir);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail == 0 ? 0 : 1;
+}
