@@ -288,10 +288,13 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
             res->pass = false;
             goto free_refs;
         }
+        bool eager_path = pass == 1 || o->backend == LYCO_BACKEND_EAGER;
         if (pass == 0) {
             lyco_path p;
             lyco_ctx_last_path(cx, &p);
             snprintf(res->path, sizeof res->path, "%s%s%s", lyco_path_name(p.kind), p.why[0] ? ": " : "", p.why);
+            /* a fallback is judged by the budget of the path that ran (and --require-fused fails it) */
+            if (p.kind == LYCO_PATH_EAGER) eager_path = true;
         } else {
             res->eager_ok = true;
         }
@@ -300,7 +303,7 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
             read_f64(ol.t[i], y);
             lyco_score sc;
             lyco_score_f64(y, refs[i], n, 0, lyco_dtype_of(ol.t[i]), &sc);
-            double b = lyco_check_budget(c, dir, lyco_dtype_of(ol.t[i]), r.dt.compute, pass == 1 || o->backend == LYCO_BACKEND_EAGER);
+            double b = lyco_check_budget(c, dir, lyco_dtype_of(ol.t[i]), r.dt.compute, eager_path);
             bool ok = lyco_score_pass(&sc, b);
             if (pass == 0) {
                 if (b > res->budget) res->budget = b;

@@ -105,7 +105,7 @@ void ref_conv_wgrad(const ref_conv_geom *g, const double *x, const double *dy, d
 void ref_to_rows(const lyco_call *c, const double *y, double *rows);
 void ref_from_rows(const lyco_call *c, const double *rows, double *y);
 
-/* Cayley transform of a block: R = (I + Q)(I − Q)^{-1}, Q = B − Bᵀ (n×n), and its adjoint. */
+/* Small dense solver A X = B (used by the Cayley transform in cayley.h). */
 void ref_solve(int64_t n, double *A, double *B, int64_t nrhs); /* A X = B, B overwritten by X */
 
 #endif
