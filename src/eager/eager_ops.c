@@ -96,17 +96,26 @@ static void round_all(float *v, int64_t n, lyco_dtype T) {
     for (int64_t i = 0; i < n; i++) v[i] = eg_rnd(v[i], T);
 }
 
+/* A linear layer (no spatial dims, no groups) is a plain GEMM with the same fp32 sums. */
+static bool is_dense(const eg_geom *g) {
+    return g->groups == 1 && g->in[0] * g->in[1] * g->in[2] == 1 && g->out[0] * g->out[1] * g->out[2] == 1 &&
+           g->k[0] * g->k[1] * g->k[2] == 1 && !g->pad[0] && !g->pad[1] && !g->pad[2];
+}
+
 void eg_conv_fwd(const eg_geom *g, const float *x, const float *w, float *y, lyco_dtype T) {
+    if (is_dense(g)) { eg_gemm(false, true, g->N, g->O, g->I, x, w, y, T); return; }
     visit(g, 0, x, w, y);
     round_all(y, g->N * g->O * g->out[0] * g->out[1] * g->out[2], T);
 }
 void eg_conv_dgrad(const eg_geom *g, const float *dy, const float *w, float *dx, lyco_dtype T) {
+    if (is_dense(g)) { eg_gemm(false, false, g->N, g->I, g->O, dy, w, dx, T); return; }
     int64_t n = g->N * g->I * g->in[0] * g->in[1] * g->in[2];
     memset(dx, 0, sizeof(float) * (size_t)n);
     visit(g, 1, dy, w, dx);
     round_all(dx, n, T);
 }
 void eg_conv_wgrad(const eg_geom *g, const float *x, const float *dy, float *dw, lyco_dtype T) {
+    if (is_dense(g)) { eg_gemm(true, false, g->O, g->I, g->N, dy, x, dw, T); return; }
     int64_t n = g->O * (g->I / g->groups) * g->k[0] * g->k[1] * g->k[2];
     memset(dw, 0, sizeof(float) * (size_t)n);
     visit(g, 2, x, dy, dw);
