@@ -27,5 +27,8 @@ lyco_status lyco_shapes_check(const lyco_adapter *a, lyco_dims *d, double *scale
 lyco_status lyco_ref_run(const lyco_call *c);
 lyco_status lyco_eager_run(const lyco_call *c);
 lyco_status lyco_cpu_run(const lyco_call *c, char *why, size_t why_len);
+/* CUDA backend (src/cuda/, built when nvcc is found): runs on the context's stream; device
+   tensors must all live on the current device. */
+lyco_status lyco_cuda_run(const lyco_call *c, void *stream, char *why, size_t why_len);
 
 #endif

@@ -14,10 +14,13 @@ static void set_path(lyco_ctx *ctx, lyco_path_kind k, lyco_backend b, const char
     snprintf(ctx->path.why, sizeof ctx->path.why, "%s", why ? why : "");
 }
 
+/* auto: cuda for device tensors, cpu for host tensors (the base operand decides; validation
+   has already required every tensor of the call on one device). */
 static lyco_backend choose(const lyco_ctx *ctx, const lyco_call *c) {
-    (void)c;
     if (ctx->backend != LYCO_BACKEND_AUTO) return ctx->backend;
-    return LYCO_BACKEND_CPU; /* host tensors; the cuda backend joins here when it exists */
+    const DLTensor *base = c->merge ? (c->merge->weight ? c->merge->weight : c->out) : c->bypass->x;
+    if (!base) base = c->d_out;
+    return base && base->device.device_type == kDLCUDA ? LYCO_BACKEND_CUDA : LYCO_BACKEND_CPU;
 }
 
 static lyco_status run(lyco_ctx *ctx, lyco_call *c) {
@@ -47,6 +50,18 @@ static lyco_status run(lyco_ctx *ctx, lyco_call *c) {
             ctx->path.fallbacks++;
         }
         return st;
+    }
+    case LYCO_BACKEND_CUDA: {
+#ifdef LYCO_HAVE_CUDA
+        char why[160] = "";
+        st = lyco_cuda_run(c, ctx->stream, why, sizeof why);
+        if (st == LYCO_OK) set_path(ctx, LYCO_PATH_FUSED, b, NULL);
+        else if (st == LYCO_ERR_UNSUPPORTED && !lyco_last_error()[0])
+            lyco_fail(st, "cuda: %s", why);
+        return st;
+#else
+        return lyco_fail(LYCO_ERR_UNSUPPORTED, "backend cuda is not built into this library (no nvcc at build time); expected ref, eager or cpu");
+#endif
     }
     default:
         return lyco_fail(LYCO_ERR_UNSUPPORTED, "backend %s is not built into this library; expected ref, eager or cpu", lyco_backend_name(b));
