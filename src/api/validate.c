@@ -297,8 +297,6 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
         if (!b) return lyco_fail(LYCO_ERR_NULL, "%s: bypass args are NULL; expected a lyco_bypass_args", lyco_direction_name(c->dir));
         if (b->flags & ~LYCO_BYPASS_DELTA_ONLY) return lyco_fail(LYCO_ERR_INVALID, "bypass flags are 0x%x; expected a combination of LYCO_BYPASS_DELTA_ONLY", b->flags);
         if (!b->x) return lyco_fail(LYCO_ERR_NULL, "bypass args x is NULL; expected the layer input");
-        if (a->algo == LYCO_ALGO_FULL && a->layer.kind == LYCO_LAYER_CONV && a->layer.groups != 1)
-            return lyco_fail(LYCO_ERR_UNSUPPORTED, "bypass of Full on a grouped conv (groups %lld) is not implemented; use merge", (long long)a->layer.groups);
         if ((st = check_view(b->x, "x", false)) || (st = same_device(&dc, b->x, "x"))) return st;
         int64_t ysh[MAX_NDIM];
         int ynd = 0;

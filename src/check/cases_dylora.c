@@ -5,9 +5,8 @@
  * extra[0] = block size bs, extra[1] = active blocks (0 = all). Shapes: lora_down r×I×k, lora_up
  * O×r (2-D even for conv, as DyLoRA files store it).
  *
- * Rows with t* > 0 have frozen blocks (value used, gradient 0) that a central-difference gradcheck
- * cannot see as frozen; they sit in tier 1 until lyco_check_grad probes only block t* for DyLoRA
- * (see the report of this change): tier 0 keeps t* = 0.
+ * Rows with t* > 0 have frozen blocks (value used, gradient 0); lyco_check_grad probes only block
+ * t* and asserts the frozen blocks' gradients are exactly 0.
  */
 #include "check.h"
 
@@ -25,14 +24,14 @@ const lyco_case lyco_cases_dylora[] = {
     {.name = "dylora_conv1d_unaligned_bs2_1of2", .algo = LYCO_ALGO_DYLORA, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6,
      .I = 5, .k = {3, 1, 1}, .stride = {1, 1, 1}, .pad = {1, 0, 0}, .dil = K1, .rank = 4, .tokens = 3, .spatial = {9, 1, 1},
      .alpha = 3, .extra = {2, 1}, .opts = CASE_UNALIGNED},
-    /* t* > 0: frozen blocks (tier 1 until the gradcheck knows them, see above) */
+    /* t* > 0: frozen blocks */
     {.name = "dylora_linear_bs2_2of4", .algo = LYCO_ALGO_DYLORA, .O = 20, .I = 16, .rank = 8, .tokens = 7, .alpha = 4,
-     .extra = {2, 2}, .tier = 1},
+     .extra = {2, 2}},
     {.name = "dylora_linear_bs4_all3", .algo = LYCO_ALGO_DYLORA, .O = 17, .I = 13, .rank = 12, .tokens = 5,
-     .multiplier = 0.6, .extra = {4, 0}, .tier = 1},
+     .multiplier = 0.6, .extra = {4, 0}},
     {.name = "dylora_conv2d_bs2_all3", .algo = LYCO_ALGO_DYLORA, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 6, .I = 4,
      .k = {3, 2, 1}, .stride = {1, 1, 1}, .pad = {2, 1, 0}, .dil = {2, 1, 1}, .rank = 6, .tokens = 2, .spatial = {6, 5, 1},
-     .alpha = 2, .extra = {2, 0}, .tier = 1},
+     .alpha = 2, .extra = {2, 0}},
     {.name = "dylora_linear_1024x768_r16_3of4", .algo = LYCO_ALGO_DYLORA, .O = 1024, .I = 768, .rank = 16, .tokens = 64,
      .alpha = 8, .extra = {4, 3}, .tier = 1},
 };

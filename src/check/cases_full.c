@@ -10,7 +10,7 @@
  */
 #include "check.h"
 
-#define FULL_GROUPED_ROWS 0
+#define FULL_GROUPED_ROWS 1
 
 #define K1 {1, 1, 1}
 const lyco_case lyco_cases_full[] = {

@@ -4,6 +4,8 @@
  * rank masks (A path and B path, bypass only), strided and unaligned operands, and one realistic
  * size. Shapes: a1 I×r(×1…), a2 r×I(×1…), b1 O×r(×1…), b2 r×I×k.
  */
+#include <math.h>
+
 #include "check.h"
 
 #define K1 {1, 1, 1}
@@ -37,16 +39,20 @@ static int glora_shape(const lyco_case *c, int64_t a, int64_t b, bool ones, int6
     return 2 + c->conv_dims;
 }
 
+/* Factors are uniform in ±1/√(length of the sum they enter), so ΔW stays O(1) at every size (W
+   and x are ±1): with ±1 factors a 1280-wide layer overflows fp16 in the σs gradient. */
 bool case_build_glora(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca) {
-    int64_t sh[5], r = c->rank;
+    int64_t sh[5], r = c->rank, K = 1;
+    for (int i = 0; c->kind == LYCO_LAYER_CONV && i < c->conv_dims; i++) K *= c->k[i];
+    double s_i = 1.0 / sqrt((double)c->I), s_r = 1.0 / sqrt((double)r), s_ik = 1.0 / sqrt((double)(c->I * K));
     int nd = glora_shape(c, c->I, r, true, sh);
-    if (!case_slot(ca, LYCO_GLORA_A1, d, nd, sh, c->opts, rng, 1.0)) return false;
+    if (!case_slot(ca, LYCO_GLORA_A1, d, nd, sh, c->opts, rng, s_i)) return false;
     nd = glora_shape(c, r, c->I, true, sh);
-    if (!case_slot(ca, LYCO_GLORA_A2, d, nd, sh, c->opts, rng, 1.0)) return false;
+    if (!case_slot(ca, LYCO_GLORA_A2, d, nd, sh, c->opts, rng, s_r)) return false;
     nd = glora_shape(c, c->O, r, true, sh);
-    if (!case_slot(ca, LYCO_GLORA_B1, d, nd, sh, c->opts, rng, 1.0)) return false;
+    if (!case_slot(ca, LYCO_GLORA_B1, d, nd, sh, c->opts, rng, s_r)) return false;
     nd = glora_shape(c, r, c->I, false, sh);
-    if (!case_slot(ca, LYCO_GLORA_B2, d, nd, sh, c->opts, rng, 1.0)) return false;
+    if (!case_slot(ca, LYCO_GLORA_B2, d, nd, sh, c->opts, rng, s_ik)) return false;
     if ((c->opts & CASE_RANK_MASK) && ca->bypass) /* GLoRA rank dropout exists in bypass only */
         if (!case_mask(ca, LYCO_RANK_MASK, r, rng) || !case_mask(ca, LYCO_RANK_MASK_B, r, rng)) return false;
     return case_scalar(c, d, rng, ca);

@@ -1,7 +1,7 @@
 /*
  * cases_ia3.c — (IA)³ rows of the case table and their builder (ALGORITHMS.md §2.6): output and
- * input mode on linear and conv (1-d, 2-d with stride/padding/dilation), multiplier ≠ 1, bypass
- * writing Δ alone, strided and unaligned operands, and one realistic input-mode MLP projection.
+ * input mode on linear and conv (1-d, 2-d with stride/padding/dilation), multiplier ≠ 1, module
+ * dropout, strided and unaligned operands, and one realistic input-mode MLP projection.
  * The weight is (D) for linear and (1, D, 1, …) for conv, the file layout; D = I on input, else O.
  */
 #include "check.h"
@@ -15,8 +15,7 @@ const lyco_case lyco_cases_ia3[] = {
     {.name = "ia3_conv2d_in_dilated", .algo = LYCO_ALGO_IA3, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 5, .I = 4,
      .k = {3, 2, 1}, .stride = {1, 1, 1}, .pad = {2, 1, 0}, .dil = {2, 1, 1}, .tokens = 2, .spatial = {6, 5, 1},
      .multiplier = 0.6, .opts = CASE_ON_INPUT},
-    {.name = "ia3_linear_out_strided_delta_only", .algo = LYCO_ALGO_IA3, .O = 12, .I = 10, .tokens = 5,
-     .opts = CASE_NONCONTIG | CASE_NO_Y0},
+    {.name = "ia3_linear_out_strided", .algo = LYCO_ALGO_IA3, .O = 12, .I = 10, .tokens = 5, .opts = CASE_NONCONTIG | CASE_NO_Y0},
     {.name = "ia3_conv1d_in_unaligned", .algo = LYCO_ALGO_IA3, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
      .k = {3, 1, 1}, .stride = {1, 1, 1}, .pad = {1, 0, 0}, .dil = K1, .tokens = 3, .spatial = {9, 1, 1},
      .opts = CASE_ON_INPUT | CASE_UNALIGNED},

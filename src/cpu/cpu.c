@@ -1,13 +1,22 @@
 /*
- * cpu.c — entry of the fused CPU backend. Each algorithm's fused kernels live in
- * src/cpu/<algo>.c; until an algorithm has them, this entry declines the case with its reason
- * and the api layer runs the eager twin (counted as a fallback in the path report).
+ * cpu.c — entry of the fused CPU backend: dispatches to the algorithm's file (src/cpu/<algo>.c).
+ * A case without a fused kernel is declined with its reason; the api layer then runs the eager
+ * twin and the path report records the fallback.
  */
 #include <stdio.h>
 
 #include "api/api.h"
+#include "cpu.h"
 
 lyco_status lyco_cpu_run(const lyco_call *c, char *why, size_t why_len) {
-    snprintf(why, why_len, "cpu: no fused kernel for %s %s yet", lyco_algo_name(c->a->algo), lyco_direction_name(c->dir));
-    return LYCO_ERR_UNSUPPORTED;
+    cpu_entry e = NULL;
+    switch (c->a->algo) {
+    case LYCO_ALGO_LOCON: e = cpu_locon; break;
+    default: break;
+    }
+    if (!e) {
+        snprintf(why, why_len, "cpu: no fused kernel for %s yet", lyco_algo_name(c->a->algo));
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    return e(c, why, why_len);
 }

@@ -285,7 +285,9 @@ static lyco_status run(const eg_algo *al, eg_adapter *ea) {
     /* bypass backward */
     float *dy = load(ar, c->dy, T), *dx = alloc_f(ar, nx), *dy0 = alloc_f(ar, ny);
     if (ar->failed) return LYCO_ERR_NOMEM;
-    memcpy(dy0, dy, sizeof(float) * (size_t)ny);
+    /* y = y0 + Δ: ∂L/∂y0 = dy; Δ alone (LYCO_BYPASS_DELTA_ONLY): only the row maps read y0 */
+    bool delta_only = c->bypass->flags & LYCO_BYPASS_DELTA_ONLY;
+    if (!delta_only) memcpy(dy0, dy, sizeof(float) * (size_t)ny);
     if (c->dropped) {
     } else if (rowmap_bypass(c)) {
         float *r0 = alloc_f(ar, ny), *gr = alloc_f(ar, ny), *gx = alloc_f(ar, ny);
@@ -294,6 +296,7 @@ static lyco_status run(const eg_algo *al, eg_adapter *ea) {
         eg_to_rows(c, dy, gr);
         al->rows_bwd(ea, r0, gr, ny / ea->O, gx);
         eg_from_rows(c, gx, dy0);
+        if (delta_only) eg_sub(dy0, dy, dy0, ny, T);
     } else if (al->bypass_bwd && !c->dims.dora) {
         al->bypass_bwd(ea, x, W, dy, dx);
     } else {

@@ -368,7 +368,8 @@ static lyco_status bypass_bwd(arena *ar, const ref_algo *al, ref_adapter *ra) {
     double *dy = input(ar, ra, REF_IN_DY, c->dy, c->dt.compute);
     double *dx = alloc_d(ar, nx), *dy0 = alloc_d(ar, ny);
     if (ar->failed) return lyco_fail(LYCO_ERR_NOMEM, "ref bypass_bwd: out of memory");
-    memcpy(dy0, dy, sizeof(double) * (size_t)ny);
+    bool delta_only = c->bypass->y0 && (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY);
+    if (!delta_only) memcpy(dy0, dy, sizeof(double) * (size_t)ny); /* y = y0 + Δ; Δ alone: 0 */
     if (c->dropped) {
         /* no adapter: dx = 0, dy0 = dy, parameter gradients 0 */
     } else if (al->bypass_bwd) {
@@ -383,6 +384,8 @@ static lyco_status bypass_bwd(arena *ar, const ref_algo *al, ref_adapter *ra) {
         ref_to_rows(c, dy, gr);
         al->rows_bwd(ra, r0, gr, ny / ra->O, gx);
         ref_from_rows(c, gx, dy0);
+        if (delta_only) /* y = rows(y0) − y0 */
+            for (int64_t i = 0; i < ny; i++) dy0[i] -= dy[i];
     } else {
         int64_t n = ra->O * ra->IK;
         double *W = input(ar, ra, REF_IN_W, c->bypass->weight, c->dt.compute);

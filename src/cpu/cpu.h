@@ -1,0 +1,98 @@
+/*
+ * cpu.h — internals of the fused CPU backend.
+ *
+ * Layout: cpu.c dispatches (algorithm, direction) to the per-algorithm files (src/cpu/<algo>.c);
+ * view.c moves rows of any DLTensor (any strides, unaligned data) to and from fp32 with the
+ * conversions done in registers (vectorisable, bit-identical to src/core/convert.c); merge.c is the
+ * shared merge driver (W'' = W + m·σs·ΔW, the merge modes, the DoRA epilogue forward and backward)
+ * that every additive algorithm plugs a ΔW row generator into.
+ *
+ * Hot loops are compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA+F16C) and a portable
+ * baseline, picked at load time (GCC target_clones / ifunc): one binary runs on any x86-64.
+ * Threads: OpenMP, static schedules over output rows or tokens, so every output element is
+ * computed by one thread in a fixed order (reductions across threads combine per-thread partials
+ * in thread order: bitwise repeatable for a given thread count).
+ */
+#ifndef LYCO_CPU_H
+#define LYCO_CPU_H
+
+#include <string.h>
+
+#include "core/call.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_HOT
+#endif
+
+/* ---- conversions of contiguous runs (dst/src may be unaligned for the 16-bit side) ---- */
+/* dst[i] = f32(src[i]) rounded to `through` (pass the source dtype, or fp32, to skip rounding) */
+void cpu_cvt_in(const void *src, lyco_dtype sd, lyco_dtype through, float *dst, int64_t n);
+void cpu_cvt_out(const float *src, void *dst, lyco_dtype dd, int64_t n);
+/* v[i] = RN_T(v[i]) in place */
+void cpu_round(float *v, int64_t n, lyco_dtype T);
+
+/* ---- a 2-D view of a tensor: rows = product of the first `split` dims, cols = the rest ---- */
+typedef struct {
+    const DLTensor *t;
+    lyco_dtype dt;
+    int64_t rows, cols;
+    bool fast;          /* element (r, c) at base + (r·rs + c)·es */
+    int64_t rs;
+    char *base;
+    size_t es;
+    int split;
+} cpu_view;
+void cpu_view_init(cpu_view *v, const DLTensor *t, int split);
+/* dst[0..n) = row r, cols [c0, c0+n), rounded through `through` */
+void cpu_load(const cpu_view *v, int64_t r, int64_t c0, int64_t n, lyco_dtype through, float *dst);
+void cpu_store(const cpu_view *v, int64_t r, int64_t c0, int64_t n, const float *src);
+/* A whole tensor into a compact fp32 array (values rounded through `through`). */
+void cpu_load_all(const DLTensor *t, lyco_dtype through, float *dst);
+void cpu_store_all(DLTensor *t, const float *src);
+
+/* ---- small dense kernels (fp32, row-major, vectorised) ---- */
+/* C[M×N] (+)= A[M×K] · B[K×N]; lda/ldb/ldc in elements */
+void cpu_gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, bool accumulate);
+/* C[M×N] (+)= A[M×K] · B[N×K]ᵀ */
+void cpu_gemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, bool accumulate);
+/* C[M×N] (+)= A[K×M]ᵀ · B[K×N] */
+void cpu_gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, bool accumulate);
+
+/* ---- threads ---- */
+int cpu_threads(void);
+int cpu_thread_id(void);
+
+/* ---- the shared merge driver (merge.c) ---- */
+typedef struct cpu_delta cpu_delta;
+struct cpu_delta {
+    /* Rows [o0, o0+nr) of ΔW̄ (nr × IK, fp32): s and masks applied, σs and m not. */
+    void (*rows)(const cpu_delta *d, int64_t o0, int64_t nr, const float *Wrows, float *out);
+    /* Backward: G = ∂L/∂(rows of ΔW̄ as produced above), nr × IK; accumulate parameter gradients.
+       `tid` indexes per-thread partials the generator allocated in prepare(). */
+    void (*rows_bwd)(const cpu_delta *d, int64_t o0, int64_t nr, const float *Wrows, const float *G, int tid);
+    /* Combine per-thread partials and store the gradients (single-threaded, after the pass). */
+    lyco_status (*finish_bwd)(const cpu_delta *d);
+    /* Bias delta (O values, multiplier excluded: Full diff_b, Norm b_norm), and its backward
+       given m·∂L/∂b''. NULL when the algorithm has none. */
+    void (*bias)(const cpu_delta *d, float *db);
+    lyco_status (*bias_bwd)(const cpu_delta *d, const float *Gb);
+    const lyco_call *c;
+    void *state;            /* the algorithm's own data */
+    bool needs_w;           /* rows() reads W's rows */
+    bool uses_sigma;        /* multiply by σs (LoCon, LoHa, LoKr, GLoRA) */
+};
+lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d);
+lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d);
+/* σs as a float (1 when absent), read as the policy rounds it. */
+float cpu_sigma(const lyco_call *c);
+
+/* ---- per-algorithm entries (src/cpu/<algo>.c); NULL `why` never: decline with a reason ---- */
+typedef lyco_status (*cpu_entry)(const lyco_call *c, char *why, size_t why_len);
+lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,348 @@
+/*
+ * merge.c — the shared merge driver of the fused CPU backend, for every additive algorithm.
+ *
+ * An algorithm supplies a generator of ΔW̄ rows (cpu_delta.rows: s and masks applied) and their
+ * backward. The driver owns what is common (ALGORITHMS.md §1.3, §1.6):
+ *   W'' = W + m·σs·ΔW            WEIGHT: W'', DELTA: W'' − W, UNMERGE: W − (W'' − W)
+ *   DoRA: V = W + σs·ΔW, n = ‖V‖_axis + ε, c = d/n, c ← m(c−1)+1 (m ≠ 1), W'' = V⊙c
+ * Rows are produced in blocks of RB rows by the thread that owns them and consumed in cache
+ * (ΔW is never written whole unless it is the requested output). DoRA per output row is one pass;
+ * DoRA per input channel needs the column norms first: a norm pass, then the output pass
+ * (ΔW rows regenerated, never stored). Everything accumulates in fp32; each output is rounded once.
+ *
+ * Extra memory: per thread 3 blocks of RB × I·K floats; DoRA per input channel: per thread I floats.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define RB 4
+
+float cpu_sigma(const lyco_call *c) {
+    const DLTensor *t = c->a->tensor[LYCO_SCALAR];
+    if (!t) return 1.0f;
+    return lyco_round_f32(lyco_load_f32(lyco_elem_at(t, 0), lyco_dtype_of(t)), c->dt.compute);
+}
+
+static int64_t ik_of(const lyco_call *c) {
+    const lyco_layer *l = &c->a->layer;
+    if (l->kind == LYCO_LAYER_NORM) return 1;
+    return l->kind == LYCO_LAYER_CONV ? c->dims.I / l->groups * c->dims.K : c->dims.I;
+}
+
+/* σs applies unless the algorithm has none or the upstream merge scale replaces it */
+static bool sigma_active(const lyco_call *c, const cpu_delta *d) {
+    bool compat = (c->a->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE) && (c->a->algo == LYCO_ALGO_LOHA || c->a->algo == LYCO_ALGO_LOKR);
+    return d->uses_sigma && !compat;
+}
+static float sigma_for(const lyco_call *c, const cpu_delta *d) { return sigma_active(c, d) ? cpu_sigma(c) : 1.0f; }
+
+typedef struct {
+    float *norm2;     /* Σ V² per kept index (then ‖V‖) */
+    float *S;         /* Σ G⊙V per kept index (backward) */
+    float *coef;      /* the applied factor c */
+    float *d;         /* dora_scale */
+    int64_t kept;
+    float eps;
+} dora_t;
+
+static int64_t dora_index(const lyco_call *c, int64_t o, int64_t j) { return c->dims.dora_on_out ? o : j / c->dims.K; }
+
+static bool dora_init(const lyco_call *c, dora_t *dr) {
+    memset(dr, 0, sizeof *dr);
+    const DLTensor *t = c->a->tensor[LYCO_DORA_SCALE];
+    dr->kept = c->dims.dora_on_out ? c->dims.O : c->dims.I;
+    dr->eps = (float)ldexp(1.0, 1 - lyco_dtype_precision(lyco_dtype_of(t)));
+    dr->norm2 = calloc((size_t)dr->kept, sizeof(float));
+    dr->S = calloc((size_t)dr->kept, sizeof(float));
+    dr->coef = calloc((size_t)dr->kept, sizeof(float));
+    dr->d = calloc((size_t)dr->kept, sizeof(float));
+    if (!dr->norm2 || !dr->S || !dr->coef || !dr->d) return false;
+    cpu_load_all(t, c->dt.compute, dr->d);
+    return true;
+}
+
+static void dora_free(dora_t *dr) {
+    free(dr->norm2);
+    free(dr->S);
+    free(dr->coef);
+    free(dr->d);
+}
+
+static void dora_coef(const lyco_call *c, dora_t *dr, int64_t k) {
+    float n = sqrtf(dr->norm2[k]);
+    dr->norm2[k] = n; /* now ‖V‖ */
+    float f = dr->d[k] / (n + dr->eps);
+    if (c->m != 1.0) f = (float)c->m * (f - 1.0f) + 1.0f;
+    dr->coef[k] = f;
+}
+
+/* per-thread scratch of the drivers */
+typedef struct {
+    float *W, *D, *O2;   /* RB×IK each: W rows, Δ rows, an output/gradient row block */
+} scratch_t;
+
+static bool scratch_alloc(scratch_t **out, int nt, int64_t IK) {
+    scratch_t *s = calloc((size_t)nt, sizeof *s);
+    if (!s) return false;
+    for (int t = 0; t < nt; t++) {
+        s[t].W = calloc((size_t)(RB * IK + 1), sizeof(float));
+        s[t].D = calloc((size_t)(RB * IK + 1), sizeof(float));
+        s[t].O2 = calloc((size_t)(RB * IK + 1), sizeof(float));
+        if (!s[t].W || !s[t].D || !s[t].O2) {
+            *out = s;
+            return false;
+        }
+    }
+    *out = s;
+    return true;
+}
+
+static void scratch_free(scratch_t *s, int nt) {
+    if (!s) return;
+    for (int t = 0; t < nt; t++) {
+        free(s[t].W);
+        free(s[t].D);
+        free(s[t].O2);
+    }
+    free(s);
+}
+
+/* Column-norm pass of DoRA per input channel: Σ V² per channel, and with G also Σ G⊙V. */
+static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_view *wv, const cpu_view *gv,
+                             scratch_t *scr, float sig, dora_t *dr, float *partial, int nt) {
+    int64_t O = c->dims.O, IK = ik_of(c), I = dr->kept, nblocks = (O + RB - 1) / RB;
+    lyco_dtype T = c->dt.compute;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; b++) {
+        int tid = cpu_thread_id();
+        scratch_t *sc = &scr[tid];
+        float *pn = partial + (size_t)tid * 2 * I, *ps = pn + I;
+        int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
+        for (int64_t r = 0; r < nr; r++) cpu_load(wv, o0 + r, 0, IK, T, sc->W + r * IK);
+        d->rows(d, o0, nr, sc->W, sc->D);
+        if (gv)
+            for (int64_t r = 0; r < nr; r++) cpu_load(gv, o0 + r, 0, IK, T, sc->O2 + r * IK);
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t j = 0; j < IK; j++) {
+                float v = sc->W[r * IK + j] + sig * sc->D[r * IK + j];
+                int64_t k = j / c->dims.K;
+                pn[k] += v * v;
+                if (gv) ps[k] += sc->O2[r * IK + j] * v;
+            }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int64_t k = 0; k < I; k++) {
+            dr->norm2[k] += partial[(size_t)t * 2 * I + k];
+            dr->S[k] += partial[(size_t)t * 2 * I + I + k];
+        }
+}
+
+lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
+    int64_t O = c->dims.O, IK = ik_of(c), nblocks = (O + RB - 1) / RB;
+    lyco_dtype T = c->dt.compute;
+    lyco_merge_mode mode = c->merge->mode;
+    const DLTensor *Wt = c->merge->weight;
+    bool dora = c->dims.dora && !c->dropped;
+    bool need_w = Wt && (mode != LYCO_MERGE_DELTA || d->needs_w || dora);
+    float sig = sigma_for(c, d), m = (float)c->m;
+    cpu_view wv, ov;
+    if (Wt) cpu_view_init(&wv, Wt, 1);
+    cpu_view_init(&ov, c->out, 1);
+    int nt = cpu_threads();
+    scratch_t *scr = NULL;
+    dora_t dr;
+    memset(&dr, 0, sizeof dr);
+    float *partial = NULL;
+    lyco_status st = LYCO_OK;
+    if (!scratch_alloc(&scr, nt, IK) || (dora && !dora_init(c, &dr))) {
+        st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory for %lld-column row blocks", (long long)IK);
+        goto done;
+    }
+    if (dora && !c->dims.dora_on_out) {
+        partial = calloc((size_t)nt * 2 * (size_t)dr.kept, sizeof(float));
+        if (!partial) {
+            st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory");
+            goto done;
+        }
+        dora_column_pass(c, d, &wv, NULL, scr, sig, &dr, partial, nt);
+        for (int64_t k = 0; k < dr.kept; k++) dora_coef(c, &dr, k);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; b++) {
+        scratch_t *sc = &scr[cpu_thread_id()];
+        int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
+        if (need_w)
+            for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
+        if (c->dropped) memset(sc->D, 0, sizeof(float) * (size_t)(nr * IK));
+        else d->rows(d, o0, nr, sc->W, sc->D);
+        for (int64_t r = 0; r < nr; r++) {
+            float *w = sc->W + r * IK, *dl = sc->D + r * IK, *o = sc->O2 + r * IK;
+            if (dora) {
+                if (c->dims.dora_on_out) {
+                    float ss = 0.0f;
+                    for (int64_t j = 0; j < IK; j++) {
+                        float v = w[j] + sig * dl[j];
+                        ss += v * v;
+                    }
+                    /* per-row state is owned by this thread */
+                    dr.norm2[o0 + r] = ss;
+                    dora_coef(c, &dr, o0 + r);
+                }
+                for (int64_t j = 0; j < IK; j++) {
+                    float wpp = (w[j] + sig * dl[j]) * dr.coef[dora_index(c, o0 + r, j)];
+                    o[j] = mode == LYCO_MERGE_DELTA ? wpp - w[j] : wpp;
+                }
+            } else if (mode == LYCO_MERGE_DELTA) {
+                for (int64_t j = 0; j < IK; j++) o[j] = m * sig * dl[j];
+            } else if (!need_w) {
+                for (int64_t j = 0; j < IK; j++) o[j] = 0.0f;
+            } else if (mode == LYCO_MERGE_UNMERGE) {
+                for (int64_t j = 0; j < IK; j++) o[j] = w[j] - m * sig * dl[j];
+            } else {
+                for (int64_t j = 0; j < IK; j++) o[j] = w[j] + m * sig * dl[j];
+            }
+            cpu_store(&ov, o0 + r, 0, IK, o);
+        }
+    }
+    if (c->out_bias) {
+        int64_t n = O;
+        float *b = calloc((size_t)n + 1, sizeof(float)), *db = calloc((size_t)n + 1, sizeof(float));
+        if (!b || !db) {
+            free(b);
+            free(db);
+            st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory");
+            goto done;
+        }
+        if (c->merge->bias) cpu_load_all(c->merge->bias, T, b);
+        if (!c->dropped && d->bias) d->bias(d, db);
+        for (int64_t o = 0; o < n; o++) {
+            float e = m * db[o];
+            b[o] = mode == LYCO_MERGE_DELTA ? e : mode == LYCO_MERGE_UNMERGE ? b[o] - e : b[o] + e;
+        }
+        cpu_store_all(c->out_bias, b);
+        free(b);
+        free(db);
+    }
+done:
+    scratch_free(scr, nt);
+    dora_free(&dr);
+    free(partial);
+    return st;
+}
+
+static void zero_grads(const lyco_call *c) {
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
+        DLTensor *g = c->g ? c->g->grad[s] : NULL;
+        if (!g) continue;
+        int64_t n = lyco_numel(g);
+        for (int64_t i = 0; i < n; i++) lyco_store_f32(lyco_elem_at(g, i), lyco_dtype_of(g), 0.0f);
+    }
+}
+
+lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
+    if (c->dropped) {
+        zero_grads(c);
+        return LYCO_OK;
+    }
+    int64_t O = c->dims.O, IK = ik_of(c), nblocks = (O + RB - 1) / RB;
+    lyco_dtype T = c->dt.compute;
+    const DLTensor *Wt = c->merge->weight;
+    bool dora = c->dims.dora;
+    bool want_sigma = sigma_active(c, d) && c->g && c->g->grad[LYCO_SCALAR];
+    bool need_rows = dora || want_sigma;
+    float sig = sigma_for(c, d), m = (float)c->m;
+    cpu_view wv, gv;
+    if (Wt) cpu_view_init(&wv, Wt, 1);
+    cpu_view_init(&gv, c->d_out, 1);
+    int nt = cpu_threads();
+    scratch_t *scr = NULL;
+    dora_t dr;
+    memset(&dr, 0, sizeof dr);
+    float *partial = NULL, *gsig = calloc((size_t)nt, sizeof(float));
+    lyco_status st = LYCO_OK;
+    if (!gsig || !scratch_alloc(&scr, nt, IK) || (dora && !dora_init(c, &dr))) {
+        st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_bwd: out of memory for %lld-column row blocks", (long long)IK);
+        goto done;
+    }
+    if (dora && !c->dims.dora_on_out) {
+        partial = calloc((size_t)nt * 2 * (size_t)dr.kept, sizeof(float));
+        if (!partial) {
+            st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_bwd: out of memory");
+            goto done;
+        }
+        dora_column_pass(c, d, &wv, &gv, scr, sig, &dr, partial, nt);
+        for (int64_t k = 0; k < dr.kept; k++) dora_coef(c, &dr, k);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; b++) {
+        int tid = cpu_thread_id();
+        scratch_t *sc = &scr[tid];
+        int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
+        if (Wt && (d->needs_w || dora))
+            for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
+        if (need_rows) d->rows(d, o0, nr, sc->W, sc->D);
+        for (int64_t r = 0; r < nr; r++) {
+            float *g = sc->O2 + r * IK, *w = sc->W + r * IK, *dl = sc->D + r * IK;
+            cpu_load(&gv, o0 + r, 0, IK, T, g);
+            if (dora) {
+                int64_t o = o0 + r;
+                if (c->dims.dora_on_out) {
+                    float ss = 0.0f, sgv = 0.0f;
+                    for (int64_t j = 0; j < IK; j++) {
+                        float v = w[j] + sig * dl[j];
+                        ss += v * v;
+                        sgv += g[j] * v;
+                    }
+                    dr.norm2[o] = ss;
+                    dr.S[o] = sgv;
+                    dora_coef(c, &dr, o);
+                }
+                for (int64_t j = 0; j < IK; j++) {
+                    int64_t k = dora_index(c, o, j);
+                    float n = dr.norm2[k] + dr.eps, v = w[j] + sig * dl[j];
+                    g[j] = g[j] * dr.coef[k] - (m * dr.d[k] / (n * n)) * dr.S[k] * v / dr.norm2[k];
+                }
+            } else {
+                for (int64_t j = 0; j < IK; j++) g[j] *= m;
+            }
+            /* g = ∂L/∂(σs·ΔW); σs's gradient, then ∂L/∂ΔW */
+            if (want_sigma) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < IK; j++) acc += g[j] * dl[j];
+                gsig[tid] += acc;
+            }
+            if (sig != 1.0f)
+                for (int64_t j = 0; j < IK; j++) g[j] *= sig;
+        }
+        d->rows_bwd(d, o0, nr, sc->W, sc->O2, tid);
+    }
+    if ((st = d->finish_bwd(d))) goto done;
+    if (dora && c->g->grad[LYCO_DORA_SCALE]) {
+        for (int64_t k = 0; k < dr.kept; k++) dr.S[k] = m / (dr.norm2[k] + dr.eps) * dr.S[k];
+        cpu_store_all(c->g->grad[LYCO_DORA_SCALE], dr.S);
+    }
+    if (d->uses_sigma && c->g && c->g->grad[LYCO_SCALAR]) {
+        float tot = 0.0f;
+        for (int t = 0; t < nt; t++) tot += gsig[t];
+        cpu_store_all(c->g->grad[LYCO_SCALAR], &tot);
+    }
+    if (c->d_out_bias && d->bias_bwd) {
+        float *gb = calloc((size_t)O + 1, sizeof(float));
+        if (!gb) {
+            st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_bwd: out of memory");
+            goto done;
+        }
+        cpu_load_all(c->d_out_bias, T, gb);
+        for (int64_t o = 0; o < O; o++) gb[o] *= m;
+        st = d->bias_bwd(d, gb);
+        free(gb);
+    }
+done:
+    scratch_free(scr, nt);
+    dora_free(&dr);
+    free(partial);
+    free(gsig);
+    return st;
+}

@@ -1,0 +1,182 @@
+/*
+ * view.c — rows of any DLTensor to and from fp32, with conversions in registers.
+ *
+ * The conversions are branch-free integer code (selects), so they vectorise, and are bit-identical
+ * to src/core/convert.c: RNE, NaN kept quiet with its sign (and the payload bits that fit),
+ * subnormals kept, overflow to ±Inf at 65520 (fp16). 16-bit data is moved through memcpy so
+ * unaligned pointers are fine. Non-compact layouts take a per-element path.
+ */
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define CHUNK 256
+
+static inline float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static inline float bf16_f32(uint16_t h) { return bits_f((uint32_t)h << 16); }
+
+static inline uint16_t f32_bf16(float f) {
+    uint32_t u = f_bits(f);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? nan : r);
+}
+
+static inline float f16_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    uint32_t normal = (em << 13) + 0x38000000u;             /* rebias 15 → 127 */
+    uint32_t infnan = (em << 13) | 0x7f800000u;
+    float sub = (float)em * 0x1p-24f;                        /* exact: em < 2^10 */
+    uint32_t r = em >= 0x7c00u ? infnan : normal;
+    return em < 0x400u ? bits_f(f_bits(sub) | sign) : bits_f(r | sign);
+}
+
+static inline uint16_t f32_f16(float f) {
+    uint32_t u = f_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    /* normal range: rebias and round the 13 dropped bits to nearest even */
+    uint32_t n = a - 0x38000000u;
+    uint32_t normal = (n + 0xfffu + ((n >> 13) & 1u)) >> 13;
+    /* subnormal range: let the FPU round (|f| + 0.5 aligns the binary point at 2^-24; RNE) */
+    float s = bits_f(a) + 0.5f;
+    uint32_t sub = f_bits(s) - 0x3f000000u;
+    uint32_t r = a < 0x38800000u ? sub : normal;
+    r = a >= 0x477ff000u ? 0x7c00u : r;
+    r = a > 0x7f800000u ? (0x7e00u | ((a >> 13) & 0x3ffu)) : r;
+    return (uint16_t)(r | sign);
+}
+
+CPU_HOT
+void cpu_round(float *v, int64_t n, lyco_dtype T) {
+    if (T == LYCO_BF16)
+        for (int64_t i = 0; i < n; i++) v[i] = bf16_f32(f32_bf16(v[i]));
+    else if (T == LYCO_F16)
+        for (int64_t i = 0; i < n; i++) v[i] = f16_f32(f32_f16(v[i]));
+}
+
+CPU_HOT
+void cpu_cvt_in(const void *src, lyco_dtype sd, lyco_dtype through, float *dst, int64_t n) {
+    uint16_t h[CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        if (sd == LYCO_F32) {
+            memcpy(dst + i0, (const char *)src + i0 * 4, (size_t)m * 4);
+            if (through != LYCO_F32) cpu_round(dst + i0, m, through);
+            continue;
+        }
+        memcpy(h, (const char *)src + i0 * 2, (size_t)m * 2);
+        if (sd == LYCO_BF16)
+            for (int64_t i = 0; i < m; i++) dst[i0 + i] = bf16_f32(h[i]);
+        else
+            for (int64_t i = 0; i < m; i++) dst[i0 + i] = f16_f32(h[i]);
+        /* a 16-bit value is exact in the other 16-bit type only if it fits; the policy never
+           mixes fp16 with bf16, so `through` is fp32 or sd itself here */
+    }
+}
+
+CPU_HOT
+void cpu_cvt_out(const float *src, void *dst, lyco_dtype dd, int64_t n) {
+    uint16_t h[CHUNK];
+    if (dd == LYCO_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        if (dd == LYCO_BF16)
+            for (int64_t i = 0; i < m; i++) h[i] = f32_bf16(src[i0 + i]);
+        else
+            for (int64_t i = 0; i < m; i++) h[i] = f32_f16(src[i0 + i]);
+        memcpy((char *)dst + i0 * 2, h, (size_t)m * 2);
+    }
+}
+
+static int64_t stride_of(const DLTensor *t, int d) {
+    if (t->strides) return t->strides[d];
+    int64_t s = 1;
+    for (int i = d + 1; i < t->ndim; i++) s *= t->shape[i];
+    return s;
+}
+
+void cpu_view_init(cpu_view *v, const DLTensor *t, int split) {
+    memset(v, 0, sizeof *v);
+    v->t = t;
+    v->dt = lyco_dtype_of(t);
+    v->es = lyco_dtype_size(v->dt);
+    v->split = split;
+    v->rows = 1;
+    v->cols = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i < split) v->rows *= t->shape[i];
+        else v->cols *= t->shape[i];
+    }
+    v->base = (char *)t->data + t->byte_offset;
+    /* fast: the column dims are compact and the row dims collapse to one stride */
+    bool ok = true;
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= split; i--) {
+        if (t->shape[i] != 1 && stride_of(t, i) != expect) ok = false;
+        expect *= t->shape[i];
+    }
+    int64_t rs = -1;
+    for (int i = split - 1; i >= 0 && ok; i--) {
+        if (t->shape[i] == 1) continue;
+        int64_t s = stride_of(t, i);
+        if (rs < 0) { rs = s; expect = s * t->shape[i]; }
+        else if (s != expect) ok = false;
+        else expect = s * t->shape[i];
+    }
+    v->fast = ok;
+    v->rs = rs < 0 ? v->cols : rs;
+}
+
+/* element offset (in elements) of (r, c) for the slow path */
+static int64_t offset_of(const cpu_view *v, int64_t r, int64_t c) {
+    const DLTensor *t = v->t;
+    int64_t off = 0;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        int64_t *idx = i < v->split ? &r : &c;
+        int64_t n = t->shape[i];
+        if (n == 0) return 0;
+        off += (*idx % n) * stride_of(t, i);
+        *idx /= n;
+    }
+    return off;
+}
+
+void cpu_load(const cpu_view *v, int64_t r, int64_t c0, int64_t n, lyco_dtype through, float *dst) {
+    if (n <= 0) return;
+    if (v->fast) {
+        cpu_cvt_in(v->base + (r * v->rs + c0) * (int64_t)v->es, v->dt, through, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float f = lyco_load_f32(v->base + offset_of(v, r, c0 + i) * (int64_t)v->es, v->dt);
+        dst[i] = lyco_round_f32(f, through);
+    }
+}
+
+void cpu_store(const cpu_view *v, int64_t r, int64_t c0, int64_t n, const float *src) {
+    if (n <= 0) return;
+    if (v->fast) {
+        cpu_cvt_out(src, v->base + (r * v->rs + c0) * (int64_t)v->es, v->dt, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) lyco_store_f32(v->base + offset_of(v, r, c0 + i) * (int64_t)v->es, v->dt, src[i]);
+}
+
+void cpu_load_all(const DLTensor *t, lyco_dtype through, float *dst) {
+    cpu_view v;
+    cpu_view_init(&v, t, t->ndim > 0 ? 1 : 0);
+    for (int64_t r = 0; r < v.rows; r++) cpu_load(&v, r, 0, v.cols, through, dst + r * v.cols);
+}
+
+void cpu_store_all(DLTensor *t, const float *src) {
+    cpu_view v;
+    cpu_view_init(&v, t, t->ndim > 0 ? 1 : 0);
+    for (int64_t r = 0; r < v.rows; r++) cpu_store(&v, r, 0, v.cols, src + r * v.cols);
+}
