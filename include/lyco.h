@@ -12,9 +12,14 @@
  *
  * Usage (this exact code is compiled by tests/c/test_header_example.c, as C and as C++):
  *
+ *     #include <stdio.h>
  *     #include "lyco.h"
- *     // y = y0 + (x · downᵀ) · upᵀ · (alpha/rank)   for a 64→32 Linear, rank 4, 8 tokens
+ *     // The adapter term alone, Δ = (x · downᵀ) · upᵀ · (alpha/rank), of a LoRA on a 64→32
+ *     // Linear, rank 4, for 8 tokens (pass y0 in lyco_bypass_args to get y = y0 + Δ).
  *     float x[8 * 64], down[4 * 64], up[32 * 4], y[8 * 32];
+ *     for (int i = 0; i < 8 * 64; i++) x[i] = 0.01f * (float)(i % 7);
+ *     for (int i = 0; i < 4 * 64; i++) down[i] = 0.01f * (float)(i % 5);
+ *     for (int i = 0; i < 32 * 4; i++) up[i] = 0.01f * (float)(i % 3);
  *     int64_t sx[2] = {8, 64}, sd[2] = {4, 64}, su[2] = {32, 4}, sy[2] = {8, 32};
  *     DLTensor tx = lyco_host_tensor(x, LYCO_F32, 2, sx);
  *     DLTensor td = lyco_host_tensor(down, LYCO_F32, 2, sd);
@@ -29,9 +34,13 @@
  *     lyco_ctx *ctx = NULL;
  *     if (lyco_ctx_create(&ctx) != LYCO_OK) return 1;
  *     lyco_bypass_args in = {&tx, NULL, NULL, 0};      // x, y0, base weight, flags
- *     if (lyco_bypass_fwd(ctx, &ty, &a, &in) != LYCO_OK)
+ *     int rc = 0;
+ *     if (lyco_bypass_fwd(ctx, &ty, &a, &in) != LYCO_OK) {
  *         fprintf(stderr, "lyco: %s\n", lyco_last_error());
+ *         rc = 1;
+ *     }
  *     lyco_ctx_destroy(ctx);
+ *     return rc;
  *
  * Shape vocabulary (ALGORITHMS.md §0): O, I = output/input features (channels); k = kernel dims
  * (K = their product, 1 for linear); r = rank. A base weight W is O×I (linear) or O×I×k (conv);

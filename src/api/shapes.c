@@ -337,6 +337,8 @@ lyco_status lyco_shapes_check(const lyco_adapter *a, lyco_dims *d, double *scale
     d->K = 1;
     d->conv_dims = l->kind == LYCO_LAYER_CONV ? l->conv_dims : 0;
     for (int i = 0; i < d->conv_dims; i++) d->K *= l->kernel[i];
+    if ((int)a->algo <= LYCO_ALGO_NONE || a->algo >= LYCO_ALGO_COUNT)
+        return lyco_fail(LYCO_ERR_INVALID, "adapter algo is %d; expected a lyco_algo value from LYCO_ALGO_LOCON to LYCO_ALGO_NORM", (int)a->algo);
     for (int s = 0; s < LYCO_SLOT_COUNT; s++)
         if (a->tensor[s] && !slot_allowed(a->algo, (lyco_slot)s))
             return lyco_fail(LYCO_ERR_INVALID, "adapter slot %s is set, but algorithm %s does not use it; expected NULL",

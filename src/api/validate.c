@@ -17,8 +17,17 @@ static lyco_status check_view(const DLTensor *t, const char *name, bool is_mask)
     if (t->ndim < 0 || t->ndim > MAX_NDIM)
         return lyco_fail(LYCO_ERR_SHAPE, "%s has ndim %d; expected 0..%d", name, t->ndim, MAX_NDIM);
     if (t->ndim > 0 && !t->shape) return lyco_fail(LYCO_ERR_NULL, "%s has ndim %d but shape is NULL", name, t->ndim);
-    for (int i = 0; i < t->ndim; i++)
+    /* every byte offset must fit: the element count times the element size, checked */
+    uint64_t bytes = (uint64_t)(t->dtype.bits * t->dtype.lanes + 7) / 8;
+    for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0) return lyco_fail(LYCO_ERR_SHAPE, "%s has shape[%d] = %lld; expected ≥ 0", name, i, (long long)t->shape[i]);
+        if (t->shape[i] > 0 && bytes > ((uint64_t)1 << 62) / (uint64_t)t->shape[i]) {
+            char got[96];
+            lyco_shape_str(t, got, sizeof got);
+            return lyco_fail(LYCO_ERR_SHAPE, "%s has shape %s; its size overflows (expected fewer than 2^62 bytes)", name, got);
+        }
+        bytes *= (uint64_t)(t->shape[i] > 0 ? t->shape[i] : 1);
+    }
     if (lyco_numel(t) > 0 && !t->data) return lyco_fail(LYCO_ERR_NULL, "%s has %lld elements but data is NULL", name, (long long)lyco_numel(t));
     if (lyco_dtype_of(t) == LYCO_DTYPE_INVALID) {
         char d[32];
@@ -173,8 +182,15 @@ static bool has_bias_delta(const lyco_adapter *a) {
 
 typedef struct {
     const DLTensor *t;
-    const char *name;
+    const char *name;   /* for gradients: the slot name, printed as "grad <slot>" */
+    bool grad;
 } named;
+
+static const char *named_str(const named *n, char *buf, size_t len) {
+    if (!n->grad) return n->name;
+    snprintf(buf, len, "grad %s", n->name);
+    return buf;
+}
 
 /* Rank-dropout masks: their length depends on the algorithm and on merge vs bypass (1.7). */
 static lyco_status check_masks(const lyco_call *c) {
@@ -229,7 +245,7 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
 
     /* inputs and outputs of the direction */
     named ins[8] = {{0}};
-    named outs[4] = {{0}};
+    named outs[4 + LYCO_SLOT_COUNT] = {{0}};
     int nin = 0, nout = 0;
     int64_t wsh[5];
     int wnd = weight_shape(&a->layer, wsh);
@@ -251,7 +267,7 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
             if ((st = check_view(m->weight, "W", false)) || (st = same_device(&dc, m->weight, "W")) ||
                 (st = expect_shape(m->weight, "W", wnd, wsh, "the layer's weight shape")))
                 return st;
-            ins[nin++] = (named){m->weight, "W"};
+            ins[nin++] = (named){m->weight, "W", false};
             base = m->weight;
             base_name = "W";
         }
@@ -261,14 +277,14 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
             if ((st = check_view(m->bias, "bias", false)) || (st = same_device(&dc, m->bias, "bias")) ||
                 (st = expect_shape(m->bias, "bias", 1, &a->layer.out_features, "O")))
                 return st;
-            ins[nin++] = (named){m->bias, "bias"};
+            ins[nin++] = (named){m->bias, "bias", false};
         }
         if (c->dir == LYCO_DIR_MERGE_FWD) {
             if (!c->out) return lyco_fail(LYCO_ERR_NULL, "merge_fwd: out is NULL; expected a tensor of the weight's shape");
             if ((st = check_view(c->out, "out", false)) || (st = same_device(&dc, c->out, "out")) ||
                 (st = expect_shape(c->out, "out", wnd, wsh, "the layer's weight shape")))
                 return st;
-            outs[nout++] = (named){c->out, "out"};
+            outs[nout++] = (named){c->out, "out", false};
             if (c->out_bias) {
                 if (!has_bias_delta(a))
                     return lyco_fail(LYCO_ERR_INVALID, "merge_fwd: out_bias is given, but %s has no bias delta; expected NULL", lyco_algo_name(a->algo));
@@ -277,19 +293,19 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
                 if ((st = check_view(c->out_bias, "out_bias", false)) || (st = same_device(&dc, c->out_bias, "out_bias")) ||
                     (st = expect_shape(c->out_bias, "out_bias", 1, &a->layer.out_features, "O")))
                     return st;
-                outs[nout++] = (named){c->out_bias, "out_bias"};
+                outs[nout++] = (named){c->out_bias, "out_bias", false};
             }
         } else {
             if (!c->d_out) return lyco_fail(LYCO_ERR_NULL, "merge_bwd: d_out is NULL; expected ∂L/∂W'' of the weight's shape");
             if ((st = check_view(c->d_out, "d_out", false)) || (st = same_device(&dc, c->d_out, "d_out")) ||
                 (st = expect_shape(c->d_out, "d_out", wnd, wsh, "the layer's weight shape")))
                 return st;
-            ins[nin++] = (named){c->d_out, "d_out"};
+            ins[nin++] = (named){c->d_out, "d_out", false};
             if (c->d_out_bias) {
                 if ((st = check_view(c->d_out_bias, "d_out_bias", false)) || (st = same_device(&dc, c->d_out_bias, "d_out_bias")) ||
                     (st = expect_shape(c->d_out_bias, "d_out_bias", 1, &a->layer.out_features, "O")))
                     return st;
-                ins[nin++] = (named){c->d_out_bias, "d_out_bias"};
+                ins[nin++] = (named){c->d_out_bias, "d_out_bias", false};
             }
         }
     } else {
@@ -301,7 +317,7 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
         int64_t ysh[MAX_NDIM];
         int ynd = 0;
         if ((st = bypass_geometry(c, ysh, &ynd))) return st;
-        ins[nin++] = (named){b->x, "x"};
+        ins[nin++] = (named){b->x, "x", false};
         base = b->x;
         base_name = "x";
         if (bypass_needs_y0(c) && !b->y0)
@@ -310,7 +326,7 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
             if ((st = check_view(b->y0, "y0", false)) || (st = same_device(&dc, b->y0, "y0")) ||
                 (st = expect_shape(b->y0, "y0", ynd, ysh, "the layer output's shape")))
                 return st;
-            ins[nin++] = (named){b->y0, "y0"};
+            ins[nin++] = (named){b->y0, "y0", false};
             base = b->y0;
             base_name = "y0";
         }
@@ -321,26 +337,26 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
             if ((st = check_view(b->weight, "W", false)) || (st = same_device(&dc, b->weight, "W")) ||
                 (st = expect_shape(b->weight, "W", wnd, wsh, "the layer's weight shape")))
                 return st;
-            ins[nin++] = (named){b->weight, "W"};
+            ins[nin++] = (named){b->weight, "W", false};
         }
         if (c->dir == LYCO_DIR_BYPASS_FWD) {
             if (!c->y) return lyco_fail(LYCO_ERR_NULL, "bypass_fwd: y is NULL; expected the output tensor");
             if ((st = check_view(c->y, "y", false)) || (st = same_device(&dc, c->y, "y")) ||
                 (st = expect_shape(c->y, "y", ynd, ysh, "the layer output's shape")))
                 return st;
-            outs[nout++] = (named){c->y, "y"};
+            outs[nout++] = (named){c->y, "y", false};
         } else {
             if (!c->dy) return lyco_fail(LYCO_ERR_NULL, "bypass_bwd: dy is NULL; expected ∂L/∂y");
             if ((st = check_view(c->dy, "dy", false)) || (st = same_device(&dc, c->dy, "dy")) ||
                 (st = expect_shape(c->dy, "dy", ynd, ysh, "the layer output's shape")))
                 return st;
-            ins[nin++] = (named){c->dy, "dy"};
+            ins[nin++] = (named){c->dy, "dy", false};
             if (c->dx) {
                 if ((st = check_view(c->dx, "dx", false)) || (st = same_device(&dc, c->dx, "dx")) ||
                     (st = expect_shape(c->dx, "dx", b->x->ndim, b->x->shape, "x's shape")) ||
                     (st = expect_dtype(c->dx, "dx", lyco_dtype_of(b->x), "a gradient has its leaf's dtype")))
                     return st;
-                outs[nout++] = (named){c->dx, "dx"};
+                outs[nout++] = (named){c->dx, "dx", false};
             }
             if (c->dy0) {
                 if (!b->y0) return lyco_fail(LYCO_ERR_NULL, "bypass_bwd: dy0 is requested but bypass args y0 is NULL");
@@ -348,7 +364,7 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
                     (st = expect_shape(c->dy0, "dy0", ynd, ysh, "y0's shape")) ||
                     (st = expect_dtype(c->dy0, "dy0", lyco_dtype_of(b->y0), "a gradient has its leaf's dtype")))
                     return st;
-                outs[nout++] = (named){c->dy0, "dy0"};
+                outs[nout++] = (named){c->dy0, "dy0", false};
             }
         }
     }
@@ -384,13 +400,7 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
                 (st = expect_shape(gt, gname, t->ndim, t->shape, "the parameter's shape")) ||
                 (st = expect_dtype(gt, gname, lyco_dtype_of(t), "a gradient has its leaf's dtype")))
                 return st;
-            if (nout < 4) outs[nout++] = (named){gt, sn};
-            else {
-                /* aliasing of many gradient outputs: check against inputs directly */
-                for (int i = 0; i < nin; i++)
-                    if (lyco_tensors_overlap(gt, ins[i].t))
-                        return lyco_fail(LYCO_ERR_ALIAS, "grad %s overlaps input %s; expected separate memory", sn, ins[i].name);
-            }
+            outs[nout++] = (named){gt, sn, true};
         }
     }
 
@@ -401,16 +411,20 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
             bool inplace = (outs[o].t == c->out && c->merge && ins[i].t == c->merge->weight && lyco_tensors_same_view(outs[o].t, ins[i].t)) ||
                            (outs[o].t == c->y && c->bypass && ins[i].t == c->bypass->y0 && lyco_tensors_same_view(outs[o].t, ins[i].t)) ||
                            (outs[o].t == c->out_bias && c->merge && ins[i].t == c->merge->bias && lyco_tensors_same_view(outs[o].t, ins[i].t));
+            char nb[48];
             if (!inplace)
                 return lyco_fail(LYCO_ERR_ALIAS, "output %s overlaps input %s; expected separate memory (only W→out and y0→y may be the very same view)",
-                                 outs[o].name, ins[i].name);
+                                 named_str(&outs[o], nb, sizeof nb), ins[i].name);
         }
+        char nb[48], pb[48];
         for (int s = 0; s < LYCO_SLOT_COUNT; s++)
             if (a->tensor[s] && lyco_tensors_overlap(outs[o].t, a->tensor[s]))
-                return lyco_fail(LYCO_ERR_ALIAS, "output %s overlaps adapter tensor %s; expected separate memory", outs[o].name, lyco_slot_name((lyco_slot)s));
+                return lyco_fail(LYCO_ERR_ALIAS, "output %s overlaps adapter tensor %s; expected separate memory",
+                                 named_str(&outs[o], nb, sizeof nb), lyco_slot_name((lyco_slot)s));
         for (int p = 0; p < o; p++)
             if (lyco_tensors_overlap(outs[o].t, outs[p].t))
-                return lyco_fail(LYCO_ERR_ALIAS, "outputs %s and %s overlap; expected separate memory", outs[p].name, outs[o].name);
+                return lyco_fail(LYCO_ERR_ALIAS, "outputs %s and %s overlap; expected separate memory",
+                                 named_str(&outs[p], pb, sizeof pb), named_str(&outs[o], nb, sizeof nb));
     }
 
     /* module mask: one element, read on the host */

@@ -116,7 +116,11 @@ static void byte_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
 
 bool lyco_tensors_overlap(const DLTensor *a, const DLTensor *b) {
     if (!a || !b || !a->data || !b->data) return false;
-    if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id)
+    /* pinned host memory (kDLCUDAHost) shares the CPU's address space */
+    bool ha = a->device.device_type == kDLCPU || a->device.device_type == kDLCUDAHost;
+    bool hb = b->device.device_type == kDLCPU || b->device.device_type == kDLCUDAHost;
+    if (ha != hb) return false;
+    if (!ha && (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id))
         return false;
     uintptr_t alo, ahi, blo, bhi;
     byte_span(a, &alo, &ahi);

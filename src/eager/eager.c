@@ -195,8 +195,12 @@ static lyco_status run(const eg_algo *al, eg_adapter *ea) {
         }
         if (ar->failed) return LYCO_ERR_NOMEM;
         lyco_merge_mode mode = c->merge->mode;
+        /* row maps (OFT/BOFT) hand W'' over as computed (upstream's merge copies it), so WEIGHT
+           mode keeps rows(W) instead of re-adding the rounded delta */
+        bool rows_weight = !c->dropped && !al->delta && mode == LYCO_MERGE_WEIGHT;
         for (int64_t i = 0; i < N; i++) {
             float w = W ? W[i] : 0.0f;
+            if (rows_weight) continue;
             out[i] = mode == LYCO_MERGE_DELTA ? E[i] : eg_rnd(mode == LYCO_MERGE_UNMERGE ? w - E[i] : w + E[i], T);
         }
         lyco_scatter_f32(c->out, out);

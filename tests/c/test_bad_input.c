@@ -7,14 +7,16 @@
  *                     the mode reads it / dy0 without y0; NULL data with elements; NULL shape
  *   LYCO_ERR_SHAPE    wrong ndim, factor vs factor (rank), factors vs layer, x/y/y0/W/out/dy/dx/
  *                     dy0/d_out/grad shapes, negative shapes, ndim out of range, conv geometry,
- *                     mask lengths
+ *                     mask lengths, shapes whose element count overflows int64 (run in a forked
+ *                     child so that a crash is reported as a failed check)
  *   LYCO_ERR_DTYPE    fp16 with bf16, unsupported dtypes (fp64, int32, uint8, lanes ≠ 1, fp8),
  *                     an output whose dtype differs from the policy, a gradient of the wrong dtype
  *   LYCO_ERR_ALIAS    an output partially overlapping an input / an adapter tensor / another
  *                     output, the same buffer where not allowed, a different view of W / y0;
  *                     while in-place merge (out is exactly W) and y == y0 are accepted and correct
  *   LYCO_ERR_DEVICE   one tensor on kDLCUDA, two CUDA ordinals, an unknown device type, CUDA
- *                     tensors with the ref backend or with a library that has no CUDA backend
+ *                     tensors with the ref backend (data pointers are host memory and are never
+ *                     dereferenced: every such call must fail in validation)
  *   LYCO_ERR_INVALID  unknown algorithm, bad enums (merge mode, output/fp32 mode, backend, layer
  *                     kind), bad flags, slots the algorithm does not use, grads of masks or of
  *                     absent slots, non-finite hyper-parameters

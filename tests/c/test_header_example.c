@@ -31,6 +31,7 @@ static void report(int ok, const char *what, const char *detail) {
 static int spy_calls;
 static lyco_status spy_status = LYCO_STATUS_COUNT;
 static char spy_error[512];
+static float spy_y[8 * 32]; /* y as the example's call left it */
 static float in_x[8 * 64], in_down[4 * 64], in_up[32 * 4];
 
 static int64_t numel(const DLTensor *t) {
@@ -53,15 +54,20 @@ static lyco_status spy_bypass_fwd(lyco_ctx *ctx, DLTensor *y, const lyco_adapter
     memcpy(in_down, a->tensor[LYCO_LORA_DOWN]->data, sizeof in_down);
     memcpy(in_up, a->tensor[LYCO_LORA_UP]->data, sizeof in_up);
     spy_status = lyco_bypass_fwd(ctx, y, a, in);
+    memcpy(spy_y, y->data, sizeof spy_y);
     snprintf(spy_error, sizeof spy_error, "%s", spy_status == LYCO_OK ? "" : lyco_last_error());
     return spy_status;
 }
 
 #define lyco_bypass_fwd spy_bypass_fwd
-static int header_example(float *y_out) {
+static int header_example(void) {
     /* ---- BEGIN: verbatim from include/lyco.h ---- */
-    // y = y0 + (x · downᵀ) · upᵀ · (alpha/rank)   for a 64→32 Linear, rank 4, 8 tokens
+    // The adapter term alone, Δ = (x · downᵀ) · upᵀ · (alpha/rank), of a LoRA on a 64→32
+    // Linear, rank 4, for 8 tokens (pass y0 in lyco_bypass_args to get y = y0 + Δ).
     float x[8 * 64], down[4 * 64], up[32 * 4], y[8 * 32];
+    for (int i = 0; i < 8 * 64; i++) x[i] = 0.01f * (float)(i % 7);
+    for (int i = 0; i < 4 * 64; i++) down[i] = 0.01f * (float)(i % 5);
+    for (int i = 0; i < 32 * 4; i++) up[i] = 0.01f * (float)(i % 3);
     int64_t sx[2] = {8, 64}, sd[2] = {4, 64}, su[2] = {32, 4}, sy[2] = {8, 32};
     DLTensor tx = lyco_host_tensor(x, LYCO_F32, 2, sx);
     DLTensor td = lyco_host_tensor(down, LYCO_F32, 2, sd);
@@ -76,19 +82,22 @@ static int header_example(float *y_out) {
     lyco_ctx *ctx = NULL;
     if (lyco_ctx_create(&ctx) != LYCO_OK) return 1;
     lyco_bypass_args in = {&tx, NULL, NULL, 0};      // x, y0, base weight, flags
-    if (lyco_bypass_fwd(ctx, &ty, &a, &in) != LYCO_OK)
+    int rc = 0;
+    if (lyco_bypass_fwd(ctx, &ty, &a, &in) != LYCO_OK) {
         fprintf(stderr, "lyco: %s\n", lyco_last_error());
+        rc = 1;
+    }
     lyco_ctx_destroy(ctx);
+    return rc;
     /* ---- END ---- */
-    memcpy(y_out, y, sizeof y);
-    return 0;
 }
 #undef lyco_bypass_fwd
 
 int main(void) {
     static float y[8 * 32];
     char detail[800];
-    int rc = header_example(y);
+    int rc = header_example();
+    memcpy(y, spy_y, sizeof spy_y);
     snprintf(detail, sizeof detail, "returned %d", rc);
     report(rc == 0, "the example returns 0", detail);
     snprintf(detail, sizeof detail, "%d call(s), %s %s", spy_calls, spy_status == LYCO_STATUS_COUNT ? "never called" : lyco_status_name(spy_status), spy_error);

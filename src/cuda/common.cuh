@@ -1,0 +1,420 @@
+/*
+ * common.cuh — device helpers shared by every CUDA kernel of lyco.
+ *
+ *  - dtype access: any operand (fp16, bf16, fp32; any strides; unaligned pointers) is read as an
+ *    exact fp32 and rounded (RNE) to the call's compute dtype CT in registers; outputs are
+ *    rounded once (RNE: __float2bfloat16_rn / __float2half_rn, bit-identical to the host's
+ *    integer conversions except for NaN payloads);
+ *  - tile staging: global → registers (8-element chunks, 16-byte vector loads where the view
+ *    allows, zero fill outside the matrix) → shared memory in CT; loads of the next tile are
+ *    issued before the current one is consumed;
+ *  - warp-level products: mma.sync m16n8k16 (bf16/fp16 operands, fp32 accumulators; sm_80+)
+ *    or, for fp32 compute, FFMA with the same accumulator layout, so every epilogue maps
+ *    registers to (row, col) the same way. Operands are read from shared memory through
+ *    (row, k) accessors, so a tile stored in its global orientation serves either operand role
+ *    (TA/TB = the k axis is the tile's row axis);
+ *  - deterministic reductions: fixed-order warp shuffles and fixed-order cross-warp sums.
+ *
+ * Every kernel uses NT = 256 threads and at most 48 KB of static shared memory unless its
+ * launcher sizes dynamic shared memory from the device's opt-in limit, so no launch fails for
+ * resources on sm_80…sm_120 (__launch_bounds__(NT) keeps registers ≤ 255 per thread).
+ */
+#ifndef LYCO_CUDA_COMMON_CUH
+#define LYCO_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/kern.h"
+
+extern "C" {
+#include "core/core.h"
+}
+
+#define NT 256
+typedef long long i64;
+typedef __nv_bfloat16 bf16_t;
+typedef __half f16_t;
+
+enum { DT_F16 = 0, DT_BF16 = 1, DT_F32 = 2 };
+
+/* Host: check a CUDA call; on failure record it and return LYCO_ERR_BACKEND. */
+#define LK_CHECK(call)                                                                              \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess)                                                                      \
+            return lyco_fail(LYCO_ERR_BACKEND, "cuda: %s failed: %s (%s)", #call, cudaGetErrorName(e_), \
+                             cudaGetErrorString(e_));                                               \
+    } while (0)
+#define LK_LAUNCHED(what)                                                                           \
+    do {                                                                                            \
+        cudaError_t e_ = cudaGetLastError();                                                        \
+        if (e_ != cudaSuccess)                                                                      \
+            return lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of %s failed: %s (%s)", what,          \
+                             cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
+    } while (0)
+
+static inline i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
+
+/* ---------------------------------------------------------------------------------------------
+ * scalar conversions
+ * ------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ int dt_size(int dt) { return dt == DT_F32 ? 4 : 2; }
+
+__device__ __forceinline__ float bits16_to_f(unsigned h, int dt) {
+    return dt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* Load one element at byte address p (any alignment when unal). */
+__device__ __forceinline__ float ld_elem(const char *p, int dt, bool unal) {
+    if (dt == DT_F32) {
+        unsigned u;
+        if (unal) {
+            const unsigned char *b = (const unsigned char *)p;
+            u = (unsigned)b[0] | ((unsigned)b[1] << 8) | ((unsigned)b[2] << 16) | ((unsigned)b[3] << 24);
+        } else {
+            u = *(const unsigned *)p;
+        }
+        return __uint_as_float(u);
+    }
+    unsigned h;
+    if (unal) {
+        const unsigned char *b = (const unsigned char *)p;
+        h = (unsigned)b[0] | ((unsigned)b[1] << 8);
+    } else {
+        h = *(const unsigned short *)p;
+    }
+    return bits16_to_f(h, dt);
+}
+
+/* Bits of RN_dt(v). */
+__device__ __forceinline__ unsigned f_to_bits(float v, int dt) {
+    if (dt == DT_F32) return __float_as_uint(v);
+    if (dt == DT_BF16) return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v));
+    return (unsigned)__half_as_ushort(__float2half_rn(v));
+}
+
+__device__ __forceinline__ void st_elem(char *p, int dt, bool unal, float v) {
+    unsigned u = f_to_bits(v, dt);
+    if (dt == DT_F32) {
+        if (unal) {
+            for (int i = 0; i < 4; i++) p[i] = (char)(u >> (8 * i));
+        } else {
+            *(unsigned *)p = u;
+        }
+    } else {
+        if (unal) {
+            p[0] = (char)u;
+            p[1] = (char)(u >> 8);
+        } else {
+            *(unsigned short *)p = (unsigned short)u;
+        }
+    }
+}
+
+/* RN_dt(v) as a float */
+__device__ __forceinline__ float round_to(float v, int dt) {
+    if (dt == DT_F32) return v;
+    if (dt == DT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return __half2float(__float2half_rn(v));
+}
+
+/* Compute-dtype traits: CT is bf16_t, f16_t or float. */
+template <typename CT> struct ct_of;
+template <> struct ct_of<bf16_t> {
+    static const int dt = DT_BF16;
+    static __device__ __forceinline__ bf16_t from(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ float to(bf16_t v) { return __bfloat162float(v); }
+};
+template <> struct ct_of<f16_t> {
+    static const int dt = DT_F16;
+    static __device__ __forceinline__ f16_t from(float v) { return __float2half_rn(v); }
+    static __device__ __forceinline__ float to(f16_t v) { return __half2float(v); }
+};
+template <> struct ct_of<float> {
+    static const int dt = DT_F32;
+    static __device__ __forceinline__ float from(float v) { return v; }
+    static __device__ __forceinline__ float to(float v) { return v; }
+};
+template <typename CT> __device__ __forceinline__ float rnd_ct(float v) { return ct_of<CT>::to(ct_of<CT>::from(v)); }
+
+/* ---------------------------------------------------------------------------------------------
+ * views
+ * ------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ const char *vaddr(const lk_view &v, i64 r, i64 c) {
+    return (const char *)v.p + (r * v.s0 + c * v.s1) * (i64)dt_size(v.dt);
+}
+/* Element (r, c) widened exactly to fp32 (no bounds check). */
+__device__ __forceinline__ float vload(const lk_view &v, i64 r, i64 c) {
+    return ld_elem(vaddr(v, r, c), v.dt, v.flags & LK_UNALIGNED);
+}
+__device__ __forceinline__ void vstore(const lk_view &v, i64 r, i64 c, float x) {
+    st_elem((char *)vaddr(v, r, c), v.dt, v.flags & LK_UNALIGNED, x);
+}
+/* Element i of a 1×n vector view, or `dflt` when the view is absent. */
+__device__ __forceinline__ float vget(const lk_view &v, i64 i, float dflt) {
+    return v.p ? vload(v, 0, i) : dflt;
+}
+/* True when chunks along columns are better mapped with rows fastest (column-major storage). */
+__device__ __forceinline__ bool v_colmajor(const lk_view &v) { return v.rows > 1 && v.s0 == 1 && v.s1 != 1; }
+
+/* 8 consecutive elements (r, c..c+7) as fp32; zero outside the matrix. */
+__device__ __forceinline__ void vload8(float (&o)[8], const lk_view &v, i64 r, i64 c) {
+    if (r < v.rows && c + 8 <= v.cols && (v.flags & LK_VEC)) {
+        const char *p = vaddr(v, r, c);
+        if (v.dt == DT_F32) {
+            float4 a = *(const float4 *)p, b = *(const float4 *)(p + 16);
+            o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+            o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+        } else {
+            uint4 u = *(const uint4 *)p;
+            unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                o[2 * i] = bits16_to_f(w[i] & 0xffffu, v.dt);
+                o[2 * i + 1] = bits16_to_f(w[i] >> 16, v.dt);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = (r < v.rows && c + e < v.cols) ? vload(v, r, c + e) : 0.0f;
+}
+
+/* Store 8 consecutive elements (r, c..c+7), each rounded once to the view's dtype; bounds kept. */
+__device__ __forceinline__ void vstore8(const lk_view &v, i64 r, i64 c, const float (&x)[8]) {
+    if (r >= v.rows) return;
+    if (c + 8 <= v.cols && (v.flags & LK_VEC)) {
+        char *p = (char *)vaddr(v, r, c);
+        if (v.dt == DT_F32) {
+            *(float4 *)p = make_float4(x[0], x[1], x[2], x[3]);
+            *(float4 *)(p + 16) = make_float4(x[4], x[5], x[6], x[7]);
+        } else {
+            unsigned w[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) w[i] = f_to_bits(x[2 * i], v.dt) | (f_to_bits(x[2 * i + 1], v.dt) << 16);
+            *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (c + e < v.cols) vstore(v, r, c + e, x[e]);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * tile staging: an R×C tile of a view, in 8-column chunks spread over the NT threads.
+ * Chunk q covers (rr, cc..cc+7); row-major views take columns fastest (coalesced 16-byte
+ * loads), column-major views take rows fastest (coalesced scalar loads).
+ * ------------------------------------------------------------------------------------------- */
+template <int R, int C> struct tile_regs {
+    static const int NCH = R * C / 8;
+    static const int CH = (NCH + NT - 1) / NT;
+    float v[CH][8];
+};
+
+template <int R, int C> __device__ __forceinline__ void chunk_pos(int q, bool colmajor, int &rr, int &cc) {
+    if (colmajor) {
+        rr = q % R;
+        cc = (q / R) * 8;
+    } else {
+        rr = q / (C / 8);
+        cc = (q % (C / 8)) * 8;
+    }
+}
+
+template <int R, int C>
+__device__ __forceinline__ void tile_load(tile_regs<R, C> &t, const lk_view &v, i64 r0, i64 c0, bool colmajor) {
+#pragma unroll
+    for (int k = 0; k < tile_regs<R, C>::CH; k++) {
+        int q = threadIdx.x + k * NT;
+        if (q < tile_regs<R, C>::NCH) {
+            int rr, cc;
+            chunk_pos<R, C>(q, colmajor, rr, cc);
+            vload8(t.v[k], v, r0 + rr, c0 + cc);
+        }
+    }
+}
+
+/* Round each staged value to CT and store into s[rr*ld + cc + e]. */
+template <typename CT, int R, int C>
+__device__ __forceinline__ void tile_store(const tile_regs<R, C> &t, CT *s, int ld, bool colmajor) {
+#pragma unroll
+    for (int k = 0; k < tile_regs<R, C>::CH; k++) {
+        int q = threadIdx.x + k * NT;
+        if (q < tile_regs<R, C>::NCH) {
+            int rr, cc;
+            chunk_pos<R, C>(q, colmajor, rr, cc);
+#pragma unroll
+            for (int e = 0; e < 8; e++) s[rr * ld + cc + e] = ct_of<CT>::from(t.v[k][e]);
+        }
+    }
+}
+
+/* Split store: hi = RN_CT(v), lo = RN_CT(v - hi), so hi + lo carries ~2× CT's precision
+   (exact products on the tensor cores, two MMAs per operand pair). */
+template <typename CT, int R, int C>
+__device__ __forceinline__ void tile_store_split(const tile_regs<R, C> &t, CT *hi, CT *lo, int ld, bool colmajor) {
+#pragma unroll
+    for (int k = 0; k < tile_regs<R, C>::CH; k++) {
+        int q = threadIdx.x + k * NT;
+        if (q < tile_regs<R, C>::NCH) {
+            int rr, cc;
+            chunk_pos<R, C>(q, colmajor, rr, cc);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                CT h = ct_of<CT>::from(t.v[k][e]);
+                hi[rr * ld + cc + e] = h;
+                if (lo) lo[rr * ld + cc + e] = ct_of<CT>::from(t.v[k][e] - ct_of<CT>::to(h));
+            }
+        }
+    }
+}
+
+/* Zero an R×C region of a shared tile. */
+template <typename CT> __device__ __forceinline__ void smem_zero(CT *s, int n) {
+    for (int i = threadIdx.x; i < n; i += NT) s[i] = ct_of<CT>::from(0.0f);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * warp-level products. The warp owns an (MI·16) × (NI·8) block of C at (m0, n0).
+ * A(m, k) = TA ? As[k*lda + m] : As[m*lda + k];   B(n, k) = TB ? Bs[k*ldb + n] : Bs[n*ldb + k].
+ * Accumulator element (mi, ni, e) sits at row m0 + mi*16 + g + 8*(e>>1), col n0 + ni*8 + 2t + (e&1)
+ * with g = lane/4, t = lane%4.
+ * ------------------------------------------------------------------------------------------- */
+template <typename CT> __device__ __forceinline__ unsigned short ct_bits(CT v);
+template <> __device__ __forceinline__ unsigned short ct_bits<bf16_t>(bf16_t v) { return __bfloat16_as_ushort(v); }
+template <> __device__ __forceinline__ unsigned short ct_bits<f16_t>(f16_t v) { return __half_as_ushort(v); }
+
+/* elements (row, k) and (row, k+1) of a 16-bit operand, packed */
+template <typename CT, bool TR>
+__device__ __forceinline__ unsigned ld_pair(const CT *s, int ld, int row, int k) {
+    if (!TR) return *(const unsigned *)(s + row * ld + k);
+    return (unsigned)ct_bits<CT>(s[k * ld + row]) | ((unsigned)ct_bits<CT>(s[(k + 1) * ld + row]) << 16);
+}
+
+template <typename CT> __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
+template <> __device__ __forceinline__ void mma16816<bf16_t>(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma16816<f16_t>(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* C += A·Bᵀ over k in [0, kk) (kk a multiple of 16). */
+template <typename CT, int MI, int NI, bool TA, bool TB> struct warp_mma {
+    static __device__ __forceinline__ void run(float (&acc)[MI][NI][4], const CT *As, int lda, const CT *Bs, int ldb,
+                                               int m0, int n0, int kk) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        for (int k0 = 0; k0 < kk; k0 += 16) {
+            unsigned a[MI][4], b[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                int m = m0 + mi * 16 + g;
+                a[mi][0] = ld_pair<CT, TA>(As, lda, m, k0 + 2 * t);
+                a[mi][1] = ld_pair<CT, TA>(As, lda, m + 8, k0 + 2 * t);
+                a[mi][2] = ld_pair<CT, TA>(As, lda, m, k0 + 2 * t + 8);
+                a[mi][3] = ld_pair<CT, TA>(As, lda, m + 8, k0 + 2 * t + 8);
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) {
+                int n = n0 + ni * 8 + g;
+                b[ni][0] = ld_pair<CT, TB>(Bs, ldb, n, k0 + 2 * t);
+                b[ni][1] = ld_pair<CT, TB>(Bs, ldb, n, k0 + 2 * t + 8);
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) mma16816<CT>(acc[mi][ni], a[mi], b[ni]);
+        }
+    }
+};
+
+/* fp32 compute: FFMA in IEEE fp32 with the same accumulator layout. */
+template <int MI, int NI, bool TA, bool TB> struct warp_mma<float, MI, NI, TA, TB> {
+    static __device__ __forceinline__ void run(float (&acc)[MI][NI][4], const float *As, int lda, const float *Bs,
+                                               int ldb, int m0, int n0, int kk) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        for (int k = 0; k < kk; k++) {
+            float a[MI][2], b[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                int m = m0 + mi * 16 + g;
+                a[mi][0] = TA ? As[k * lda + m] : As[m * lda + k];
+                a[mi][1] = TA ? As[k * lda + m + 8] : As[(m + 8) * lda + k];
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) {
+                int n = n0 + ni * 8 + 2 * t;
+                b[ni][0] = TB ? Bs[k * ldb + n] : Bs[n * ldb + k];
+                b[ni][1] = TB ? Bs[k * ldb + n + 1] : Bs[(n + 1) * ldb + k];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    acc[mi][ni][0] = fmaf(a[mi][0], b[ni][0], acc[mi][ni][0]);
+                    acc[mi][ni][1] = fmaf(a[mi][0], b[ni][1], acc[mi][ni][1]);
+                    acc[mi][ni][2] = fmaf(a[mi][1], b[ni][0], acc[mi][ni][2]);
+                    acc[mi][ni][3] = fmaf(a[mi][1], b[ni][1], acc[mi][ni][3]);
+                }
+        }
+    }
+};
+
+template <int MI, int NI> __device__ __forceinline__ void acc_zero(float (&acc)[MI][NI][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+}
+
+/* Row / column (within the block tile) of accumulator element (mi, ni, e) of this thread. */
+__device__ __forceinline__ int acc_row(int m0, int mi, int e) { return m0 + mi * 16 + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
+__device__ __forceinline__ int acc_col(int n0, int ni, int e) { return n0 + ni * 8 + 2 * (threadIdx.x & 3) + (e & 1); }
+
+/* Accumulators → fp32 shared tile Cs[row*ldc + col], each scaled by rowc[row] (NULL = 1). */
+template <int MI, int NI>
+__device__ __forceinline__ void acc_to_smem(const float (&acc)[MI][NI][4], float *Cs, int ldc, int m0, int n0, const float *rowc) {
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = acc_row(m0, mi, e), c = acc_col(n0, ni, e);
+                Cs[r * ldc + c] = acc[mi][ni][e] * (rowc ? rowc[r] : 1.0f);
+            }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * deterministic block reductions
+ * ------------------------------------------------------------------------------------------- */
+/* Sum of v over the block (fixed order); the result is valid in thread 0. red: NT/32 floats. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < NT / 32; w++) s += red[w];
+    __syncthreads();
+    return s;
+}
+
+/* σs as the products see it: RN_CT(σs), or 1. */
+template <typename CT> __device__ __forceinline__ float sigma_ct(const lk_view &sg) {
+    return sg.p ? rnd_ct<CT>(vload(sg, 0, 0)) : 1.0f;
+}
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * kern.h — the plain-C interface between the CUDA backend's dispatcher (backend.c) and its
+ * kernels (*.cu). The dispatcher turns a validated lyco_call into the structs below (2-D strided
+ * views of every operand, the resolved scalars); each launcher returns lyco_status and reports a
+ * failed CUDA call as LYCO_ERR_BACKEND with the CUDA error string (lyco_fail).
+ *
+ * Views: every operand is seen as a rows×cols matrix with element (r, c) at byte address
+ *   p + (r·s0 + c·s1)·elem_size
+ * (conv weights are flattened to O×(I·K), activations to tokens×features, vectors to 1×n).
+ * Views are built only when the tensor's dims collapse to two strides (backend.c declines the
+ * rest). Flags: LK_UNALIGNED — p is not a multiple of the element size (byte-wise access);
+ * LK_VEC — s1 == 1 and p, s0·elem_size are multiples of 16 (16-byte vector access).
+ */
+#ifndef LYCO_CUDA_KERN_H
+#define LYCO_CUDA_KERN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LK_UNALIGNED 1
+#define LK_VEC 2
+
+typedef struct {
+    const void *p;       /* element (0, 0); NULL = absent */
+    int64_t s0, s1;      /* strides in elements */
+    int64_t rows, cols;
+    int32_t dt;          /* lyco_dtype: 0 fp16, 1 bf16, 2 fp32 */
+    int32_t flags;       /* LK_* */
+} lk_view;
+
+/* The LoCon factors and the scalars of one call (linear, or conv flattened to I·K columns). */
+typedef struct {
+    int32_t ct;          /* compute dtype */
+    int64_t O, IK, K, r; /* K = kernel positions per input channel (1 for linear) */
+    lk_view U, D;        /* up O×r, down r×IK */
+    lk_view mask;        /* rank mask: merge = q_o (1×O), bypass = q_i (1×r); p NULL = none */
+    lk_view sigma;       /* σs (1×1) on the device; p NULL = 1 */
+    double s, m;         /* scale and multiplier */
+} lk_locon;
+
+/* DoRA (ALGORITHMS.md §1.6) on top of an additive ΔW. */
+typedef struct {
+    int32_t on;          /* 0 = no DoRA */
+    int32_t on_out;      /* 1 = norm per output row, 0 = per input channel (column j → j / K) */
+    lk_view d;           /* dora_scale, 1×kept */
+    double eps;          /* machine epsilon of dora_scale's dtype */
+    lk_view grad_d;      /* ∂L/∂dora_scale (1×kept), p NULL = not wanted */
+} lk_dora;
+
+/* Device facts the tile choices read (cudaGetDeviceProperties, once per call). */
+typedef struct {
+    int32_t sms;
+    int32_t smem_optin;  /* max dynamic shared memory per block (bytes) */
+    int32_t cc_major;
+} lk_device;
+
+typedef struct {
+    lk_locon L;
+    lk_dora dora;
+    lk_view W, out;      /* W may be absent in delta mode without DoRA */
+    int32_t mode;        /* lyco_merge_mode */
+} lk_merge_fwd_args;
+
+typedef struct {
+    lk_locon L;
+    lk_dora dora;
+    lk_view W, G;        /* G = ∂L/∂W'' */
+    lk_view gU, gD, gsigma;  /* gradients (p NULL = not wanted) */
+} lk_merge_bwd_args;
+
+typedef struct {
+    lk_locon L;
+    lk_view x, y0, y;    /* y0 p NULL = write Δ alone */
+    int64_t T;           /* tokens */
+} lk_bypass_fwd_args;
+
+typedef struct {
+    lk_locon L;
+    lk_view x, dy, dx, dy0;  /* dx / dy0 p NULL = not wanted */
+    lk_view gU, gD, gsigma;
+    int64_t T;
+} lk_bypass_bwd_args;
+
+/* Launchers (locon.cu, dora.cu). stream is a cudaStream_t. */
+int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream);
+int lk_locon_merge_bwd(const lk_merge_bwd_args *a, const lk_device *dev, void *stream);
+int lk_locon_bypass_fwd(const lk_bypass_fwd_args *a, const lk_device *dev, void *stream, char *why, size_t why_len);
+int lk_locon_bypass_bwd(const lk_bypass_bwd_args *a, const lk_device *dev, void *stream, char *why, size_t why_len);
+
+/* Elementwise helpers (util.cu): dst = RN_dst(RN_ct(src)) (src p NULL: dst = 0), any strides. */
+int lk_copy_round(const lk_view *dst, const lk_view *src, int32_t ct, void *stream);
+
+/* Stream-ordered scratch (util.cu): cudaMallocAsync / cudaFreeAsync on the call's stream. */
+int lk_scratch_alloc(void **p, size_t bytes, void *stream);
+int lk_scratch_free(void *p, void *stream);
+int lk_device_query(lk_device *dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
