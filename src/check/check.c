@@ -230,8 +230,10 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
         K = (dir == LYCO_DIR_BYPASS_BWD ? (double)c->tokens * sp : reduction_length(c, LYCO_DIR_MERGE_BWD)) * (double)c->O;
     }
     double per = ldexp(1.0, lyco_dtype_precision(out) - lyco_dtype_precision(compute));
-    double acc = out != LYCO_F32 ? 0.5 : full_reduction ? 8.0 + 0.5 * K : 8.0 + 1.5 * sqrt(K);
-    if (!eager) return 1.0 + acc + (rounds_intermediate(c, dir) ? 2.0 * per : 0.0);
+    double acc = out != LYCO_F32 ? 0.5 + (full_reduction ? ldexp(0.5 * K, lyco_dtype_precision(out) - 24) : 0.0)
+                 : full_reduction ? 8.0 + 0.5 * K : 8.0 + 1.5 * sqrt(K);
+    double inter = rounds_intermediate(c, dir) ? 2.0 * per * (full_reduction ? sqrt(K) : 1.0) : 0.0;
+    if (!eager) return 1.0 + acc + inter;
     /* the eager twin rounds every intermediate to the compute dtype: up to a few dozen stages of
        0.5 ULP_compute times their gain */
     double stage = compute == LYCO_F32 || full_reduction ? 0.5 * sqrt(K) : 0.5;

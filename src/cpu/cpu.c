@@ -11,7 +11,8 @@
 lyco_status lyco_cpu_run(const lyco_call *c, char *why, size_t why_len) {
     cpu_entry e = NULL;
     switch (c->a->algo) {
-    case LYCO_ALGO_LOCON: e = cpu_locon; break;
+    case LYCO_ALGO_LOCON:
+    case LYCO_ALGO_DYLORA: e = cpu_locon; break;
     default: break;
     }
     if (!e) {

@@ -12,7 +12,16 @@
  *             NUMERICS.md §1.6), y = y0 + h · (Ū·m·σs)ᵀ — ΔW never exists; x, y0 read once, y written once
  * bypass bwd (linear): per tile: h recomputed; gh = dy · (Ū·m·σs) computed once and used twice:
  *             dx = gh · P and G_P += ghᵀ · x; G_Ū += dyᵀ · h; G_σs = ⟨G_Ūraw, Ū·m⟩ at the end.
- * Conv bypass takes the eager twin for now (the path report says so).
+ * DyLoRA (ALGORITHMS.md §2.8) is the same computation over the active ranks only (r = t·bs
+ * of the stored r_total, s = α/t resolved by the api layer); its gradients go to block t* alone
+ * (the frozen blocks' gradients are written as zeros).
+ * bypass (conv, plain and Tucker — Tucker's 1×1 down then k×k mid is one k×k conv with P):
+ *             per image and tile of TP output positions: the im2col rows Xt (TP × I·K) from a
+ *             cached fp32 copy of the image, hᵀ = rnd_T(P · Xtᵀ) (r × TP), yᵀ = y0ᵀ + Ū'·hᵀ;
+ *             backward: ghᵀ = Ū'ᵀ·dyᵀ once, G_P += ghᵀ·Xt, G_Ū += dyᵀ·h, dXt = gh·P scattered
+ *             back (col2im) into a per-thread fp32 image, reduced in thread order.
+ * DoRA in bypass takes the eager twin: y = op(x, W'' − W) needs x·Wᵀ (the base GEMM again)
+ * unless the caller's bias were passed with y0 (the path report says so).
  *
  * Extra memory: P and Ū (r·I·K + O·r floats); per thread one tile (TB × (I + O + 2r) floats) and
  * the gradient partials (r·I·K + O·r floats).
@@ -23,10 +32,13 @@
 #include "cpu.h"
 
 #define TB 32
+#define TP 64
 
 typedef struct {
     const lyco_call *c;
     int64_t O, r, IK;
+    int64_t r_total;     /* ranks stored in the tensors (DyLoRA: more than the active r) */
+    int64_t g_first;     /* first rank that receives gradients (DyLoRA: block t*; else 0) */
     float *P, *U;        /* P (r×IK), Ū (O×r, masks and s folded in) */
     float *Uraw;         /* U as rounded (O×r), for the Tucker/σs chains */
     float *D, *M;        /* Tucker: D (r×I), M (r×r×K) */
@@ -57,13 +69,24 @@ static lyco_status locon_prepare(const lyco_call *c, locon_t *s, bool grads) {
     s->c = c;
     s->O = d->O;
     s->r = d->r;
+    s->r_total = d->r;
+    if (c->a->algo == LYCO_ALGO_DYLORA) {
+        s->r = d->dyl_bs * d->dyl_blocks;
+        s->g_first = s->r - d->dyl_bs;
+    }
     s->IK = d->I * d->K;
     s->nt = cpu_threads();
     s->P = calloc((size_t)(s->r * s->IK + 1), sizeof(float));
     s->U = calloc((size_t)(s->O * s->r + 1), sizeof(float));
     s->Uraw = calloc((size_t)(s->O * s->r + 1), sizeof(float));
     if (!s->P || !s->U || !s->Uraw) return lyco_fail(LYCO_ERR_NOMEM, "cpu locon: out of memory");
-    cpu_load_all(c->a->tensor[LYCO_LORA_UP], T, s->Uraw);
+    if (s->r == s->r_total) {
+        cpu_load_all(c->a->tensor[LYCO_LORA_UP], T, s->Uraw);
+    } else { /* the active columns of U and rows of D only */
+        cpu_view uv;
+        cpu_view_init(&uv, c->a->tensor[LYCO_LORA_UP], 1);
+        for (int64_t o = 0; o < s->O; o++) cpu_load(&uv, o, 0, s->r, T, s->Uraw + o * s->r);
+    }
     if (d->tucker) {
         s->D = calloc((size_t)(s->r * d->I + 1), sizeof(float));
         s->M = calloc((size_t)(s->r * s->r * d->K + 1), sizeof(float));
@@ -78,7 +101,9 @@ static lyco_status locon_prepare(const lyco_call *c, locon_t *s, bool grads) {
                     s->P[(i * d->I + ch) * d->K + k] = acc;
                 }
     } else {
-        cpu_load_all(c->a->tensor[LYCO_LORA_DOWN], T, s->P);
+        cpu_view dv;
+        cpu_view_init(&dv, c->a->tensor[LYCO_LORA_DOWN], 1);
+        for (int64_t i = 0; i < s->r; i++) cpu_load(&dv, i, 0, s->IK, T, s->P + i * s->IK);
     }
     float sc = (float)c->s;
     for (int64_t o = 0; o < s->O; o++)
@@ -116,18 +141,29 @@ static lyco_status store_grads(const locon_t *s, const float *gU_total, bool byp
     float *gP = s->gP;
     for (int t = 1; t < s->nt; t++)
         for (int64_t n = 0; n < nP; n++) gP[n] += s->gP[(size_t)t * (size_t)nP + n];
+    int64_t rt = s->r_total;
     if (c->g->grad[LYCO_LORA_UP]) {
-        float *gu = malloc(sizeof(float) * (size_t)(s->O * s->r + 1));
+        float *gu = calloc((size_t)(s->O * rt + 1), sizeof(float));
         if (!gu) return lyco_fail(LYCO_ERR_NOMEM, "cpu locon: out of memory");
         float sc = (float)c->s;
         for (int64_t o = 0; o < s->O; o++)
-            for (int64_t i = 0; i < s->r; i++)
-                gu[o * s->r + i] = gU_total[o * s->r + i] * sc * (bypass ? mask_at(c, i) : mask_at(c, o));
+            for (int64_t i = s->g_first; i < s->r; i++)
+                gu[o * rt + i] = gU_total[o * s->r + i] * sc * (bypass ? mask_at(c, i) : mask_at(c, o));
         cpu_store_all(c->g->grad[LYCO_LORA_UP], gu);
         free(gu);
     }
     if (!d->tucker) {
-        if (c->g->grad[LYCO_LORA_DOWN]) cpu_store_all(c->g->grad[LYCO_LORA_DOWN], gP);
+        if (c->g->grad[LYCO_LORA_DOWN]) {
+            if (rt != s->r || s->g_first) { /* DyLoRA: rows of block t* only */
+                float *gd = calloc((size_t)(rt * s->IK + 1), sizeof(float));
+                if (!gd) return lyco_fail(LYCO_ERR_NOMEM, "cpu locon: out of memory");
+                memcpy(gd + s->g_first * s->IK, gP + s->g_first * s->IK, sizeof(float) * (size_t)((s->r - s->g_first) * s->IK));
+                cpu_store_all(c->g->grad[LYCO_LORA_DOWN], gd);
+                free(gd);
+            } else {
+                cpu_store_all(c->g->grad[LYCO_LORA_DOWN], gP);
+            }
+        }
         return LYCO_OK;
     }
     float *gM = calloc((size_t)(s->r * s->r * d->K + 1), sizeof(float)), *gD = calloc((size_t)(s->r * d->I + 1), sizeof(float));
@@ -257,6 +293,182 @@ static lyco_status bypass_bwd(const lyco_call *c, locon_t *s) {
     return st;
 }
 
+/* ---- bypass, conv layers (im2col per tile of output positions) ---- */
+
+typedef struct {
+    int64_t I, K, r, O, nd;
+    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
+    int64_t sin, sout;
+} conv_geo;
+
+static void conv_geo_init(const lyco_call *c, int64_t r, conv_geo *g) {
+    const lyco_layer *l = &c->a->layer;
+    memset(g, 0, sizeof *g);
+    g->I = c->dims.I;
+    g->K = c->dims.K;
+    g->r = r;
+    g->O = c->dims.O;
+    g->nd = l->conv_dims;
+    for (int i = 0; i < 3; i++) {
+        bool used = i < l->conv_dims;
+        g->in[i] = used ? c->sp_in[i] : 1;
+        g->out[i] = used ? c->sp_out[i] : 1;
+        g->k[i] = used ? l->kernel[i] : 1;
+        g->st[i] = used ? l->stride[i] : 1;
+        g->pad[i] = used ? l->padding[i] : 0;
+        g->dil[i] = used ? l->dilation[i] : 1;
+    }
+    g->sin = c->sp_in_n;
+    g->sout = c->sp_out_n;
+}
+
+/* input offset (within one channel plane) of output position p and kernel offset kk, or -1 */
+static inline int64_t conv_src(const conv_geo *g, int64_t p, int64_t kk) {
+    int64_t p0 = p / (g->out[1] * g->out[2]), p1 = (p / g->out[2]) % g->out[1], p2 = p % g->out[2];
+    int64_t k0 = kk / (g->k[1] * g->k[2]), k1 = (kk / g->k[2]) % g->k[1], k2 = kk % g->k[2];
+    int64_t q0 = p0 * g->st[0] - g->pad[0] + k0 * g->dil[0];
+    int64_t q1 = p1 * g->st[1] - g->pad[1] + k1 * g->dil[1];
+    int64_t q2 = p2 * g->st[2] - g->pad[2] + k2 * g->dil[2];
+    if (q0 < 0 || q0 >= g->in[0] || q1 < 0 || q1 >= g->in[1] || q2 < 0 || q2 >= g->in[2]) return -1;
+    return (q0 * g->in[1] + q1) * g->in[2] + q2;
+}
+
+/* Xt[t][c·K + kk] for positions p0 .. p0+np of one image held as img (I × sin) */
+static void im2col(const conv_geo *g, const float *img, int64_t p0, int64_t np, float *Xt) {
+    int64_t IK = g->I * g->K;
+    for (int64_t t = 0; t < np; t++)
+        for (int64_t kk = 0; kk < g->K; kk++) {
+            int64_t src = conv_src(g, p0 + t, kk);
+            for (int64_t ch = 0; ch < g->I; ch++) Xt[t * IK + ch * g->K + kk] = src < 0 ? 0.0f : img[ch * g->sin + src];
+        }
+}
+
+static void col2im_add(const conv_geo *g, const float *dXt, int64_t p0, int64_t np, float *img) {
+    int64_t IK = g->I * g->K;
+    for (int64_t t = 0; t < np; t++)
+        for (int64_t kk = 0; kk < g->K; kk++) {
+            int64_t src = conv_src(g, p0 + t, kk);
+            if (src < 0) continue;
+            for (int64_t ch = 0; ch < g->I; ch++) img[ch * g->sin + src] += dXt[t * IK + ch * g->K + kk];
+        }
+}
+
+static lyco_status conv_bypass_fwd(const lyco_call *c, locon_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    conv_geo g;
+    conv_geo_init(c, s->r, &g);
+    int64_t IK = g.I * g.K, O = g.O, r = g.r, ntiles = (g.sout + TP - 1) / TP;
+    cpu_view xv, y0v, yv;
+    cpu_view_init(&xv, b->x, 2);
+    cpu_view_init(&yv, c->y, 2);
+    bool add = b->y0 && !(b->flags & LYCO_BYPASS_DELTA_ONLY);
+    if (add) cpu_view_init(&y0v, b->y0, 2);
+    float f = (float)(c->m) * cpu_sigma(c);
+    for (int64_t n = 0; n < O * r; n++) s->U[n] *= f;
+    size_t per = (size_t)(TP * IK + r * TP + O * TP);
+    float *img = malloc(sizeof(float) * (size_t)(g.I * g.sin + 1)), *work = malloc(sizeof(float) * ((size_t)s->nt * per + 1));
+    if (!img || !work) {
+        free(img);
+        free(work);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu locon conv bypass: out of memory");
+    }
+    for (int64_t n = 0; n < c->tokens; n++) {
+        for (int64_t ch = 0; ch < g.I; ch++) cpu_load(&xv, n * g.I + ch, 0, g.sin, T, img + ch * g.sin);
+#pragma omp parallel for schedule(static)
+        for (int64_t tile = 0; tile < ntiles; tile++) {
+            float *Xt = work + (size_t)cpu_thread_id() * per, *hT = Xt + TP * IK, *yT = hT + r * TP;
+            int64_t p0 = tile * TP, np = g.sout - p0 < TP ? g.sout - p0 : TP;
+            im2col(&g, img, p0, np, Xt);
+            cpu_gemm_nt(r, np, IK, s->P, IK, Xt, IK, hT, np, false);   /* hᵀ = P · Xtᵀ */
+            cpu_round(hT, r * np, T);
+            if (add)
+                for (int64_t o = 0; o < O; o++) cpu_load(&y0v, n * O + o, p0, np, T, yT + o * np);
+            cpu_gemm_nn(O, np, r, s->U, r, hT, np, yT, np, add);        /* yᵀ (+)= Ū'·hᵀ */
+            for (int64_t o = 0; o < O; o++) cpu_store(&yv, n * O + o, p0, np, yT + o * np);
+        }
+    }
+    free(img);
+    free(work);
+    return LYCO_OK;
+}
+
+static lyco_status conv_bypass_bwd(const lyco_call *c, locon_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    conv_geo g;
+    conv_geo_init(c, s->r, &g);
+    int64_t IK = g.I * g.K, O = g.O, r = g.r, ntiles = (g.sout + TP - 1) / TP;
+    cpu_view xv, dyv, dxv, dy0v;
+    cpu_view_init(&xv, b->x, 2);
+    cpu_view_init(&dyv, c->dy, 2);
+    if (c->dx) cpu_view_init(&dxv, c->dx, 2);
+    bool delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    if (c->dy0) cpu_view_init(&dy0v, c->dy0, 2);
+    float f = (float)(c->m) * cpu_sigma(c);
+    size_t per = (size_t)(2 * TP * IK + 2 * r * TP + O * TP);
+    size_t imgn = (size_t)(g.I * g.sin);
+    float *Uf = malloc(sizeof(float) * (size_t)(O * r + 1)), *img = malloc(sizeof(float) * (imgn + 1));
+    float *work = malloc(sizeof(float) * ((size_t)s->nt * per + 1)), *dimg = calloc((size_t)s->nt * imgn + 1, sizeof(float));
+    if (!Uf || !img || !work || !dimg) {
+        free(Uf);
+        free(img);
+        free(work);
+        free(dimg);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu locon conv bypass: out of memory");
+    }
+    for (int64_t n = 0; n < O * r; n++) Uf[n] = s->U[n] * f;
+    for (int64_t n = 0; n < c->tokens; n++) {
+        for (int64_t ch = 0; ch < g.I; ch++) cpu_load(&xv, n * g.I + ch, 0, g.sin, T, img + ch * g.sin);
+        if (c->dx) memset(dimg, 0, sizeof(float) * (size_t)s->nt * imgn);
+#pragma omp parallel for schedule(static)
+        for (int64_t tile = 0; tile < ntiles; tile++) {
+            int tid = cpu_thread_id();
+            float *Xt = work + (size_t)tid * per, *dXt = Xt + TP * IK, *hT = dXt + TP * IK, *ghT = hT + r * TP, *dyT = ghT + r * TP;
+            int64_t p0 = tile * TP, np = g.sout - p0 < TP ? g.sout - p0 : TP;
+            for (int64_t o = 0; o < O; o++) {
+                cpu_load(&dyv, n * O + o, p0, np, T, dyT + o * np);
+                if (c->dy0 && !delta_only) cpu_store(&dy0v, n * O + o, p0, np, dyT + o * np);
+            }
+            im2col(&g, img, p0, np, Xt);
+            cpu_gemm_nt(r, np, IK, s->P, IK, Xt, IK, hT, np, false);          /* hᵀ, as forward */
+            cpu_round(hT, r * np, T);
+            cpu_gemm_tn(r, np, O, Uf, r, dyT, np, ghT, np, false);             /* ghᵀ = Ū'ᵀ·dyᵀ, once */
+            cpu_gemm_nn(r, IK, np, ghT, np, Xt, IK, s->gP + (size_t)tid * (size_t)(r * IK), IK, true); /* G_P += ghᵀ·Xt */
+            cpu_gemm_nt(O, r, np, dyT, np, hT, np, s->gU + (size_t)tid * (size_t)(O * r), r, true);   /* G_Ū += dyᵀ·h */
+            if (c->dx) {
+                cpu_gemm_tn(np, IK, r, ghT, np, s->P, IK, dXt, IK, false);     /* dXt = gh·P */
+                col2im_add(&g, dXt, p0, np, dimg + (size_t)tid * imgn);
+            }
+        }
+        if (c->dx) {
+            for (int t = 1; t < s->nt; t++)
+                for (size_t i = 0; i < imgn; i++) dimg[i] += dimg[(size_t)t * imgn + i];
+            for (int64_t ch = 0; ch < g.I; ch++) cpu_store(&dxv, n * g.I + ch, 0, g.sin, dimg + ch * g.sin);
+        }
+    }
+    if (c->dy0 && delta_only)
+        for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
+    float *gU = s->gU;
+    for (int t = 1; t < s->nt; t++)
+        for (int64_t i = 0; i < O * r; i++) gU[i] += s->gU[(size_t)t * (size_t)(O * r) + i];
+    lyco_status st = LYCO_OK;
+    if (c->g && c->g->grad[LYCO_SCALAR]) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < O * r; i++) acc += gU[i] * s->U[i] * (float)c->m;
+        cpu_store_all(c->g->grad[LYCO_SCALAR], &acc);
+    }
+    if (c->g) {
+        for (int64_t i = 0; i < O * r; i++) gU[i] *= f;
+        st = store_grads(s, gU, true);
+    }
+    free(Uf);
+    free(img);
+    free(work);
+    free(dimg);
+    return st;
+}
+
 static void zero_all(const lyco_call *c) {
     if (!c->g) return;
     for (int sl = 0; sl < LYCO_SLOT_COUNT; sl++) {
@@ -289,12 +501,8 @@ static void bypass_dropped(const lyco_call *c) {
 
 lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV) {
-        snprintf(why, why_len, "cpu: locon conv bypass has no fused CPU kernel yet");
-        return LYCO_ERR_UNSUPPORTED;
-    }
     if (bypass && c->dims.dora) {
-        snprintf(why, why_len, "cpu: DoRA bypass has no fused CPU kernel yet");
+        snprintf(why, why_len, "cpu: DoRA bypass needs x·Wᵀ again; no fused CPU kernel yet");
         return LYCO_ERR_UNSUPPORTED;
     }
     if (bypass && c->dropped) {
@@ -309,8 +517,8 @@ lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
-        case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
-        default: st = bypass_bwd(c, &s); break;
+        case LYCO_DIR_BYPASS_FWD: st = c->a->layer.kind == LYCO_LAYER_CONV ? conv_bypass_fwd(c, &s) : bypass_fwd(c, &s); break;
+        default: st = c->a->layer.kind == LYCO_LAYER_CONV ? conv_bypass_bwd(c, &s) : bypass_bwd(c, &s); break;
         }
     }
     locon_free(&s);
