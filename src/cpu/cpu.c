@@ -13,6 +13,11 @@ lyco_status lyco_cpu_run(const lyco_call *c, char *why, size_t why_len) {
     switch (c->a->algo) {
     case LYCO_ALGO_LOCON:
     case LYCO_ALGO_DYLORA: e = cpu_locon; break;
+    case LYCO_ALGO_DIAG_OFT: e = cpu_diag_oft; break;
+    case LYCO_ALGO_BOFT: e = cpu_boft; break;
+    case LYCO_ALGO_IA3: e = cpu_ia3; break;
+    case LYCO_ALGO_FULL: e = cpu_full; break;
+    case LYCO_ALGO_NORM: e = cpu_norm; break;
     default: break;
     }
     if (!e) {

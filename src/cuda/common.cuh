@@ -56,7 +56,7 @@ enum { DT_F16 = 0, DT_BF16 = 1, DT_F32 = 2 };
                              cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
     } while (0)
 
-static inline i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
+static inline __host__ __device__ i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
 
 /* ---------------------------------------------------------------------------------------------
  * scalar conversions
