@@ -12,6 +12,9 @@
 #include "api/api.h"
 #include "check.h"
 #include "ref/ref.h"
+#ifdef LYCO_HAVE_CUDA
+#include "cuda/stage.h"
+#endif
 
 /* All tensors of one run. */
 typedef struct {
@@ -171,6 +174,54 @@ static lyco_status invoke(lyco_ctx *ctx, lyco_direction dir, run_set *r) {
     }
 }
 
+#ifdef LYCO_HAVE_CUDA
+/* The cuda backend takes device tensors: mirror every tensor of the run to the device (adapter
+   slots, inputs, the poisoned outputs, gradients; the module mask stays on the host, where the
+   API reads it), run the call there, copy the outputs back into r's host tensors. ms: wall time
+   of the call and its completion, copies excluded. */
+static lyco_status invoke_cuda(lyco_ctx *ctx, lyco_direction dir, run_set *r, double *ms) {
+    enum { NIO = 10 };
+    lyco_stage sl[LYCO_SLOT_COUNT], sg[LYCO_SLOT_COUNT], io[NIO];
+    memset(sl, 0, sizeof sl);
+    memset(sg, 0, sizeof sg);
+    memset(io, 0, sizeof io);
+    case_tensor *hs[NIO] = {&r->W, &r->bias, &r->x, &r->y0, &r->dout, &r->dout_bias, &r->out, &r->out_bias, &r->dx, &r->dy0};
+    run_set d = *r;
+    case_tensor *ds[NIO] = {&d.W, &d.bias, &d.x, &d.y0, &d.dout, &d.dout_bias, &d.out, &d.out_bias, &d.dx, &d.dy0};
+    lyco_status st = LYCO_OK;
+    for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++) {
+        if (!r->ca.has[s] || s == LYCO_MODULE_MASK) continue;
+        if (!(st = lyco_stage_in(&sl[s], &r->ca.slot[s].t, true))) d.ca.a.tensor[s] = &sl[s].t;
+    }
+    for (int i = 0; i < NIO && !st; i++)
+        if (hs[i]->alloc && !(st = lyco_stage_in(&io[i], &hs[i]->t, true))) ds[i]->t = io[i].t;
+    for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++)
+        if (r->has_grad[s] && !(st = lyco_stage_in(&sg[s], &r->grad[s].t, true))) d.g.grad[s] = &sg[s].t;
+    if (!st) {
+        d.margs.weight = r->has_W ? &d.W.t : NULL;
+        d.margs.bias = r->has_bias ? &d.bias.t : NULL;
+        d.bargs.x = &d.x.t;
+        d.bargs.y0 = r->has_y0 ? &d.y0.t : NULL;
+        d.bargs.weight = r->has_W ? &d.W.t : NULL;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        st = invoke(ctx, dir, &d);
+        lyco_status sy = lyco_stage_sync();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        *ms = 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (!st) st = sy;
+    }
+    for (int i = 6; i < NIO && !st; i++) st = lyco_stage_out(&io[i]);
+    for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++) st = lyco_stage_out(&sg[s]);
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
+        lyco_stage_free(&sl[s]);
+        lyco_stage_free(&sg[s]);
+    }
+    for (int i = 0; i < NIO; i++) lyco_stage_free(&io[i]);
+    return st;
+}
+#endif
+
 /* The outputs of a direction, as (tensor, name) pairs, in a fixed order. */
 typedef struct {
     DLTensor *t[LYCO_SLOT_COUNT + 4];
@@ -211,7 +262,8 @@ static double reduction_length(const lyco_case *c, lyco_direction dir) {
 /* Does the fused path round an intermediate to the compute dtype on purpose (NUMERICS.md §1.6)? */
 static bool rounds_intermediate(const lyco_case *c, lyco_direction dir) {
     bool bypass = dir == LYCO_DIR_BYPASS_FWD || dir == LYCO_DIR_BYPASS_BWD;
-    return bypass && (c->algo == LYCO_ALGO_LOCON || c->algo == LYCO_ALGO_DYLORA) && !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN));
+    return bypass && (c->algo == LYCO_ALGO_LOCON || c->algo == LYCO_ALGO_DYLORA || c->algo == LYCO_ALGO_GLORA) &&
+           !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN));
 }
 
 double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out, lyco_dtype compute, bool eager,
@@ -312,8 +364,16 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
         lyco_score *worst = pass == 0 ? &res->backend : &res->eager;
         poison(&r);
         clock_t t0 = clock();
-        st = invoke(cx, dir, &r);
+#ifdef LYCO_HAVE_CUDA
+        double dev_ms = -1;
+        if (pass == 0 && o->backend == LYCO_BACKEND_CUDA) st = invoke_cuda(cx, dir, &r, &dev_ms);
+        else
+#endif
+            st = invoke(cx, dir, &r);
         if (pass == 0) res->time_ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+#ifdef LYCO_HAVE_CUDA
+        if (pass == 0 && dev_ms >= 0) res->time_ms = dev_ms;
+#endif
         if (st) {
             if (pass == 1) { res->eager_ok = false; st = LYCO_OK; break; }
             snprintf(res->detail, sizeof res->detail, "%s: %s", lyco_status_name(st), lyco_last_error());

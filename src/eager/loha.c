@@ -18,13 +18,23 @@
  *          plain : T = rnd(Gs ⊙ R_2): G_A1 = rnd(T·B1ᵀ), G_B1 = rnd(A1ᵀ·T); likewise term 2 with R_1
  *          Tucker (4.1.3, adjoint fixed): G_W = rnd(Gs ⊙ R_t̄), G_A_t = rnd(P_t·G_Wᵀ),
  *              G_P = rnd(A_t·G_W), G_B_t = rnd(Σ_{i,κ} T_t·G_P), G_T_t = rnd(Σ_c G_P·B_t)
- *          σs (LYCO_SCALAR): one fp32 reduction Σ G⊙(ΔW before σs), rounded once (eg_dot, as
- *          locon.c); the mask and the Python-float multiplies chain as rnd(G·c).
+ *          σs (LYCO_SCALAR), autograd's broadcast-multiply backward: rnd(Σ rnd(G ⊙ v)), v the
+ *          tensor σs multiplies (products rounded to T, one fp32 sum, one rounding; this matches
+ *          torch bit for bit, plain eg_dot does not); the mask and the Python-float multiplies
+ *          chain as rnd(G·c).
  * Every intermediate is rounded to the compute dtype T; products accumulate in fp32.
  */
 #include <string.h>
 
 #include "eager.h"
+
+/* σs's gradient, as autograd computes a tensor × 0-dim tensor's backward: the products rounded to
+   T (grad ⊙ other, materialised), then one fp32 sum, rounded once. */
+static float sigma_grad(const float *g, const float *v, int64_t n, lyco_dtype T) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += eg_rnd(g[i] * v[i], T);
+    return eg_rnd(s, T);
+}
 
 typedef struct {
     const float *a, *b, *t; /* A_t, B_t, T_t (T_t NULL unless Tucker) */
@@ -180,7 +190,7 @@ static void delta_bwd(eg_adapter *ea, const float *W, const float *G) {
             float *pre = eg_alloc(ea, N);
             if (!pre) return;
             masked_delta(ea, pre);
-            ea->g[LYCO_SCALAR][0] = eg_dot(g, pre, N, T);
+            ea->g[LYCO_SCALAR][0] = sigma_grad(g, pre, N, T);
         }
         eg_scale(g, N, ea->sigma, T);       /* backward of × σs */
     }
@@ -228,7 +238,7 @@ static void bypass_bwd(eg_adapter *ea, const float *x, const float *W, const flo
             float *y1 = eg_alloc(ea, ny);
             if (!y1) return;
             eg_op_fwd(c, x, E, y1, T);
-            ea->g[LYCO_SCALAR][0] = eg_dot(g, y1, ny, T);
+            ea->g[LYCO_SCALAR][0] = sigma_grad(g, y1, ny, T);
         }
         eg_scale(g, ny, ea->sigma, T);
     }

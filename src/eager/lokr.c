@@ -20,11 +20,19 @@
  * backward: autograd's chain of the same ops, each gradient rounded to T. The Kronecker product
  *          is torch's broadcast multiply, so its gradients are rnd(Σ rnd(G ⊙ other)) (fp32 sum of
  *          T-rounded products); matmuls/convs accumulate in fp32 and round once; σs's gradient is
- *          one fp32 reduction Σ G⊙(value before σs), rounded once (eg_dot, as locon.c).
+ *          the same broadcast-multiply backward, rnd(Σ rnd(G ⊙ value before σs)).
  */
 #include <string.h>
 
 #include "eager.h"
+
+/* σs's gradient, as autograd computes a tensor × 0-dim tensor's backward: the products rounded to
+   T (grad ⊙ other, materialised), then one fp32 sum, rounded once. */
+static float sigma_grad(const float *g, const float *v, int64_t n, lyco_dtype T) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += eg_rnd(g[i] * v[i], T);
+    return eg_rnd(s, T);
+}
 
 typedef struct {
     const float *W1, *W2; /* a × c, b × d·K */
@@ -194,7 +202,7 @@ static void delta_bwd(eg_adapter *ea, const float *W, const float *G) {
     if (ea->compat) {
         eg_scale(g, N, ea->c->s, T);        /* backward of the second × s; no σs */
     } else if (ea->has_sigma) {
-        if (ea->g[LYCO_SCALAR]) ea->g[LYCO_SCALAR][0] = eg_dot(g, pre, N, T);
+        if (ea->g[LYCO_SCALAR]) ea->g[LYCO_SCALAR][0] = sigma_grad(g, pre, N, T);
         eg_scale(g, N, ea->sigma, T);
     }
     apply_row_mask(ea, g);
@@ -331,7 +339,7 @@ static void bypass_bwd(eg_adapter *ea, const float *x, const float *W, const flo
             float *Y = eg_alloc(ea, ny);
             if (!Y) return;
             bp_mix(ea, &st, Y);
-            ea->g[LYCO_SCALAR][0] = eg_dot(g, Y, ny, T);
+            ea->g[LYCO_SCALAR][0] = sigma_grad(g, Y, ny, T);
         }
         eg_scale(g, ny, ea->sigma, T);
     }

@@ -5,13 +5,14 @@
  * merge:  Δγ̄ = rnd(q ⊙ w_norm) (w_norm itself without a mask), bias delta rnd(q ⊙ b_norm) (0
  *         without b_norm); eager.c then applies γ'' = rnd(γ + rnd(Δγ̄ · m)), β'' likewise
  *         (upstream: `org_w + w_norm * multiplier`).
- * bypass: Δγ = rnd(rnd(q ⊙ w_norm) · f32(m)), Δβ = rnd(rnd(q ⊙ b_norm) · f32(m)); upstream then
- *         calls the layer's own op with them as its affine parameters
- *         (`F.layer_norm / F.group_norm(x, weight=Δγ, bias=Δβ, eps)`), which torch computes in
- *         fp32 from T inputs and rounds once:
+ * bypass: Δγ = rnd(rnd(q ⊙ w_norm) · f32(m)), Δβ = rnd(rnd(q ⊙ b_norm) · f32(m)), then the
+ *         layer's own op with them as its affine parameters (`F.layer_norm / F.group_norm(x,
+ *         weight=Δγ, bias=Δβ, eps)`, NormModule's delta form `base + delta`), which torch
+ *         computes in fp32 from T inputs and rounds once:
  *           Δ = rnd((x − μ)·rstd·Δγ[c] + Δβ[c]),  μ, σ² (biased), rstd = 1/√(σ² + ε) in fp32,
  *         per row of C (LayerNorm) or per (n, group) over C/groups channels × spatial (GroupNorm);
- *         eager.c adds Δ to y0 (`base + delta`).
+ *         eager.c adds Δ to y0. (4.1.3's own forward calls the op once with the merged γ'', β'';
+ *         lyco's bypass sees y0, not γ and β, so it takes the delta form: one rounding apart.)
  *
  * Backward is autograd's chain: the norm op's backward (fp32 inside, each output rounded once)
  *   G_Δγ[c] = rnd(Σ dy·x̂),  G_Δβ[c] = rnd(Σ dy),  dx = rnd(rstd·(h − mean(h) − x̂·mean(h·x̂))),
@@ -100,14 +101,13 @@ static void stats(const eg_adapter *ea, const norm_geom *g, const float *x, int6
 }
 
 /* Δγ, Δβ (C each, in T): rnd(rnd(q ⊙ v) · m) */
-static bool affine(const eg_adapter *ea, float *dg, float *db) {
+static void affine(const eg_adapter *ea, float *dg, float *db) {
     masked(ea, ea->t[LYCO_W_NORM], dg);
     eg_scale(dg, ea->O, ea->c->m, ea->T);
     if (ea->t[LYCO_B_NORM]) {
         masked(ea, ea->t[LYCO_B_NORM], db);
         eg_scale(db, ea->O, ea->c->m, ea->T);
     }
-    return true;
 }
 
 static void bypass_fwd(const eg_adapter *ea, const float *x, const float *W, float *delta_out) {
@@ -115,13 +115,14 @@ static void bypass_fwd(const eg_adapter *ea, const float *x, const float *W, flo
     norm_geom g;
     geom(ea, &g);
     float *dg = eg_alloc(ea, g.C), *db = eg_alloc(ea, g.C);
-    if (!dg || !db || !affine(ea, dg, db)) return;
+    if (!dg || !db) return;
+    affine(ea, dg, db);
     for (int64_t k = 0; k < g.ngroups; k++) {
         float mu, rstd;
         stats(ea, &g, x, k, &mu, &rstd);
         for (int64_t e = 0; e < g.len; e++) {
             int64_t c, i = elem(&g, k, e, &c);
-            delta_out[i] = eg_rnd(eg_rnd(eg_rnd((x[i] - mu) * rstd, ea->T) * dg[c], ea->T) + db[c], ea->T);
+            delta_out[i] = eg_rnd((x[i] - mu) * rstd * dg[c] + db[c], ea->T);
         }
     }
 }
@@ -132,7 +133,8 @@ static void bypass_bwd(eg_adapter *ea, const float *x, const float *W, const flo
     norm_geom g;
     geom(ea, &g);
     float *dg = eg_alloc(ea, g.C), *db = eg_alloc(ea, g.C), *sg = eg_alloc(ea, g.C), *sb = eg_alloc(ea, g.C);
-    if (!dg || !db || !sg || !sb || !affine(ea, dg, db)) return;
+    if (!dg || !db || !sg || !sb) return;
+    affine(ea, dg, db);
     for (int64_t k = 0; k < g.ngroups; k++) {
         float mu, rstd, mh = 0.0f, mhx = 0.0f;
         stats(ea, &g, x, k, &mu, &rstd);

@@ -1,0 +1,254 @@
+/*
+ * glora.c — fused CPU kernels of GLoRA (ALGORITHMS.md §2.7), lyco's semantics (s·m·σs once):
+ *
+ *   ΔW̄[o, c·K+κ] = s·( Σ_i B1[o,i]·B2[i, c·K+κ] + Σ_j P[o,j,κ]·A2[j,c] ),  P[o,j,κ] = Σ_c' W[o,c',κ]·A1[c',j]
+ *
+ * merge fwd : ΔW̄ rows generated per row block from W's rows (needs_w) and fed to the shared
+ *             driver (m, σs, modes): two small products per block, never the whole ΔW.
+ * merge bwd : Γ rows → G_B1 rows (row-local), G_B2 += B1ᵀΓ, G_A2 += Pᵀ-form, G_A1 += Wᵀ·(Γ A2ᵀ)
+ *             (per-thread partials, reduced in thread order).
+ * bypass (linear): y = y0 + s·m·σs·( (rnd_T(x·A2ᵀ)⊙q_a·A1ᵀ)·Wᵀ + rnd_T(x·B2ᵀ)⊙q_b·B1ᵀ ) per token tile —
+ *             the A path goes through the base weight (one full GEMM with W per tile, which
+ *             upstream's base(x + A x) also pays); the rank activations are rounded to the compute
+ *             dtype like the eager chain. Backward per tile: g = dy·s·m·σs; ∂ax = g·W, ∂hb = g·B1,
+ *             ∂ha = ∂ax·A1 (masked); G_B1 += gᵀhb, G_A1 += ∂axᵀha, G_A2 += ∂haᵀx, G_B2 += ∂hbᵀx,
+ *             dx = ∂ha·A2 + ∂hb·B2. Conv bypass and σs's bypass gradient take the eager twin.
+ * Extra memory: per thread the row-block scratch of the driver and r·(I·K) + I·r gradient partials.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define TB 32
+
+typedef struct {
+    const lyco_call *c;
+    int64_t O, I, K, r, IK;
+    float *A1, *A2, *B1, *B2;     /* I×r, r×I, O×r, r×IK (rounded to the compute dtype) */
+    float *gB2, *gA2, *gA1;       /* per-thread partials */
+    float *gB1;                   /* O×r per thread (merge: rows owned, slot 0; bypass: partials) */
+    int nt;
+} glora_t;
+
+static void glora_free(glora_t *g) {
+    free(g->A1); free(g->A2); free(g->B1); free(g->B2);
+    free(g->gB2); free(g->gA2); free(g->gA1); free(g->gB1);
+}
+
+static float qmask(const lyco_call *c, lyco_slot s, int64_t i) {
+    const DLTensor *q = c->a->tensor[s];
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    return q && bypass ? lyco_load_f32(lyco_elem_at(q, i), lyco_dtype_of(q)) : 1.0f;
+}
+
+static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads) {
+    memset(g, 0, sizeof *g);
+    const lyco_dims *d = &c->dims;
+    lyco_dtype T = c->dt.compute;
+    g->c = c;
+    g->O = d->O, g->I = d->I, g->K = d->K, g->r = d->r, g->IK = d->I * d->K;
+    g->nt = cpu_threads();
+    g->A1 = calloc((size_t)(g->I * g->r + 1), sizeof(float));
+    g->A2 = calloc((size_t)(g->r * g->I + 1), sizeof(float));
+    g->B1 = calloc((size_t)(g->O * g->r + 1), sizeof(float));
+    g->B2 = calloc((size_t)(g->r * g->IK + 1), sizeof(float));
+    if (!g->A1 || !g->A2 || !g->B1 || !g->B2) return lyco_fail(LYCO_ERR_NOMEM, "cpu glora: out of memory");
+    cpu_load_all(c->a->tensor[LYCO_GLORA_A1], T, g->A1);
+    cpu_load_all(c->a->tensor[LYCO_GLORA_A2], T, g->A2);
+    cpu_load_all(c->a->tensor[LYCO_GLORA_B1], T, g->B1);
+    cpu_load_all(c->a->tensor[LYCO_GLORA_B2], T, g->B2);
+    if (grads) {
+        size_t nt = (size_t)g->nt;
+        g->gB2 = calloc(nt * (size_t)(g->r * g->IK) + 1, sizeof(float));
+        g->gA2 = calloc(nt * (size_t)(g->r * g->I) + 1, sizeof(float));
+        g->gA1 = calloc(nt * (size_t)(g->I * g->r) + 1, sizeof(float));
+        g->gB1 = calloc(nt * (size_t)(g->O * g->r) + 1, sizeof(float));
+        if (!g->gB2 || !g->gA2 || !g->gA1 || !g->gB1) return lyco_fail(LYCO_ERR_NOMEM, "cpu glora: out of memory for gradient partials");
+    }
+    return LYCO_OK;
+}
+
+/* P rows: P[r][j][κ] = Σ_c W[r][c·K+κ]·A1[c][j] for nr rows (nr × r × K) */
+static void w_a1(const glora_t *g, int64_t nr, const float *W, float *P) {
+    for (int64_t row = 0; row < nr; row++)
+        for (int64_t j = 0; j < g->r; j++)
+            for (int64_t k = 0; k < g->K; k++) {
+                float acc = 0.0f;
+                for (int64_t ch = 0; ch < g->I; ch++) acc += W[row * g->IK + ch * g->K + k] * g->A1[ch * g->r + j];
+                P[(row * g->r + j) * g->K + k] = acc;
+            }
+}
+
+static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
+    const glora_t *g = dl->state;
+    float s = (float)g->c->s;
+    cpu_gemm_nn(nr, g->IK, g->r, g->B1 + o0 * g->r, g->r, g->B2, g->IK, out, g->IK, false);
+    float *P = malloc(sizeof(float) * (size_t)(nr * g->r * g->K + 1));
+    if (!P) return; /* the driver cannot fail from here; P is tiny (rows × r × K) */
+    w_a1(g, nr, W, P);
+    for (int64_t row = 0; row < nr; row++)
+        for (int64_t ch = 0; ch < g->I; ch++)
+            for (int64_t k = 0; k < g->K; k++) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < g->r; j++) acc += P[(row * g->r + j) * g->K + k] * g->A2[j * g->I + ch];
+                float *v = &out[row * g->IK + ch * g->K + k];
+                *v = s * (*v + acc);
+            }
+    free(P);
+}
+
+static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
+    const glora_t *g = dl->state;
+    float s = (float)g->c->s;
+    int64_t r = g->r, I = g->I, K = g->K, IK = g->IK;
+    float *Gs = malloc(sizeof(float) * (size_t)(nr * IK + 1)), *P = malloc(sizeof(float) * (size_t)(nr * r * K + 1));
+    float *GP = calloc((size_t)(nr * r * K + 1), sizeof(float));
+    if (!Gs || !P || !GP) { free(Gs); free(P); free(GP); return; }
+    for (int64_t n = 0; n < nr * IK; n++) Gs[n] = s * G[n];
+    cpu_gemm_nt(nr, r, IK, Gs, IK, g->B2, IK, g->gB1 + o0 * r, r, false);                       /* G_B1 rows */
+    cpu_gemm_tn(r, IK, nr, g->B1 + o0 * r, r, Gs, IK, g->gB2 + (size_t)tid * (size_t)(r * IK), IK, true); /* G_B2 */
+    w_a1(g, nr, W, P);
+    float *gA2 = g->gA2 + (size_t)tid * (size_t)(r * I), *gA1 = g->gA1 + (size_t)tid * (size_t)(I * r);
+    for (int64_t row = 0; row < nr; row++)
+        for (int64_t j = 0; j < r; j++)
+            for (int64_t k = 0; k < K; k++) {
+                float p = P[(row * r + j) * K + k], gp = 0.0f;
+                for (int64_t ch = 0; ch < I; ch++) {
+                    float gv = Gs[row * IK + ch * K + k];
+                    gA2[j * I + ch] += p * gv;
+                    gp += g->A2[j * I + ch] * gv;
+                }
+                GP[(row * r + j) * K + k] = gp;
+            }
+    for (int64_t row = 0; row < nr; row++)
+        for (int64_t ch = 0; ch < I; ch++)
+            for (int64_t k = 0; k < K; k++) {
+                float w = W[row * IK + ch * K + k];
+                for (int64_t j = 0; j < r; j++) gA1[ch * r + j] += w * GP[(row * r + j) * K + k];
+            }
+    free(Gs);
+    free(P);
+    free(GP);
+}
+
+static void reduce(float *p, int nt, size_t n) {
+    for (int t = 1; t < nt; t++)
+        for (size_t i = 0; i < n; i++) p[i] += p[(size_t)t * n + i];
+}
+
+static lyco_status store(const glora_t *g) {
+    const lyco_call *c = g->c;
+    reduce(g->gB1, g->nt, (size_t)(g->O * g->r));
+    reduce(g->gB2, g->nt, (size_t)(g->r * g->IK));
+    reduce(g->gA2, g->nt, (size_t)(g->r * g->I));
+    reduce(g->gA1, g->nt, (size_t)(g->I * g->r));
+    if (c->g->grad[LYCO_GLORA_B1]) cpu_store_all(c->g->grad[LYCO_GLORA_B1], g->gB1);
+    if (c->g->grad[LYCO_GLORA_B2]) cpu_store_all(c->g->grad[LYCO_GLORA_B2], g->gB2);
+    if (c->g->grad[LYCO_GLORA_A2]) cpu_store_all(c->g->grad[LYCO_GLORA_A2], g->gA2);
+    if (c->g->grad[LYCO_GLORA_A1]) cpu_store_all(c->g->grad[LYCO_GLORA_A1], g->gA1);
+    return LYCO_OK;
+}
+
+static lyco_status finish_bwd(const cpu_delta *dl) { return store(dl->state); }
+
+/* ---- bypass, linear ---- */
+
+static lyco_status bypass(const lyco_call *c, glora_t *g) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    bool fwd = c->dir == LYCO_DIR_BYPASS_FWD;
+    int64_t N = c->tokens, I = g->I, O = g->O, r = g->r;
+    float f = (float)(c->s * c->m) * cpu_sigma(c);
+    float *W = malloc(sizeof(float) * (size_t)(O * I + 1));
+    float *qa = malloc(sizeof(float) * (size_t)(r + 1)), *qb = malloc(sizeof(float) * (size_t)(r + 1));
+    size_t per = (size_t)(TB * (3 * I + 2 * O + 4 * r));
+    float *work = malloc(sizeof(float) * ((size_t)g->nt * per + 1));
+    if (!W || !qa || !qb || !work) {
+        free(W); free(qa); free(qb); free(work);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu glora bypass: out of memory");
+    }
+    cpu_load_all(b->weight, T, W);
+    for (int64_t i = 0; i < r; i++) qa[i] = qmask(c, LYCO_RANK_MASK, i), qb[i] = qmask(c, LYCO_RANK_MASK_B, i);
+    cpu_view xv, y0v, yv, dyv, dxv, dy0v;
+    cpu_view_init(&xv, b->x, b->x->ndim - 1);
+    bool add = b->y0 && !(b->flags & LYCO_BYPASS_DELTA_ONLY);
+    bool delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    if (fwd) {
+        cpu_view_init(&yv, c->y, c->y->ndim - 1);
+        if (add) cpu_view_init(&y0v, b->y0, b->y0->ndim - 1);
+    } else {
+        cpu_view_init(&dyv, c->dy, c->dy->ndim - 1);
+        if (c->dx) cpu_view_init(&dxv, c->dx, c->dx->ndim - 1);
+        if (c->dy0) cpu_view_init(&dy0v, c->dy0, c->dy0->ndim - 1);
+    }
+    int64_t nblocks = (N + TB - 1) / TB;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        int tid = cpu_thread_id();
+        float *x = work + (size_t)tid * per, *ax = x + TB * I, *gx = ax + TB * I, *y = gx + TB * I, *wy = y + TB * O;
+        float *ha = wy + TB * O, *hb = ha + TB * r, *gha = hb + TB * r, *ghb = gha + TB * r;
+        int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
+        for (int64_t t = 0; t < nt; t++) cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
+        cpu_gemm_nt(nt, r, I, x, I, g->A2, I, ha, r, false);    /* ha = rnd(x·A2ᵀ) ⊙ q_a */
+        cpu_gemm_nt(nt, r, I, x, I, g->B2, I, hb, r, false);    /* hb = rnd(x·B2ᵀ) ⊙ q_b */
+        cpu_round(ha, nt * r, T);
+        cpu_round(hb, nt * r, T);
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t i = 0; i < r; i++) ha[t * r + i] *= qa[i], hb[t * r + i] *= qb[i];
+        cpu_gemm_nt(nt, I, r, ha, r, g->A1, r, ax, I, false);   /* ax = ha·A1ᵀ */
+        if (fwd) {
+            cpu_gemm_nt(nt, O, I, ax, I, W, I, y, O, false);        /* ax·Wᵀ */
+            cpu_gemm_nt(nt, O, r, hb, r, g->B1, r, y, O, true);     /* + hb·B1ᵀ */
+            if (add)
+                for (int64_t t = 0; t < nt; t++) cpu_load(&y0v, t0 + t, 0, O, T, wy + t * O);
+            for (int64_t n = 0; n < nt * O; n++) y[n] = (add ? wy[n] : 0.0f) + f * y[n];
+            for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, 0, O, y + t * O);
+            continue;
+        }
+        for (int64_t t = 0; t < nt; t++) cpu_load(&dyv, t0 + t, 0, O, T, y + t * O);
+        if (c->dy0 && !delta_only)
+            for (int64_t t = 0; t < nt; t++) cpu_store(&dy0v, t0 + t, 0, O, y + t * O);
+        for (int64_t n = 0; n < nt * O; n++) y[n] *= f;           /* g = dy·s·m·σs */
+        cpu_gemm_nn(nt, I, O, y, O, W, I, gx, I, false);           /* g·W: ∂L/∂ax */
+        cpu_gemm_nn(nt, r, O, y, O, g->B1, r, ghb, r, false);      /* ∂L/∂hb */
+        cpu_gemm_nn(nt, r, I, gx, I, g->A1, r, gha, r, false);     /* ∂L/∂ha */
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t i = 0; i < r; i++) gha[t * r + i] *= qa[i], ghb[t * r + i] *= qb[i];
+        cpu_gemm_tn(O, r, nt, y, O, hb, r, g->gB1 + (size_t)tid * (size_t)(O * r), r, true);
+        cpu_gemm_tn(I, r, nt, gx, I, ha, r, g->gA1 + (size_t)tid * (size_t)(I * r), r, true);
+        cpu_gemm_tn(r, I, nt, gha, r, x, I, g->gA2 + (size_t)tid * (size_t)(r * I), I, true);
+        cpu_gemm_tn(r, I, nt, ghb, r, x, I, g->gB2 + (size_t)tid * (size_t)(r * I), I, true);
+        if (c->dx) {
+            cpu_gemm_nn(nt, I, r, gha, r, g->A2, I, ax, I, false);
+            cpu_gemm_nn(nt, I, r, ghb, r, g->B2, I, ax, I, true);
+            for (int64_t t = 0; t < nt; t++) cpu_store(&dxv, t0 + t, 0, I, ax + t * I);
+        }
+    }
+    lyco_status st = LYCO_OK;
+    if (!fwd && c->dy0 && delta_only)
+        for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
+    if (!fwd && c->g) st = store(g);
+    free(W); free(qa); free(qb); free(work);
+    return st;
+}
+
+lyco_status cpu_glora(const lyco_call *c, char *why, size_t why_len) {
+    bool bypass_dir = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    if (bypass_dir && (c->a->layer.kind == LYCO_LAYER_CONV || c->dropped || (c->dir == LYCO_DIR_BYPASS_BWD && c->a->tensor[LYCO_SCALAR]))) {
+        snprintf(why, why_len, "cpu: glora bypass on a conv, with a dropped module or σs's gradient has no fused CPU kernel yet");
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    glora_t g;
+    lyco_status st = glora_prepare(c, &g, c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD);
+    if (st == LYCO_OK) {
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &g, .needs_w = true, .uses_sigma = true};
+        switch (c->dir) {
+        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
+        case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
+        default: st = bypass(c, &g); break;
+        }
+    }
+    glora_free(&g);
+    return st;
+}
