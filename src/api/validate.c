@@ -235,7 +235,9 @@ lyco_status lyco_validate(const lyco_ctx *ctx, lyco_call *c) {
     for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
         const DLTensor *t = a->tensor[s];
         if (!t) continue;
-        if ((st = check_view(t, lyco_slot_name((lyco_slot)s), is_mask_slot(s))) || (st = same_device(&dc, t, lyco_slot_name((lyco_slot)s)))) return st;
+        if ((st = check_view(t, lyco_slot_name((lyco_slot)s), is_mask_slot(s)))) return st;
+        /* the module mask decides which work runs: it is read on the host, whatever the device */
+        if (s != LYCO_MODULE_MASK && (st = same_device(&dc, t, lyco_slot_name((lyco_slot)s)))) return st;
     }
     if ((st = lyco_shapes_check(a, &c->dims, &c->s))) return st;
     c->m = a->multiplier;
