@@ -289,7 +289,7 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
     if (!eager) return 1.0 + acc + inter;
     /* the eager twin rounds every intermediate to the compute dtype: up to a few dozen stages of
        0.5 ULP_compute times their gain */
-    double stage = compute == LYCO_F32 || full_reduction ? 0.5 * sqrt(K) : 0.5;
+    double stage = full_reduction ? 2.0 * sqrt(K) : compute == LYCO_F32 ? 0.5 * sqrt(K) : 0.5;
     return 2.0 + acc + 48.0 * stage * per;
 }
 
@@ -397,6 +397,19 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
             lyco_score sc;
             lyco_score_f64(y, refs[i], n, 0, lyco_dtype_of(ol.t[i]), &sc);
             double b = lyco_check_budget(c, dir, lyco_dtype_of(ol.t[i]), r.dt.compute, eager_path, ol.ref_out[i] == -1 - LYCO_SCALAR);
+            /* the eager chain forms W'' = rnd(W + ΔW) and then W'' − W (ALGORITHMS.md §1.3): its
+               delta carries the rounding of W, i.e. rms(W)/rms(ΔW) times more ULP of the delta */
+            if (eager_path && dir == LYCO_DIR_MERGE_FWD && r.has_W && ol.ref_out[i] == REF_OUT_MAIN && sc.rms > 0) {
+                double *w = malloc(sizeof(double) * (size_t)(lyco_numel(&r.W.t) + 1));
+                if (w) {
+                    read_f64(&r.W.t, w);
+                    lyco_score ws;
+                    lyco_score_f64(w, w, lyco_numel(&r.W.t), 0, lyco_dtype_of(ol.t[i]), &ws);
+                    double ratio = lyco_ulp(ws.rms, lyco_dtype_of(ol.t[i])) / lyco_ulp(sc.rms, lyco_dtype_of(ol.t[i]));
+                    if (ratio > 1) b *= ratio;
+                    free(w);
+                }
+            }
             bool ok = lyco_score_pass(&sc, b);
             if (pass == 0) {
                 if (b > res->budget) res->budget = b;

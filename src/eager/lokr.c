@@ -5,6 +5,8 @@
  * factors: W1 = w1, or rnd(w1_a·w1_b)
  *          W2 = w2, or rnd(w2_a·w2_b) (b × d·K), or Tucker by the einsum's left-to-right order
  *          "t, w2_a, w2_b": T' = rnd(Σ_i t2[i,j,κ]·w2_a[i,p]), W2 = rnd(Σ_j T'[j,p,κ]·w2_b[j,q])
+ *          (r = 1: torch evaluates those size-1 contractions as broadcast multiplies, so their
+ *          backward sums T-rounded products)
  * merge:   K0 = rnd(W1 ⊗ W2) (one multiply per element) → rnd(K0 · f32(s)) (skipped when s == 1)
  *          → rnd(· ⊙ q_rows) → (cast) → rnd(· × σs)
  *          compat (upstream get_merged_weight): → rnd(· ⊙ q_rows) → rnd(· × f32(s)), no σs
@@ -136,6 +138,9 @@ static void w1_bwd(eg_adapter *ea, const float *GW1) {
     if (ea->g[LYCO_LOKR_W1_B]) eg_gemm(true, false, r, c, a, ea->t[LYCO_LOKR_W1_A], GW1, ea->g[LYCO_LOKR_W1_B], ea->T);
 }
 
+/* a product inside a fp32 sum, rounded to T first when the op is a broadcast multiply */
+static inline float prod(float a, float b, bool rounded, lyco_dtype T) { return rounded ? eg_rnd(a * b, T) : a * b; }
+
 /* factor gradients of W2 from G_W2 (b × d·K), merge path (autograd of the matmul / einsum) */
 static void w2_bwd(eg_adapter *ea, const factors *f, const float *GW2) {
     const lyco_dims *d = &ea->c->dims;
@@ -153,12 +158,15 @@ static void w2_bwd(eg_adapter *ea, const factors *f, const float *GW2) {
     /* W2[p,q,κ] = Σ_j T'[j,p,κ] B[j,q];  T'[j,p,κ] = Σ_i t2[i,j,κ] A[i,p] */
     const float *A = ea->t[LYCO_LOKR_W2_A], *B = ea->t[LYCO_LOKR_W2_B], *Tc = ea->t[LYCO_LOKR_T2];
     float *GB = ea->g[LYCO_LOKR_W2_B], *GA = ea->g[LYCO_LOKR_W2_A], *GT = ea->g[LYCO_LOKR_T2];
+    /* r = 1: every contraction of the einsum is over a size-1 index, which torch evaluates as a
+       broadcast multiply; its backward then sums T-rounded products (checked against torch) */
+    bool rp = r == 1;
     if (GB)
         for (int64_t j = 0; j < r; j++)
             for (int64_t q = 0; q < D; q++) {
                 float s = 0;
                 for (int64_t p = 0; p < b; p++)
-                    for (int64_t k = 0; k < K; k++) s += f->Tp[(j * b + p) * K + k] * GW2[(p * D + q) * K + k];
+                    for (int64_t k = 0; k < K; k++) s += prod(f->Tp[(j * b + p) * K + k], GW2[(p * D + q) * K + k], rp, T);
                 GB[j * D + q] = eg_rnd(s, T);
             }
     if (!GA && !GT) return;
@@ -168,7 +176,7 @@ static void w2_bwd(eg_adapter *ea, const factors *f, const float *GW2) {
         for (int64_t p = 0; p < b; p++)
             for (int64_t k = 0; k < K; k++) {
                 float s = 0;
-                for (int64_t q = 0; q < D; q++) s += GW2[(p * D + q) * K + k] * B[j * D + q];
+                for (int64_t q = 0; q < D; q++) s += prod(GW2[(p * D + q) * K + k], B[j * D + q], rp, T);
                 GTp[(j * b + p) * K + k] = eg_rnd(s, T);
             }
     if (GT)
@@ -176,7 +184,7 @@ static void w2_bwd(eg_adapter *ea, const factors *f, const float *GW2) {
             for (int64_t j = 0; j < r; j++)
                 for (int64_t k = 0; k < K; k++) {
                     float s = 0;
-                    for (int64_t p = 0; p < b; p++) s += GTp[(j * b + p) * K + k] * A[i * b + p];
+                    for (int64_t p = 0; p < b; p++) s += prod(GTp[(j * b + p) * K + k], A[i * b + p], rp, T);
                     GT[(i * r + j) * K + k] = eg_rnd(s, T);
                 }
     if (GA)
@@ -184,7 +192,7 @@ static void w2_bwd(eg_adapter *ea, const factors *f, const float *GW2) {
             for (int64_t p = 0; p < b; p++) {
                 float s = 0;
                 for (int64_t j = 0; j < r; j++)
-                    for (int64_t k = 0; k < K; k++) s += Tc[(i * r + j) * K + k] * GTp[(j * b + p) * K + k];
+                    for (int64_t k = 0; k < K; k++) s += prod(Tc[(i * r + j) * K + k], GTp[(j * b + p) * K + k], rp, T);
                 GA[i * b + p] = eg_rnd(s, T);
             }
 }
