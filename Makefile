@@ -26,7 +26,7 @@ test-full: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan:
-	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DLYCO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DLYCO_WERROR=ON" test
+	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DLYCO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DLYCO_WERROR=ON -DLYCO_CUDA=OFF" test
 
 clean:
 	rm -rf $(BUILD) build-asan
