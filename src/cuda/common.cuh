@@ -253,10 +253,27 @@ __device__ __forceinline__ void tile_store(const tile_regs<R, C> &t, CT *s, int 
     }
 }
 
-/* Split store: hi = RN_CT(v), lo = RN_CT(v - hi), so hi + lo carries ~2× CT's precision
-   (exact products on the tensor cores, two MMAs per operand pair). */
+/* Split: v as a sum of NS values of CT (bf16: 3 parts, 24 significant bits; fp16: 2 parts;
+   fp32: itself), each part exact in fp32, so products with a CT operand on the tensor cores
+   keep fp32-level accuracy (one MMA per part). The differences v − hi and r − mid are exact. */
+template <typename CT> struct nsplit { static const int n = 1; };
+template <> struct nsplit<bf16_t> { static const int n = 3; };
+template <> struct nsplit<f16_t> { static const int n = 2; };
+
+template <typename CT> __device__ __forceinline__ void store_parts(CT *const *parts, int np, int idx, float v) {
+    CT h = ct_of<CT>::from(v);
+    parts[0][idx] = h;
+    if (np > 1) {
+        float r = v - ct_of<CT>::to(h);
+        CT m = ct_of<CT>::from(r);
+        parts[1][idx] = m;
+        if (np > 2) parts[2][idx] = ct_of<CT>::from(r - ct_of<CT>::to(m));
+    }
+}
+
+/* Staged tile → np parts (np = 1: plain rounding to CT). */
 template <typename CT, int R, int C>
-__device__ __forceinline__ void tile_store_split(const tile_regs<R, C> &t, CT *hi, CT *lo, int ld, bool colmajor) {
+__device__ __forceinline__ void tile_store_parts(const tile_regs<R, C> &t, CT *const *parts, int np, int ld, bool colmajor) {
 #pragma unroll
     for (int k = 0; k < tile_regs<R, C>::CH; k++) {
         int q = threadIdx.x + k * NT;
@@ -264,11 +281,7 @@ __device__ __forceinline__ void tile_store_split(const tile_regs<R, C> &t, CT *h
             int rr, cc;
             chunk_pos<R, C>(q, colmajor, rr, cc);
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                CT h = ct_of<CT>::from(t.v[k][e]);
-                hi[rr * ld + cc + e] = h;
-                if (lo) lo[rr * ld + cc + e] = ct_of<CT>::from(t.v[k][e] - ct_of<CT>::to(h));
-            }
+            for (int e = 0; e < 8; e++) store_parts<CT>(parts, np, rr * ld + cc + e, t.v[k][e]);
         }
     }
 }
@@ -276,6 +289,80 @@ __device__ __forceinline__ void tile_store_split(const tile_regs<R, C> &t, CT *h
 /* Zero an R×C region of a shared tile. */
 template <typename CT> __device__ __forceinline__ void smem_zero(CT *s, int n) {
     for (int i = threadIdx.x; i < n; i += NT) s[i] = ct_of<CT>::from(0.0f);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * asynchronous staging (cp.async, sm_80+): a raw R×C tile of a view, in the view's own dtype,
+ * lands in shared memory with a row pitch of C + 16/elem_size elements (16-byte rows); chunks
+ * outside the matrix are zero-filled; views without LK_VEC (strided, unaligned) and partial
+ * chunks at the right edge are copied element by element (synchronously, exact bits).
+ * A stage holds several such tiles; S stages keep S−1 tiles in flight while one is consumed.
+ * ------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* wait until at most n groups are pending (n = 0..3) */
+__device__ __forceinline__ void cp_wait(int n) {
+    if (n <= 0) asm volatile("cp.async.wait_group 0;\n" ::);
+    else if (n == 1) asm volatile("cp.async.wait_group 1;\n" ::);
+    else if (n == 2) asm volatile("cp.async.wait_group 2;\n" ::);
+    else asm volatile("cp.async.wait_group 3;\n" ::);
+}
+
+/* bytes of a raw R×C stage tile for dtype dt (worst case: fp32) */
+static inline __host__ __device__ int raw_bytes(int R, int C, int dt) {
+    int es = dt == DT_F32 ? 4 : 2;
+    return (R * (C + 16 / es) * es + 127) / 128 * 128;
+}
+__device__ __forceinline__ int raw_pitch(int C, int dt) { return C + 16 / dt_size(dt); }
+
+template <int R, int C> __device__ __forceinline__ void raw_issue(char *st, const lk_view &v, i64 r0, i64 c0) {
+    const int es = dt_size(v.dt), epc = 16 / es, cpr = C / epc, pitch = C + epc;
+    const bool fast = (v.flags & LK_VEC) != 0;
+    for (int q = threadIdx.x; q < R * cpr; q += NT) {
+        const int rr = q / cpr, cc = (q % cpr) * epc;
+        const i64 r = r0 + rr, c = c0 + cc;
+        char *dst = st + (rr * pitch + cc) * es;
+        if (fast && r < v.rows && c + epc <= v.cols) {
+            cp_async16(dst, vaddr(v, r, c), 16);
+        } else if (fast && (r >= v.rows || c >= v.cols)) {
+            cp_async16(dst, v.p, 0);
+        } else {
+            for (int e = 0; e < epc; e++) {
+                unsigned b = (r < v.rows && c + e < v.cols) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
+                if (es == 4) *(unsigned *)(dst + 4 * e) = b;
+                else *(unsigned short *)(dst + 2 * e) = (unsigned short)b;
+            }
+        }
+    }
+}
+
+/* element (rr, cc) of a raw stage tile, widened to fp32 */
+__device__ __forceinline__ float raw_get(const char *st, int pitch, int dt, int rr, int cc) {
+    const char *p = st + (rr * pitch + cc) * dt_size(dt);
+    return dt == DT_F32 ? *(const float *)p : bits16_to_f(*(const unsigned short *)p, dt);
+}
+
+/* The CT operand of a raw stage tile: the tile itself when it is already CT and one part is
+   wanted; else np parts converted into buf (part p at buf + p·R·(C+8)). Returns the part count;
+   the caller synchronises before the product reads the parts. */
+template <typename CT, int R, int C>
+__device__ __forceinline__ int raw_operand(const char *st, int dt, int np, CT *buf, CT **parts, int *ld) {
+    if (dt == ct_of<CT>::dt && np == 1) {
+        parts[0] = (CT *)st;
+        *ld = C + 16 / (int)sizeof(CT);
+        return 1;
+    }
+    const int l = C + 8, pitch = raw_pitch(C, dt);
+    for (int p = 0; p < np; p++) parts[p] = buf + p * R * l;
+    for (int idx = threadIdx.x; idx < R * C; idx += NT) {
+        int rr = idx / C, cc = idx % C;
+        store_parts<CT>(parts, np, rr * l + cc, raw_get(st, pitch, dt, rr, cc));
+    }
+    *ld = l;
+    return np;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -394,6 +481,80 @@ __device__ __forceinline__ void acc_to_smem(const float (&acc)[MI][NI][4], float
                 Cs[r * ldc + c] = acc[mi][ni][e] * (rowc ? rowc[r] : 1.0f);
             }
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * pipelined product: acc += A·Bᵀ over nk steps; step s stages the AR×AC tile of A at
+ * (r0 + s·dr, c0 + s·dc) and the BR×BC tile of B likewise, raw, S stages deep (S−1 in flight);
+ * operands not already in CT (or asked for in np > 1 parts) are converted into bufA / bufB.
+ * The k extent of a step is AC (A not transposed) or AR (TA). copyA (optional): each staged
+ * A tile is also written (do_copy), rounded to CT then to copyA's dtype, to copyA at the same
+ * coordinates (bypass backward's dy0 = RN(dy) rides on the dy stream). Ends with all
+ * copies complete and a barrier (the stage memory is free again).
+ * ------------------------------------------------------------------------------------------- */
+struct pipe_op {
+    lk_view v;
+    i64 r0, c0, dr, dc;
+    int np;
+};
+
+__host__ __device__ static inline int pipe_stage_bytes(int AR, int AC, int adt, int BR, int BC, int bdt) {
+    return raw_bytes(AR, AC, adt) + raw_bytes(BR, BC, bdt);
+}
+
+template <int AR, int AC, int BR, int BC>
+__device__ __forceinline__ void pipe_issue(char *st, const pipe_op &A, const pipe_op &B, int s) {
+    raw_issue<AR, AC>(st, A.v, A.r0 + s * A.dr, A.c0 + s * A.dc);
+    raw_issue<BR, BC>(st + raw_bytes(AR, AC, A.v.dt), B.v, B.r0 + s * B.dr, B.c0 + s * B.dc);
+}
+
+template <typename CT, int AR, int AC, int BR, int BC, bool TA, bool TB, int MI, int NI>
+__device__ __forceinline__ void piped_mma(float (&acc)[MI][NI][4], const pipe_op &A, const pipe_op &B, int nk, int S,
+                                          char *stages, CT *bufA, CT *bufB, int m0, int n0, const lk_view &copyA,
+                                          bool do_copy) {
+    const int SA = raw_bytes(AR, AC, A.v.dt), SS = SA + raw_bytes(BR, BC, B.v.dt);
+    const int KK = TA ? AR : AC;
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nk) pipe_issue<AR, AC, BR, BC>(stages + s * SS, A, B, s);
+        cp_commit();
+    }
+    for (int s = 0; s < nk; s++) {
+        cp_wait(S - 2);
+        __syncthreads();
+        char *st = stages + (s % S) * SS;
+        if (do_copy) {
+            const int pitch = raw_pitch(AC, A.v.dt);
+            for (int q = threadIdx.x; q < AR * AC / 8; q += NT) {
+                int rr = q / (AC / 8), cc = (q % (AC / 8)) * 8;
+                float v8[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) v8[e] = rnd_ct<CT>(raw_get(st, pitch, A.v.dt, rr, cc + e));
+                vstore8(copyA, A.r0 + s * A.dr + rr, A.c0 + s * A.dc + cc, v8);
+            }
+        }
+        CT *ap[3], *bp[3];
+        int lda, ldb;
+        const int na = raw_operand<CT, AR, AC>(st, A.v.dt, A.np, bufA, ap, &lda);
+        const int nb = raw_operand<CT, BR, BC>(st + SA, B.v.dt, B.np, bufB, bp, &ldb);
+        __syncthreads();
+        {
+            int n = s + S - 1;
+            if (n < nk) pipe_issue<AR, AC, BR, BC>(stages + (n % S) * SS, A, B, n);
+            cp_commit();
+        }
+        for (int p = na - 1; p >= 0; p--) warp_mma<CT, MI, NI, TA, TB>::run(acc, ap[p], lda, bp[0], ldb, m0, n0, KK);
+        for (int p = nb - 1; p >= 1; p--) warp_mma<CT, MI, NI, TA, TB>::run(acc, ap[0], lda, bp[p], ldb, m0, n0, KK);
+    }
+    cp_wait(0);
+    __syncthreads();
+}
+
+/* bytes of the conversion buffer of an R×C operand in np parts of CT (0 when no conversion) */
+__host__ __device__ static inline int conv_bytes(int R, int C, int dt, int np, int ct) {
+    if (dt == ct && np == 1) return 0;
+    int sz = ct == DT_F32 ? 4 : 2;
+    return (np * R * (C + 8) * sz + 127) / 128 * 128;
+}
+__host__ __device__ static inline int al128(int b) { return (b + 127) / 128 * 128; }
 
 /* ---------------------------------------------------------------------------------------------
  * deterministic block reductions

@@ -54,6 +54,7 @@ typedef struct {
 typedef struct {
     int32_t sms;
     int32_t smem_optin;  /* max dynamic shared memory per block (bytes) */
+    int32_t smem_sm;     /* shared memory per multiprocessor (bytes) */
     int32_t cc_major;
 } lk_device;
 
@@ -92,6 +93,10 @@ int lk_locon_bypass_bwd(const lk_bypass_bwd_args *a, const lk_device *dev, void 
 
 /* Elementwise helpers (util.cu): dst = RN_dst(RN_ct(src)) (src p NULL: dst = 0), any strides. */
 int lk_copy_round(const lk_view *dst, const lk_view *src, int32_t ct, void *stream);
+
+/* Uniform values in (-scale, scale), never 0, from a counter hash of (seed, index): n elements of
+   dtype dt at p, compact (util.cu; tests and bench). Synchronous. */
+int lk_fill_uniform(void *p, int32_t dt, int64_t n, uint64_t seed, double scale);
 
 /* Stream-ordered scratch (util.cu): cudaMallocAsync / cudaFreeAsync on the call's stream. */
 int lk_scratch_alloc(void **p, size_t bytes, void *stream);

@@ -1,0 +1,88 @@
+/*
+ * util.cu — small pieces every CUDA launcher uses:
+ *
+ *   lk_copy_round   dst[r, c] = RN_dst(RN_ct(src[r, c])), or 0 when src is absent — the paths
+ *                   where the adapter contributes nothing (module dropout: y = y0, W'' = W,
+ *                   dy0 = dy, zero gradients). One thread per element, any strides/alignment.
+ *   lk_scratch_*    stream-ordered scratch: cudaMallocAsync / cudaFreeAsync on the call's stream
+ *                   (no host synchronisation; capturable in a CUDA graph as memory nodes). Used
+ *                   only by the backward directions and DoRA for fp32 partial sums and the rank
+ *                   activations (sizes in each launcher's header). Replace with the context's
+ *                   workspace once the API has one (see the report / DESIGN.md §2).
+ *   lk_device_query the device facts the tile choices read.
+ */
+#include "cuda/common.cuh"
+
+__global__ __launch_bounds__(NT) void k_copy_round(lk_view dst, lk_view src, int ct) {
+    i64 n = dst.rows * dst.cols;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        i64 r = idx / dst.cols, c = idx % dst.cols;
+        float v = src.p ? round_to(vload(src, r, c), ct) : 0.0f;
+        vstore(dst, r, c, v);
+    }
+}
+
+extern "C" int lk_copy_round(const lk_view *dst, const lk_view *src, int32_t ct, void *stream) {
+    i64 n = dst->rows * dst->cols;
+    if (!dst->p || n == 0) return LYCO_OK;
+    i64 blocks = cdiv(n, NT);
+    if (blocks > 65536) blocks = 65536;
+    lk_view s = src ? *src : lk_view{};
+    k_copy_round<<<(unsigned)blocks, NT, 0, (cudaStream_t)stream>>>(*dst, s, ct);
+    LK_LAUNCHED("copy_round");
+    return LYCO_OK;
+}
+
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ __launch_bounds__(NT) void k_fill_uniform(char *p, int dt, i64 n, unsigned long long seed, float scale) {
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
+        unsigned long long h = mix64(seed ^ mix64((unsigned long long)i));
+        float u = ((float)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);   /* (0, 1) */
+        float v = (2.0f * u - 1.0f) * scale;
+        if (round_to(v, dt) == 0.0f) v = scale * 0.5f;
+        st_elem(p + i * dt_size(dt), dt, false, v);
+    }
+}
+
+extern "C" int lk_fill_uniform(void *p, int32_t dt, int64_t n, uint64_t seed, double scale) {
+    if (n <= 0) return LYCO_OK;
+    i64 blocks = cdiv(n, NT);
+    if (blocks > 65536) blocks = 65536;
+    k_fill_uniform<<<(unsigned)blocks, NT>>>((char *)p, dt, n, seed, (float)scale);
+    LK_LAUNCHED("fill_uniform");
+    LK_CHECK(cudaDeviceSynchronize());
+    return LYCO_OK;
+}
+
+extern "C" int lk_scratch_alloc(void **p, size_t bytes, void *stream) {
+    *p = NULL;
+    if (bytes == 0) return LYCO_OK;
+    LK_CHECK(cudaMallocAsync(p, bytes, (cudaStream_t)stream));
+    return LYCO_OK;
+}
+
+extern "C" int lk_scratch_free(void *p, void *stream) {
+    if (!p) return LYCO_OK;
+    LK_CHECK(cudaFreeAsync(p, (cudaStream_t)stream));
+    return LYCO_OK;
+}
+
+extern "C" int lk_device_query(lk_device *dev) {
+    int d = 0, v = 0;
+    LK_CHECK(cudaGetDevice(&d));
+    LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d));
+    dev->sms = v;
+    LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
+    dev->smem_optin = v;
+    LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d));
+    dev->smem_sm = v;
+    LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, d));
+    dev->cc_major = v;
+    return LYCO_OK;
+}
