@@ -13,6 +13,9 @@ lyco_status lyco_cpu_run(const lyco_call *c, char *why, size_t why_len) {
     switch (c->a->algo) {
     case LYCO_ALGO_LOCON:
     case LYCO_ALGO_DYLORA: e = cpu_locon; break;
+    case LYCO_ALGO_GLORA: e = cpu_glora; break;
+    case LYCO_ALGO_LOHA: e = cpu_loha; break;
+    case LYCO_ALGO_LOKR: e = cpu_lokr; break;
     case LYCO_ALGO_DIAG_OFT: e = cpu_diag_oft; break;
     case LYCO_ALGO_BOFT: e = cpu_boft; break;
     case LYCO_ALGO_IA3: e = cpu_ia3; break;

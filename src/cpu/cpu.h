@@ -94,6 +94,7 @@ float cpu_sigma(const lyco_call *c);
 /* ---- per-algorithm entries (src/cpu/<algo>.c); NULL `why` never: decline with a reason ---- */
 typedef lyco_status (*cpu_entry)(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len);
+lyco_status cpu_glora(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_diag_oft(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_boft(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len);

@@ -1,0 +1,323 @@
+/*
+ * boft.c — fused CPU kernels of BOFT (ALGORITHMS.md §2.5): a butterfly of M block-diagonal
+ * rotations acting on the O channel rows of X (merge: X = W̄, O × I·K; bypass: X = y0 with
+ * channels as rows, O × tokens·spatial, bias included).
+ *
+ * Once per call, in fp32 (cayley.h): R_{i,k} = Cayley(B_{i,k} − B_{i,k}ᵀ), the norm constraint
+ * over all M·nb blocks; N_{i,k} = m·R_{i,k} + (1−m)·I, kept as N − I = m·(R − I).
+ * Stage i (h = 2^i·b/2) gathers, for its block k, the b rows t_ν = π_i^{-1}(k·b + ν) where a
+ * permuted position s = c·2h + 2η + γ comes from row t = c·2h + γ·h + η (index arithmetic,
+ * tabulated once per call: M·O indices), and applies N_{i,k} (untransposed) to them:
+ *   X_{i+1}[t_μ] = Σ_ν N_{i,k}[μ, ν]·X_i[t_ν],   Y = ρ ⊙ X_M
+ * The forward runs in delta form, Δ_{i+1}[t] = Δ_i[t] + (N − I)·(X_0 + Δ_i)[t], so W'' − W =
+ * ρ ⊙ Δ_M + (ρ − 1) ⊙ X_0 (merge DELTA, bypass DELTA_ONLY) keeps its accuracy near R = I.
+ * Backward (GY = ∂L/∂Y): G_ρ[o] = Σ_j GY·X_M; G = ρ ⊙ GY; stages in reverse, per block:
+ *   Ĝ = G[t], Ŵ = X_i[t]:  G_N_{i,k} += Ĝ·Ŵᵀ,  G[t] ← N_{i,k}ᵀ·Ĝ   (G tracked as GY + ΔG)
+ * then G_R = m·G_N and the Cayley adjoint. Bypass: dy0 = G (delta-only: G − dy = ΔG), dx = 0.
+ *
+ * Tiling: a tile is all O rows × tw columns (merge: W's columns; bypass: tokens, or positions of
+ * one image for conv); all M stages run on the tile in cache, then it is stored once (in place is
+ * fine). The backward keeps the M + 1 stage inputs of its ONE tile instead of replaying the
+ * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
+ * 512K floats (2 MB), at most 256 columns (wide enough for the small GEMMs to run at speed:
+ * 8 columns made the backward 3.6× slower). Tiles are spread over threads; the gradients of N
+ * and ρ go to per-thread partials combined in thread order.
+ *
+ * Extra memory: Cayley state and N − I (4·M·nb·b² floats), the index table (M·O), ρ (O); per
+ * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats and the
+ * partials (M·nb·b² + O floats).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cayley.h"
+
+#define TILE_FLOATS 524288
+
+typedef struct {
+    const lyco_call *c;
+    int64_t O, nb, b, nn, M, blk;   /* blk = nb·b·b floats per stage */
+    cpu_cayley cy;
+    float *Nm;          /* N − I (M·nb·b·b) */
+    float *rho;         /* ρ (O) or NULL */
+    int64_t *idx;       /* idx[i·O + k·b + ν] = π_i^{-1}(k·b + ν) */
+    int nt;
+    float *gN, *grho;   /* per-thread partials */
+    int64_t tw;
+    float *work;
+    int64_t wsz;
+} boft_t;
+
+static void boft_free(boft_t *s) {
+    cpu_cayley_free(&s->cy);
+    free(s->Nm);
+    free(s->rho);
+    free(s->idx);
+    free(s->gN);
+    free(s->grho);
+    free(s->work);
+}
+
+static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
+    memset(s, 0, sizeof *s);
+    lyco_dtype T = c->dt.compute;
+    s->c = c;
+    s->O = c->dims.O;
+    s->nb = c->dims.nb;
+    s->b = c->dims.bs;
+    s->M = c->dims.stages;
+    s->nn = s->b * s->b;
+    s->blk = s->nb * s->nn;
+    s->nt = cpu_threads();
+    int64_t all = s->M * s->blk;
+    float *B = malloc(sizeof(float) * (size_t)(all + 1));
+    s->Nm = malloc(sizeof(float) * (size_t)(all + 1));
+    s->idx = malloc(sizeof(int64_t) * (size_t)(s->M * s->O + 1));
+    if (!B || !s->Nm || !s->idx) {
+        free(B);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory");
+    }
+    cpu_load_all(c->a->tensor[LYCO_OFT_BLOCKS], T, B);
+    lyco_status st = cpu_cayley_fwd(&s->cy, B, s->M * s->nb, s->b, c->a->constraint);
+    free(B);
+    if (st) return st;
+    float m = (float)c->m;
+    for (int64_t i = 0; i < all; i++) s->Nm[i] = c->m == 1.0 ? s->cy.Rm1[i] : m * s->cy.Rm1[i];
+    for (int64_t i = 0; i < s->M; i++) {
+        int64_t h = ((int64_t)1 << i) * (s->b / 2);
+        for (int64_t p = 0; p < s->O; p++) {   /* p = k·b + ν, a position of the permuted vector */
+            int64_t ch = p / (2 * h), r = p % (2 * h), eta = r / 2, gamma = r % 2;
+            s->idx[i * s->O + p] = ch * 2 * h + gamma * h + eta;
+        }
+    }
+    if (c->a->tensor[LYCO_RESCALE]) {
+        s->rho = malloc(sizeof(float) * (size_t)(s->O + 1));
+        if (!s->rho) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory");
+        cpu_load_all(c->a->tensor[LYCO_RESCALE], T, s->rho);
+    }
+    if (grads) {
+        s->gN = calloc((size_t)s->nt * (size_t)all + 1, sizeof(float));
+        s->grho = calloc((size_t)s->nt * (size_t)s->O + 1, sizeof(float));
+        if (!s->gN || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
+    }
+    /* tile width: the buffers of one tile (forward 2·O, backward (M+3)·O rows) in 2 MB */
+    int64_t rows = grads ? (s->M + 3) * s->O : 2 * s->O;
+    s->tw = TILE_FLOATS / rows;
+    if (s->tw > 256) s->tw = 256;
+    if (s->tw < 4) s->tw = 4;
+    s->wsz = rows * s->tw + 2 * s->b * s->tw + s->O;
+    s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
+    if (!s->work) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for tile buffers");
+    return LYCO_OK;
+}
+
+static float rho_at(const boft_t *s, int64_t o) { return s->rho ? s->rho[o] : 1.0f; }
+
+/* Gathers rows t of (A [+ B]) (each w wide) into V (b × w). */
+static void gather(const int64_t *t, int64_t b, int64_t w, const float *A, const float *B, float *V) {
+    for (int64_t n = 0; n < b; n++) {
+        const float *a = A + t[n] * w;
+        float *v = V + n * w;
+        if (B) {
+            const float *bb = B + t[n] * w;
+            for (int64_t j = 0; j < w; j++) v[j] = a[j] + bb[j];
+        } else {
+            memcpy(v, a, sizeof(float) * (size_t)w);
+        }
+    }
+}
+
+/* Adds U (b × w) into rows t of A. */
+static void scatter_add(const int64_t *t, int64_t b, int64_t w, const float *U, float *A) {
+    for (int64_t n = 0; n < b; n++) {
+        float *a = A + t[n] * w;
+        const float *u = U + n * w;
+        for (int64_t j = 0; j < w; j++) a[j] += u[j];
+    }
+}
+
+/* dst = rows(src) (delta: rows(src) − src) */
+static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool delta) {
+    const lyco_call *c = s->c;
+    lyco_dtype T = c->dt.compute;
+    cpu_oft_io in, out;
+    cpu_oft_io_init(&in, c, src);
+    cpu_oft_io_init(&out, c, dst);
+    int64_t O = s->O, b = s->b, tw = s->tw, total = cpu_oft_ntiles(&in, tw);
+#pragma omp parallel for schedule(static)
+    for (int64_t tile = 0; tile < total; tile++) {
+        float *X0 = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Dl = X0 + O * tw, *V = Dl + O * tw, *U = V + b * tw,
+              *tmp = U + b * tw;
+        int64_t j0, w;
+        cpu_oft_tile(&in, tw, tile, &j0, &w);
+        cpu_oft_load(&in, 0, O, j0, w, T, X0, tmp);
+        memset(Dl, 0, sizeof(float) * (size_t)(O * w));
+        for (int64_t i = 0; i < s->M; i++)
+            for (int64_t k = 0; k < s->nb; k++) {
+                const int64_t *t = s->idx + i * O + k * b;
+                gather(t, b, w, X0, Dl, V);
+                cpu_gemm_nn(b, w, b, s->Nm + i * s->blk + k * s->nn, b, V, w, U, w, false);
+                scatter_add(t, b, w, U, Dl);
+            }
+        for (int64_t o = 0; o < O; o++) {
+            float p = rho_at(s, o), p1 = p - 1.0f, *d = Dl + o * w;
+            const float *x = X0 + o * w;
+            if (delta)
+                for (int64_t j = 0; j < w; j++) d[j] = p * d[j] + p1 * x[j];
+            else
+                for (int64_t j = 0; j < w; j++) d[j] = p * (x[j] + d[j]);
+        }
+        cpu_oft_store(&out, 0, O, j0, w, Dl, tmp);
+    }
+}
+
+static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *GYt, DLTensor *GXt, bool delta) {
+    const lyco_call *c = s->c;
+    lyco_dtype T = c->dt.compute;
+    bool want_rho = s->rho && lyco_call_wants(c, LYCO_RESCALE), want_b = lyco_call_wants(c, LYCO_OFT_BLOCKS);
+    cpu_oft_io xin, gin, gout;
+    cpu_oft_io_init(&xin, c, Xt);
+    cpu_oft_io_init(&gin, c, GYt);
+    if (GXt) cpu_oft_io_init(&gout, c, GXt);
+    int64_t O = s->O, b = s->b, tw = s->tw, Mst = s->M, all = Mst * s->blk, total = cpu_oft_ntiles(&xin, tw);
+#pragma omp parallel for schedule(static)
+    for (int64_t tile = 0; tile < total; tile++) {
+        int tid = cpu_thread_id();
+        float *Xs = s->work + (size_t)tid * (size_t)s->wsz;      /* (M+1) stage inputs, O × w each */
+        float *GY = Xs + (Mst + 1) * O * tw, *DG = GY + O * tw, *V = DG + O * tw, *U = V + b * tw, *tmp = U + b * tw;
+        float *gN = s->gN + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)O;
+        int64_t j0, w;
+        cpu_oft_tile(&xin, tw, tile, &j0, &w);
+        int64_t Ow = O * w;
+        cpu_oft_load(&gin, 0, O, j0, w, T, GY, tmp);
+        bool need_x = want_rho || want_b;
+        if (need_x) {
+            cpu_oft_load(&xin, 0, O, j0, w, T, Xs, tmp);
+            for (int64_t i = 0; i < Mst; i++) {
+                float *Xi = Xs + i * Ow, *Xn = Xi + Ow;
+                memcpy(Xn, Xi, sizeof(float) * (size_t)Ow);
+                for (int64_t k = 0; k < s->nb; k++) {
+                    const int64_t *t = s->idx + i * O + k * b;
+                    gather(t, b, w, Xi, NULL, V);
+                    cpu_gemm_nn(b, w, b, s->Nm + i * s->blk + k * s->nn, b, V, w, U, w, false);
+                    scatter_add(t, b, w, U, Xn);
+                }
+            }
+        }
+        if (want_rho) {
+            const float *XM = Xs + Mst * Ow;
+            for (int64_t o = 0; o < O; o++) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < w; j++) acc += GY[o * w + j] * XM[o * w + j];
+                grho[o] += acc;
+            }
+        }
+        /* G = GY + DG, starting from ρ ⊙ GY */
+        for (int64_t o = 0; o < O; o++) {
+            float p1 = rho_at(s, o) - 1.0f;
+            for (int64_t j = 0; j < w; j++) DG[o * w + j] = p1 * GY[o * w + j];
+        }
+        for (int64_t i = Mst - 1; i >= 0; i--)
+            for (int64_t k = 0; k < s->nb; k++) {
+                const int64_t *t = s->idx + i * O + k * b;
+                const float *Nm = s->Nm + i * s->blk + k * s->nn;
+                gather(t, b, w, GY, DG, V);                       /* Ĝ */
+                if (want_b) {
+                    gather(t, b, w, Xs + i * Ow, NULL, U);        /* Ŵ */
+                    cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
+                }
+                cpu_gemm_tn(b, w, b, Nm, b, V, w, U, w, false);   /* (N − I)ᵀ·Ĝ */
+                scatter_add(t, b, w, U, DG);
+            }
+        if (GXt) {
+            if (!delta)
+                for (int64_t n = 0; n < Ow; n++) DG[n] += GY[n];
+            cpu_oft_store(&gout, 0, O, j0, w, DG, tmp);
+        }
+    }
+    for (int t = 1; t < s->nt; t++) {
+        for (int64_t i = 0; i < all; i++) s->gN[i] += s->gN[(size_t)t * (size_t)all + i];
+        for (int64_t o = 0; o < O; o++) s->grho[o] += s->grho[(size_t)t * (size_t)O + o];
+    }
+    if (want_rho) cpu_store_all(c->g->grad[LYCO_RESCALE], s->grho);
+    if (want_b) {
+        float m = (float)c->m;
+        for (int64_t i = 0; i < all; i++) s->gN[i] *= m;
+        float *GB = malloc(sizeof(float) * (size_t)(all + 1));
+        if (!GB) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory");
+        lyco_status st = cpu_cayley_bwd(&s->cy, s->gN, GB);
+        if (st == LYCO_OK) cpu_store_all(c->g->grad[LYCO_OFT_BLOCKS], GB);
+        free(GB);
+        return st;
+    }
+    return LYCO_OK;
+}
+
+/* ---- small whole-tensor helpers ---- */
+
+/* dst = rnd_T(src) (same shape), or 0 when src is NULL; row by row. */
+static lyco_status copy_or_zero(DLTensor *dst, const DLTensor *src, lyco_dtype T) {
+    cpu_view dv, sv;
+    int split = dst->ndim > 0 ? dst->ndim - 1 : 0;
+    cpu_view_init(&dv, dst, split);
+    if (src) cpu_view_init(&sv, src, split);
+    float *row = calloc((size_t)dv.cols + 1, sizeof(float));
+    if (!row) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory");
+    for (int64_t r = 0; r < dv.rows; r++) {
+        if (src) cpu_load(&sv, r, 0, dv.cols, T, row);
+        cpu_store(&dv, r, 0, dv.cols, row);
+    }
+    free(row);
+    return LYCO_OK;
+}
+
+static lyco_status zero_grads(const lyco_call *c) {
+    lyco_status st = LYCO_OK;
+    for (int sl = 0; sl < LYCO_SLOT_COUNT && !st; sl++)
+        if (lyco_call_wants(c, (lyco_slot)sl)) st = copy_or_zero(c->g->grad[sl], NULL, LYCO_F32);
+    return st;
+}
+
+/* Module dropped: the butterfly is the identity (W'' = W, y = y0), gradients are 0. */
+static lyco_status run_dropped(const lyco_call *c) {
+    lyco_dtype T = c->dt.compute;
+    switch (c->dir) {
+    case LYCO_DIR_MERGE_FWD: return copy_or_zero(c->out, c->merge->mode == LYCO_MERGE_DELTA ? NULL : c->merge->weight, T);
+    case LYCO_DIR_MERGE_BWD: return zero_grads(c);
+    case LYCO_DIR_BYPASS_FWD: {
+        bool delta = c->bypass->flags & LYCO_BYPASS_DELTA_ONLY;
+        return copy_or_zero(c->y, delta ? NULL : c->bypass->y0, T);
+    }
+    default: {
+        bool delta = c->bypass->flags & LYCO_BYPASS_DELTA_ONLY;
+        lyco_status st = LYCO_OK;
+        if (c->dx) st = copy_or_zero(c->dx, NULL, T);
+        if (!st && c->dy0) st = copy_or_zero(c->dy0, delta ? NULL : c->dy, T);
+        if (!st) st = zero_grads(c);
+        return st;
+    }
+    }
+}
+
+lyco_status cpu_boft(const lyco_call *c, char *why, size_t why_len) {
+    (void)why;
+    (void)why_len;
+    if (c->dropped) return run_dropped(c);
+    bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    boft_t s;
+    lyco_status st = boft_prepare(c, &s, grads);
+    if (st == LYCO_OK) {
+        bool delta_only = c->bypass && (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY);
+        switch (c->dir) {
+        case LYCO_DIR_MERGE_FWD: boft_forward(&s, c->merge->weight, c->out, c->merge->mode == LYCO_MERGE_DELTA); break;
+        case LYCO_DIR_MERGE_BWD: st = boft_backward(&s, c->merge->weight, c->d_out, NULL, false); break;
+        case LYCO_DIR_BYPASS_FWD: boft_forward(&s, c->bypass->y0, c->y, delta_only); break;
+        default:
+            if (c->dx) st = copy_or_zero(c->dx, NULL, LYCO_F32);
+            if (!st) st = boft_backward(&s, c->bypass->y0, c->dy, c->dy0, delta_only);
+            break;
+        }
+    }
+    boft_free(&s);
+    return st;
+}

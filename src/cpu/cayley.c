@@ -1,0 +1,260 @@
+/*
+ * cayley.c — the fp32 Cayley transform with the norm constraint and its adjoint, and the
+ * channel-row tile I/O of the OFT family (see cayley.h for the formulas and layouts).
+ *
+ * Shapes: nblk blocks of n×n, compact row-major. Work: O(nblk·n³) per call, once per call (the
+ * blocks are small); single-threaded. Extra memory: 3·nblk·n² floats (state) + 3·n² (scratch).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cayley.h"
+
+void cpu_cayley_free(cpu_cayley *cy) {
+    free(cy->Q0);
+    free(cy->A);
+    free(cy->Rm1);
+    cy->Q0 = cy->A = cy->Rm1 = NULL;
+}
+
+/* X = (I − Q)^{-1} by Gauss–Jordan with partial pivoting on M = I − Q (overwritten). */
+static void invert(int64_t n, float *M, float *X) {
+    for (int64_t a = 0; a < n; a++)
+        for (int64_t b = 0; b < n; b++) X[a * n + b] = a == b ? 1.0f : 0.0f;
+    for (int64_t col = 0; col < n; col++) {
+        int64_t piv = col;
+        for (int64_t r = col + 1; r < n; r++)
+            if (fabsf(M[r * n + col]) > fabsf(M[piv * n + col])) piv = r;
+        if (piv != col)
+            for (int64_t k = 0; k < n; k++) {
+                float t = M[col * n + k];
+                M[col * n + k] = M[piv * n + k];
+                M[piv * n + k] = t;
+                t = X[col * n + k];
+                X[col * n + k] = X[piv * n + k];
+                X[piv * n + k] = t;
+            }
+        float inv = 1.0f / M[col * n + col];
+        for (int64_t k = 0; k < n; k++) {
+            M[col * n + k] *= inv;
+            X[col * n + k] *= inv;
+        }
+        for (int64_t r = 0; r < n; r++) {
+            if (r == col) continue;
+            float f = M[r * n + col];
+            if (f == 0.0f) continue;
+            for (int64_t k = 0; k < n; k++) {
+                M[r * n + k] -= f * M[col * n + k];
+                X[r * n + k] -= f * X[col * n + k];
+            }
+        }
+    }
+}
+
+/* Y += A·E (n×n, fp32; Y may be A): T = A·E first (the refinement correction). */
+static void refine(int64_t n, const float *A, const float *E, float *T, float *Y) {
+    for (int64_t a = 0; a < n; a++)
+        for (int64_t b = 0; b < n; b++) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < n; j++) s += A[a * n + j] * E[j * n + b];
+            T[a * n + b] = s;
+        }
+    for (int64_t i = 0; i < n * n; i++) Y[i] += T[i];
+}
+
+lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t n, double kc) {
+    int64_t nn = n * n, all = nblk * nn;
+    memset(cy, 0, sizeof *cy);
+    cy->nblk = nblk;
+    cy->n = n;
+    cy->kc = kc;
+    cy->Q0 = malloc(sizeof(float) * (size_t)(all + 1));
+    cy->A = malloc(sizeof(float) * (size_t)(all + 1));
+    cy->Rm1 = malloc(sizeof(float) * (size_t)(all + 1));
+    float *M = malloc(sizeof(float) * (size_t)(3 * nn + 1));
+    if (!cy->Q0 || !cy->A || !cy->Rm1 || !M) {
+        free(M);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
+    }
+    float *Q = M + nn, *Tm = Q + nn;
+    double ss = 0.0;
+    for (int64_t k = 0; k < nblk; k++) {
+        const float *Bk = B + k * nn;
+        float *Qk = cy->Q0 + k * nn;
+        float part = 0.0f;
+        for (int64_t a = 0; a < n; a++)
+            for (int64_t b = 0; b < n; b++) {
+                float q = Bk[a * n + b] - Bk[b * n + a];
+                Qk[a * n + b] = q;
+                part += q * q;
+            }
+        ss += (double)part;
+    }
+    cy->q0norm = sqrt(ss);
+    double nu = cy->q0norm + 1e-8;
+    cy->active = kc > 0.0 && nu > kc;
+    cy->scale = cy->active ? (float)(kc / nu) : 1.0f;
+    for (int64_t k = 0; k < nblk; k++) {
+        const float *Q0k = cy->Q0 + k * nn;
+        float *Ak = cy->A + k * nn, *Rk = cy->Rm1 + k * nn;
+        for (int64_t i = 0; i < nn; i++) Q[i] = cy->active ? Q0k[i] * cy->scale : Q0k[i];
+        for (int64_t a = 0; a < n; a++)
+            for (int64_t b = 0; b < n; b++) M[a * n + b] = (a == b ? 1.0f : 0.0f) - Q[a * n + b];
+        invert(n, M, Ak);
+        /* one refinement step: E = I − (I − Q)·A = I − A + Q·A, A ← A + A·E */
+        for (int64_t a = 0; a < n; a++)
+            for (int64_t b = 0; b < n; b++) {
+                double r = (a == b ? 1.0 : 0.0) - (double)Ak[a * n + b];
+                for (int64_t j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Ak[j * n + b];
+                M[a * n + b] = (float)r;
+            }
+        refine(n, Ak, M, Tm, Ak);
+        /* R − I = 2·A·Q, refined: r = 2Q − (I − Q)·(R − I), (R − I) ← (R − I) + A·r */
+        for (int64_t a = 0; a < n; a++)
+            for (int64_t b = 0; b < n; b++) {
+                float s = 0.0f;
+                for (int64_t j = 0; j < n; j++) s += Ak[a * n + j] * Q[j * n + b];
+                Rk[a * n + b] = 2.0f * s;
+            }
+        for (int64_t a = 0; a < n; a++)
+            for (int64_t b = 0; b < n; b++) {
+                double r = 2.0 * (double)Q[a * n + b] - (double)Rk[a * n + b];
+                for (int64_t j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Rk[j * n + b];
+                M[a * n + b] = (float)r;
+            }
+        refine(n, Ak, M, Tm, Rk);
+    }
+    free(M);
+    return LYCO_OK;
+}
+
+lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
+    int64_t n = cy->n, nn = n * n, all = cy->nblk * nn;
+    double *T = malloc(sizeof(double) * (size_t)(nn + 1));
+    if (!T) return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory");
+    /* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ, written into GB. Accumulated in double: G_B = G_Q0 − G_Q0ᵀ
+       keeps only the skew part of G_Q, which can be much smaller than G_Q, so G_Q's own
+       rounding errors are amplified there (fp32 sums gave 23 ulp on a BOFT row, double 15). */
+    for (int64_t k = 0; k < cy->nblk; k++) {
+        const float *Ak = cy->A + k * nn, *Gk = GR + k * nn;
+        float *Ok = GB + k * nn;
+        for (int64_t a = 0; a < n; a++)          /* T = Aᵀ·G_R */
+            for (int64_t b = 0; b < n; b++) {
+                double s = 0.0;
+                for (int64_t j = 0; j < n; j++) s += (double)Ak[j * n + a] * (double)Gk[j * n + b];
+                T[a * n + b] = s;
+            }
+        for (int64_t a = 0; a < n; a++)          /* G_Q = 2·T·Aᵀ */
+            for (int64_t b = 0; b < n; b++) {
+                double s = 0.0;
+                for (int64_t j = 0; j < n; j++) s += T[a * n + j] * (double)Ak[b * n + j];
+                Ok[a * n + b] = (float)(2.0 * s);
+            }
+    }
+    free(T);
+    /* through the constraint Q = κc·Q0/ν, ν = ‖Q0‖ + 1e-8 */
+    if (cy->active) {
+        double nu = cy->q0norm + 1e-8, dot = 0.0;
+        for (int64_t k = 0; k < cy->nblk; k++) {
+            float part = 0.0f;
+            for (int64_t i = 0; i < nn; i++) part += GB[k * nn + i] * cy->Q0[k * nn + i];
+            dot += (double)part;
+        }
+        /* at Q0 = 0 the norm has no derivative; its term is 0 there */
+        float c2 = cy->q0norm > 0.0 ? (float)(cy->kc / (nu * nu) * dot / cy->q0norm) : 0.0f;
+        for (int64_t i = 0; i < all; i++) GB[i] = cy->scale * GB[i] - c2 * cy->Q0[i];
+    }
+    /* Q0 = B − Bᵀ */
+    for (int64_t k = 0; k < cy->nblk; k++) {
+        float *G = GB + k * nn;
+        for (int64_t a = 0; a < n; a++) {
+            G[a * n + a] = 0.0f;
+            for (int64_t b = a + 1; b < n; b++) {
+                float v = G[a * n + b] - G[b * n + a];
+                G[a * n + b] = v;
+                G[b * n + a] = -v;
+            }
+        }
+    }
+    return LYCO_OK;
+}
+
+/* ---- channel-row tiles ---- */
+
+void cpu_oft_io_init(cpu_oft_io *io, const lyco_call *c, const DLTensor *t) {
+    memset(io, 0, sizeof *io);
+    io->O = c->dims.O;
+    io->sp = 1;
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    if (!bypass) {
+        io->kind = CPU_OFT_MERGE;
+        cpu_view_init(&io->v, t, 1);
+        io->n = io->v.cols;
+    } else if (c->a->layer.kind == LYCO_LAYER_CONV) {
+        io->kind = CPU_OFT_CONV;
+        io->sp = c->sp_out_n;
+        cpu_view_init(&io->v, t, 2);          /* rows (n, o), cols positions */
+        io->n = c->tokens * io->sp;
+    } else {
+        io->kind = CPU_OFT_LINEAR;
+        cpu_view_init(&io->v, t, t->ndim - 1);  /* rows tokens, cols channels */
+        io->n = c->tokens;
+    }
+}
+
+int64_t cpu_oft_ntiles(const cpu_oft_io *io, int64_t tw) {
+    if (io->kind == CPU_OFT_CONV) {
+        if (io->sp <= 0) return 0;
+        return (io->n / io->sp) * ((io->sp + tw - 1) / tw);
+    }
+    return (io->n + tw - 1) / tw;
+}
+
+void cpu_oft_tile(const cpu_oft_io *io, int64_t tw, int64_t b, int64_t *j0, int64_t *w) {
+    if (io->kind == CPU_OFT_CONV) {
+        int64_t per = (io->sp + tw - 1) / tw, img = b / per, p0 = (b % per) * tw;
+        *j0 = img * io->sp + p0;
+        *w = io->sp - p0 < tw ? io->sp - p0 : tw;
+        return;
+    }
+    *j0 = b * tw;
+    *w = io->n - *j0 < tw ? io->n - *j0 : tw;
+}
+
+void cpu_oft_load(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int64_t w, lyco_dtype T, float *X, float *tmp) {
+    switch (io->kind) {
+    case CPU_OFT_MERGE:
+        for (int64_t r = 0; r < nr; r++) cpu_load(&io->v, o0 + r, j0, w, T, X + r * w);
+        break;
+    case CPU_OFT_CONV: {
+        int64_t img = j0 / io->sp, p0 = j0 % io->sp;
+        for (int64_t r = 0; r < nr; r++) cpu_load(&io->v, img * io->O + o0 + r, p0, w, T, X + r * w);
+        break;
+    }
+    default:
+        for (int64_t t = 0; t < w; t++) {
+            cpu_load(&io->v, j0 + t, o0, nr, T, tmp);
+            for (int64_t r = 0; r < nr; r++) X[r * w + t] = tmp[r];
+        }
+        break;
+    }
+}
+
+void cpu_oft_store(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int64_t w, const float *X, float *tmp) {
+    switch (io->kind) {
+    case CPU_OFT_MERGE:
+        for (int64_t r = 0; r < nr; r++) cpu_store(&io->v, o0 + r, j0, w, X + r * w);
+        break;
+    case CPU_OFT_CONV: {
+        int64_t img = j0 / io->sp, p0 = j0 % io->sp;
+        for (int64_t r = 0; r < nr; r++) cpu_store(&io->v, img * io->O + o0 + r, p0, w, X + r * w);
+        break;
+    }
+    default:
+        for (int64_t t = 0; t < w; t++) {
+            for (int64_t r = 0; r < nr; r++) tmp[r] = X[r * w + t];
+            cpu_store(&io->v, j0 + t, o0, nr, tmp);
+        }
+        break;
+    }
+}

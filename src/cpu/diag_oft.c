@@ -1,0 +1,287 @@
+/*
+ * diag_oft.c — fused CPU kernels of Diag-OFT (ALGORITHMS.md §2.4): a block-diagonal rotation of
+ * the O channel rows of X (merge: X = W̄, O × I·K; bypass: X = y0 with channels as rows,
+ * O × tokens·spatial — the whole output, bias included).
+ *
+ * Once per call, in fp32 (cayley.h): R_k = Cayley(B_k − B_kᵀ) with the all-blocks norm
+ * constraint, then (D = the merge-only dropout mask, already /(1−p))
+ *   M_k = m·R_k + (1−m)·I,  or  M_k = (m·R_k) ⊙ D_k − m·I + I,   and  M_k − I (kept separately).
+ * forward, per block k of bs rows (blocks act transposed, as upstream's einsum):
+ *   Y_k = ρ_k ⊙ (M_kᵀ X_k)                                   merge WEIGHT, bypass y
+ *   Y_k − X_k = ρ_k ⊙ ((M_k − I)ᵀ X_k) + (ρ_k − 1) ⊙ X_k      merge DELTA, bypass DELTA_ONLY
+ *   (the delta form keeps the accuracy of W'' − W when R is near I)
+ * backward, with GY = ∂L/∂Y and G'' = ρ ⊙ GY:
+ *   G_ρ[o] = Σ_j GY[o, j]·(Mᵀ X)[o, j];   G_M_k = X_k·G''_kᵀ;   G_R_k = m·G_M_k (⊙ D_k)
+ *   G_B = the Cayley adjoint of G_R (fp32);   bypass: dy0_k = M_k·G''_k (delta-only:
+ *   (M_k − I)·G''_k + (ρ_k − 1) ⊙ dy_k), dx = 0 (the adapter path does not read x).
+ *
+ * Tiling: a tile is a group of whole blocks (≥ 16 rows) × a column range (merge: W's columns;
+ * bypass: tokens, or positions of one image for conv), ≤ 16K floats per buffer. Each output
+ * tile depends only on its own input tile: X is streamed once and Y written once (in place is
+ * fine: W → out, y0 → y). Tiles are spread over threads (static); the gradients of M and ρ go
+ * to per-thread partials, combined in thread order after the pass.
+ *
+ * Extra memory: the Cayley state and M, M − I (5·nb·bs² floats), ρ (O); per thread 4 tile
+ * buffers (≤ 64K floats) and, backward, the partials (nb·bs² + O floats).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cayley.h"
+
+#define ROWS_MIN 16
+#define TILE_FLOATS 16384
+
+typedef struct {
+    const lyco_call *c;
+    int64_t O, nb, bs, nn;
+    cpu_cayley cy;
+    float *M, *Mm;      /* M and M − I (nb·bs·bs) */
+    float *rho;         /* ρ (O) or NULL (= 1) */
+    float *D;           /* merge dropout mask (nb·bs·bs) or NULL */
+    int nt;
+    float *gM, *grho;   /* per-thread partials: nt × nb·bs·bs, nt × O */
+    int64_t g, tw;      /* blocks per row group, tile width */
+    float *work;        /* per-thread tile buffers */
+    int64_t wsz;        /* floats per thread in work */
+} oft_t;
+
+static void oft_free(oft_t *s) {
+    cpu_cayley_free(&s->cy);
+    free(s->M);
+    free(s->Mm);
+    free(s->rho);
+    free(s->D);
+    free(s->gM);
+    free(s->grho);
+    free(s->work);
+}
+
+static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
+    memset(s, 0, sizeof *s);
+    lyco_dtype T = c->dt.compute;
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    s->c = c;
+    s->O = c->dims.O;
+    s->nb = c->dims.nb;
+    s->bs = c->dims.bs;
+    s->nn = s->bs * s->bs;
+    s->nt = cpu_threads();
+    int64_t all = s->nb * s->nn;
+    float *B = malloc(sizeof(float) * (size_t)(all + 1));
+    s->M = malloc(sizeof(float) * (size_t)(all + 1));
+    s->Mm = malloc(sizeof(float) * (size_t)(all + 1));
+    if (!B || !s->M || !s->Mm) {
+        free(B);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory");
+    }
+    cpu_load_all(c->a->tensor[LYCO_OFT_BLOCKS], T, B);
+    lyco_status st = cpu_cayley_fwd(&s->cy, B, s->nb, s->bs, c->a->constraint);
+    free(B);
+    if (st) return st;
+    const DLTensor *mask = bypass ? NULL : c->a->tensor[LYCO_RANK_MASK];
+    if (mask) {
+        s->D = malloc(sizeof(float) * (size_t)(all + 1));
+        if (!s->D) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory");
+        cpu_load_all(mask, lyco_dtype_of(mask), s->D);
+    }
+    float m = (float)c->m;
+    for (int64_t k = 0; k < s->nb; k++)
+        for (int64_t a = 0; a < s->bs; a++)
+            for (int64_t b = 0; b < s->bs; b++) {
+                int64_t i = k * s->nn + a * s->bs + b;
+                float rm1 = s->cy.Rm1[i];
+                float mm;   /* M − I */
+                if (s->D) mm = a == b ? m * ((1.0f + rm1) * s->D[i] - 1.0f) : m * rm1 * s->D[i];
+                else mm = m * rm1;
+                s->Mm[i] = mm;
+                s->M[i] = mm + (a == b ? 1.0f : 0.0f);
+            }
+    if (c->a->tensor[LYCO_RESCALE]) {
+        s->rho = malloc(sizeof(float) * (size_t)(s->O + 1));
+        if (!s->rho) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory");
+        cpu_load_all(c->a->tensor[LYCO_RESCALE], T, s->rho);
+    }
+    if (grads) {
+        s->gM = calloc((size_t)s->nt * (size_t)all + 1, sizeof(float));
+        s->grho = calloc((size_t)s->nt * (size_t)s->O + 1, sizeof(float));
+        if (!s->gM || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for gradient partials");
+    }
+    s->g = s->bs >= ROWS_MIN ? 1 : (ROWS_MIN + s->bs - 1) / s->bs;
+    if (s->g > s->nb) s->g = s->nb;
+    int64_t nr = s->g * s->bs;
+    s->tw = TILE_FLOATS / nr;
+    if (s->tw < 8) s->tw = 8;
+    s->wsz = 4 * nr * s->tw + nr;
+    s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
+    if (!s->work) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for tile buffers");
+    return LYCO_OK;
+}
+
+static float rho_at(const oft_t *s, int64_t o) { return s->rho ? s->rho[o] : 1.0f; }
+
+/* dst = rows(src) (delta: rows(src) − src) over all tiles */
+static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta) {
+    const lyco_call *c = s->c;
+    lyco_dtype T = c->dt.compute;
+    cpu_oft_io in, out;
+    cpu_oft_io_init(&in, c, src);
+    cpu_oft_io_init(&out, c, dst);
+    int64_t ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&in, s->tw), total = ngroups * nct;
+    const float *Op = delta ? s->Mm : s->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < total; b++) {
+        float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Z = X + s->g * s->bs * s->tw, *tmp = X + 4 * s->g * s->bs * s->tw;
+        int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * s->bs, nr = kb * s->bs, j0, w;
+        cpu_oft_tile(&in, s->tw, b % nct, &j0, &w);
+        cpu_oft_load(&in, o0, nr, j0, w, T, X, tmp);
+        for (int64_t kk = 0; kk < kb; kk++)
+            cpu_gemm_tn(s->bs, w, s->bs, Op + (k0 + kk) * s->nn, s->bs, X + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
+        for (int64_t r = 0; r < nr; r++) {
+            float p = rho_at(s, o0 + r), p1 = p - 1.0f;
+            float *z = Z + r * w;
+            const float *x = X + r * w;
+            if (delta)
+                for (int64_t j = 0; j < w; j++) z[j] = p * z[j] + p1 * x[j];
+            else if (s->rho)
+                for (int64_t j = 0; j < w; j++) z[j] *= p;
+        }
+        cpu_oft_store(&out, o0, nr, j0, w, Z, tmp);
+    }
+}
+
+/* Gradients from GY = ∂L/∂rows(X); GX (may be NULL) = ∂L/∂X (delta: minus GY). */
+static lyco_status oft_backward(oft_t *s, const DLTensor *Xt, const DLTensor *GYt, DLTensor *GXt, bool delta) {
+    const lyco_call *c = s->c;
+    lyco_dtype T = c->dt.compute;
+    bool want_rho = s->rho && lyco_call_wants(c, LYCO_RESCALE), want_b = lyco_call_wants(c, LYCO_OFT_BLOCKS);
+    cpu_oft_io xin, gin, gout;
+    cpu_oft_io_init(&xin, c, Xt);
+    cpu_oft_io_init(&gin, c, GYt);
+    if (GXt) cpu_oft_io_init(&gout, c, GXt);
+    int64_t ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&xin, s->tw), total = ngroups * nct;
+    int64_t all = s->nb * s->nn, tile = s->g * s->bs * s->tw;
+    const float *Op = delta ? s->Mm : s->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < total; b++) {
+        int tid = cpu_thread_id();
+        float *X = s->work + (size_t)tid * (size_t)s->wsz, *GY = X + tile, *G2 = GY + tile, *Z = G2 + tile, *tmp = Z + tile;
+        float *gM = s->gM + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)s->O;
+        int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * s->bs, nr = kb * s->bs, j0, w;
+        cpu_oft_tile(&xin, s->tw, b % nct, &j0, &w);
+        cpu_oft_load(&gin, o0, nr, j0, w, T, GY, tmp);
+        if (want_rho || want_b) cpu_oft_load(&xin, o0, nr, j0, w, T, X, tmp);
+        if (want_rho) {
+            for (int64_t kk = 0; kk < kb; kk++)
+                cpu_gemm_tn(s->bs, w, s->bs, s->M + (k0 + kk) * s->nn, s->bs, X + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
+            for (int64_t r = 0; r < nr; r++) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < w; j++) acc += GY[r * w + j] * Z[r * w + j];
+                grho[o0 + r] += acc;
+            }
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            float p = rho_at(s, o0 + r);
+            for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
+        }
+        if (want_b)
+            for (int64_t kk = 0; kk < kb; kk++)
+                cpu_gemm_nt(s->bs, s->bs, w, X + kk * s->bs * w, w, G2 + kk * s->bs * w, w, gM + (k0 + kk) * s->nn, s->bs, true);
+        if (GXt) {
+            for (int64_t kk = 0; kk < kb; kk++)
+                cpu_gemm_nn(s->bs, w, s->bs, Op + (k0 + kk) * s->nn, s->bs, G2 + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
+            if (delta)
+                for (int64_t r = 0; r < nr; r++) {
+                    float p1 = rho_at(s, o0 + r) - 1.0f;
+                    for (int64_t j = 0; j < w; j++) Z[r * w + j] += p1 * GY[r * w + j];
+                }
+            cpu_oft_store(&gout, o0, nr, j0, w, Z, tmp);
+        }
+    }
+    /* combine the partials in thread order */
+    for (int t = 1; t < s->nt; t++) {
+        for (int64_t i = 0; i < all; i++) s->gM[i] += s->gM[(size_t)t * (size_t)all + i];
+        for (int64_t o = 0; o < s->O; o++) s->grho[o] += s->grho[(size_t)t * (size_t)s->O + o];
+    }
+    if (want_rho) cpu_store_all(c->g->grad[LYCO_RESCALE], s->grho);
+    if (want_b) {
+        float m = (float)c->m;
+        for (int64_t i = 0; i < all; i++) s->gM[i] = s->D ? m * s->gM[i] * s->D[i] : m * s->gM[i];
+        float *GB = malloc(sizeof(float) * (size_t)(all + 1));
+        if (!GB) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory");
+        lyco_status st = cpu_cayley_bwd(&s->cy, s->gM, GB);
+        if (st == LYCO_OK) cpu_store_all(c->g->grad[LYCO_OFT_BLOCKS], GB);
+        free(GB);
+        return st;
+    }
+    return LYCO_OK;
+}
+
+/* ---- small whole-tensor helpers ---- */
+
+/* dst = rnd_T(src) (same shape), or 0 when src is NULL; row by row. */
+static lyco_status copy_or_zero(DLTensor *dst, const DLTensor *src, lyco_dtype T) {
+    cpu_view dv, sv;
+    int split = dst->ndim > 0 ? dst->ndim - 1 : 0;
+    cpu_view_init(&dv, dst, split);
+    if (src) cpu_view_init(&sv, src, split);
+    float *row = calloc((size_t)dv.cols + 1, sizeof(float));
+    if (!row) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory");
+    for (int64_t r = 0; r < dv.rows; r++) {
+        if (src) cpu_load(&sv, r, 0, dv.cols, T, row);
+        cpu_store(&dv, r, 0, dv.cols, row);
+    }
+    free(row);
+    return LYCO_OK;
+}
+
+static lyco_status zero_grads(const lyco_call *c) {
+    lyco_status st = LYCO_OK;
+    for (int sl = 0; sl < LYCO_SLOT_COUNT && !st; sl++)
+        if (lyco_call_wants(c, (lyco_slot)sl)) st = copy_or_zero(c->g->grad[sl], NULL, LYCO_F32);
+    return st;
+}
+
+/* Module dropped: the rotation is the identity (W'' = W, y = y0), gradients are 0. */
+static lyco_status run_dropped(const lyco_call *c) {
+    lyco_dtype T = c->dt.compute;
+    switch (c->dir) {
+    case LYCO_DIR_MERGE_FWD: return copy_or_zero(c->out, c->merge->mode == LYCO_MERGE_DELTA ? NULL : c->merge->weight, T);
+    case LYCO_DIR_MERGE_BWD: return zero_grads(c);
+    case LYCO_DIR_BYPASS_FWD: {
+        bool delta = c->bypass->flags & LYCO_BYPASS_DELTA_ONLY;
+        return copy_or_zero(c->y, delta ? NULL : c->bypass->y0, T);
+    }
+    default: {
+        bool delta = c->bypass->flags & LYCO_BYPASS_DELTA_ONLY;
+        lyco_status st = LYCO_OK;
+        if (c->dx) st = copy_or_zero(c->dx, NULL, T);
+        if (!st && c->dy0) st = copy_or_zero(c->dy0, delta ? NULL : c->dy, T);
+        if (!st) st = zero_grads(c);
+        return st;
+    }
+    }
+}
+
+lyco_status cpu_diag_oft(const lyco_call *c, char *why, size_t why_len) {
+    (void)why;
+    (void)why_len;
+    if (c->dropped) return run_dropped(c);
+    bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    oft_t s;
+    lyco_status st = oft_prepare(c, &s, grads);
+    if (st == LYCO_OK) {
+        bool delta_only = c->bypass && (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY);
+        switch (c->dir) {
+        case LYCO_DIR_MERGE_FWD: oft_forward(&s, c->merge->weight, c->out, c->merge->mode == LYCO_MERGE_DELTA); break;
+        case LYCO_DIR_MERGE_BWD: st = oft_backward(&s, c->merge->weight, c->d_out, NULL, false); break;
+        case LYCO_DIR_BYPASS_FWD: oft_forward(&s, c->bypass->y0, c->y, delta_only); break;
+        default:
+            if (c->dx) st = copy_or_zero(c->dx, NULL, LYCO_F32);
+            if (!st) st = oft_backward(&s, c->bypass->y0, c->dy, c->dy0, delta_only);
+            break;
+        }
+    }
+    oft_free(&s);
+    return st;
+}

@@ -1,0 +1,348 @@
+/*
+ * ia3.c — fused CPU kernels of (IA)³ (ALGORITHMS.md §2.6): one vector w (D = O on outputs, D = I
+ * on inputs; shape (D) or (1, D, 1, …)) scales the layer along one axis; the effective factor is
+ * f = 1 + m·w. W̄ is O × I/g·K (output mode takes grouped convs; input mode has g = 1).
+ *
+ * merge (both modes) through the shared driver (merge.c: m, modes, module dropout):
+ *   ΔW̄[o, j] = W̄[o, j]·w[o]  (output)   or   W̄[o, c·K+κ]·w[c]  (input)       rows of W read once
+ *   backward: G_w[o] = Σ_j G[o, j]·W̄[o, j]  or  G_w[c] = Σ_{o,κ} G[o, c·K+κ]·W̄[o, c·K+κ]
+ *   (G = m·∂L/∂W'' from the driver), per-thread partials (D floats) combined in thread order.
+ * bypass, output mode (linear and conv; a row map on y0, bias included, one elementwise pass):
+ *   y = y0 ⊙ (1 + m·w)   (DELTA_ONLY: y0 ⊙ (m·w));   dy0 = dy ⊙ the same factor,
+ *   G_w[o] = m·Σ dy·y0 over tokens and positions, dx = 0.
+ * bypass, input mode (linear): Δ = (x ⊙ (m·w))·Wᵀ. Per tile of TB tokens, x' = x ⊙ (m·w) is
+ *   formed in cache and multiplied by W in row blocks of OB outputs (W rounded to the compute
+ *   dtype as each block is loaded; cpu_gemm_nt): y = y0 + x'·Wᵀ, x and y0 read once, y written
+ *   once. Backward per tile: g' = dy·W (row blocks, cpu_gemm_nn), dx = g' ⊙ (m·w),
+ *   G_w[i] = m·Σ_t g'[t, i]·x[t, i] (per-thread partials), dy0 = dy (0 for DELTA_ONLY).
+ * Conv bypass in input mode takes the eager twin (declined with the reason).
+ *
+ * Extra memory: w (D floats); merge: the driver's row blocks; bypass out: one row per thread;
+ * bypass in: per thread TB·I (x') + OB·I (a W block) + TB·O (the y / dy tile) + TB·I (g');
+ * backward partials D floats per thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define TB 64
+#define WBLK_FLOATS 65536
+
+typedef struct {
+    const lyco_call *c;
+    int64_t O, I, K, IK, D;
+    bool on_input;
+    float *w;      /* D values, rounded to the compute dtype */
+    int nt;
+    float *gw;     /* nt × D partials */
+} ia3_t;
+
+static void ia3_free(ia3_t *s) {
+    free(s->w);
+    free(s->gw);
+}
+
+static lyco_status ia3_prepare(const lyco_call *c, ia3_t *s, bool grads) {
+    memset(s, 0, sizeof *s);
+    const lyco_layer *l = &c->a->layer;
+    s->c = c;
+    s->O = c->dims.O;
+    s->I = c->dims.I;
+    s->K = c->dims.K;
+    s->IK = (l->kind == LYCO_LAYER_CONV ? c->dims.I / l->groups : c->dims.I) * c->dims.K;
+    s->on_input = c->a->ia3_on_input != 0;
+    s->D = s->on_input ? s->I : s->O;
+    s->nt = cpu_threads();
+    s->w = malloc(sizeof(float) * (size_t)(s->D + 1));
+    if (!s->w) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
+    cpu_load_all(c->a->tensor[LYCO_IA3_WEIGHT], c->dt.compute, s->w);
+    if (grads) {
+        s->gw = calloc((size_t)s->nt * (size_t)s->D + 1, sizeof(float));
+        if (!s->gw) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory for gradient partials");
+    }
+    return LYCO_OK;
+}
+
+/* Sums the partials (thread order), scales by `scale` and stores G_w if wanted. */
+static void store_gw(const ia3_t *s, float scale) {
+    const lyco_call *c = s->c;
+    for (int t = 1; t < s->nt; t++)
+        for (int64_t i = 0; i < s->D; i++) s->gw[i] += s->gw[(size_t)t * (size_t)s->D + i];
+    for (int64_t i = 0; i < s->D; i++) s->gw[i] *= scale;
+    if (lyco_call_wants(c, LYCO_IA3_WEIGHT)) cpu_store_all(c->g->grad[LYCO_IA3_WEIGHT], s->gw);
+}
+
+/* ---- merge: the ΔW̄ row generator ---- */
+
+static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
+    const ia3_t *s = dl->state;
+    for (int64_t r = 0; r < nr; r++) {
+        const float *wr = W + r * s->IK;
+        float *orow = out + r * s->IK;
+        if (s->on_input)
+            for (int64_t j = 0; j < s->IK; j++) orow[j] = wr[j] * s->w[j / s->K];
+        else {
+            float f = s->w[o0 + r];
+            for (int64_t j = 0; j < s->IK; j++) orow[j] = wr[j] * f;
+        }
+    }
+}
+
+static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
+    const ia3_t *s = dl->state;
+    float *gw = s->gw + (size_t)tid * (size_t)s->D;
+    for (int64_t r = 0; r < nr; r++) {
+        const float *wr = W + r * s->IK, *g = G + r * s->IK;
+        if (s->on_input) {
+            for (int64_t j = 0; j < s->IK; j++) gw[j / s->K] += g[j] * wr[j];
+        } else {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < s->IK; j++) acc += g[j] * wr[j];
+            gw[o0 + r] += acc;
+        }
+    }
+}
+
+static lyco_status finish_bwd(const cpu_delta *dl) {
+    store_gw(dl->state, 1.0f);
+    return LYCO_OK;
+}
+
+/* ---- bypass, output mode: y = y0 ⊙ factor, elementwise ---- */
+
+static lyco_status bypass_out(const lyco_call *c, ia3_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    bool delta = b->flags & LYCO_BYPASS_DELTA_ONLY, conv = c->a->layer.kind == LYCO_LAYER_CONV, fwd = c->dir == LYCO_DIR_BYPASS_FWD;
+    int64_t O = s->O;
+    float m = (float)c->m;
+    float *fac = malloc(sizeof(float) * (size_t)(O + 1));
+    if (!fac) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
+    for (int64_t o = 0; o < O; o++) fac[o] = delta ? m * s->w[o] : 1.0f + m * s->w[o];
+    /* linear: rows = tokens, cols = O; conv: rows = (n, o), cols = positions */
+    int split = conv ? 2 : b->y0->ndim - 1;
+    cpu_view y0v, yv, dyv, dy0v;
+    cpu_view_init(&y0v, b->y0, split);
+    if (fwd) cpu_view_init(&yv, c->y, split);
+    else cpu_view_init(&dyv, c->dy, split);
+    if (!fwd && c->dy0) cpu_view_init(&dy0v, c->dy0, split);
+    bool want_g = !fwd && lyco_call_wants(c, LYCO_IA3_WEIGHT);
+    int64_t R = y0v.rows, C = y0v.cols;
+    float *work = malloc(sizeof(float) * (size_t)s->nt * (size_t)(2 * C) + 1);
+    if (!work) {
+        free(fac);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        int tid = cpu_thread_id();
+        float *a = work + (size_t)tid * (size_t)(2 * C), *g = a + C;
+        if (fwd) {
+            cpu_load(&y0v, r, 0, C, T, a);
+            if (conv)
+                for (int64_t j = 0; j < C; j++) a[j] *= fac[r % O];
+            else
+                for (int64_t j = 0; j < C; j++) a[j] *= fac[j];
+            cpu_store(&yv, r, 0, C, a);
+            continue;
+        }
+        cpu_load(&dyv, r, 0, C, T, g);
+        if (want_g) {
+            float *gw = s->gw + (size_t)tid * (size_t)O;
+            cpu_load(&y0v, r, 0, C, T, a);
+            if (conv) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < C; j++) acc += g[j] * a[j];
+                gw[r % O] += acc;
+            } else {
+                for (int64_t j = 0; j < C; j++) gw[j] += g[j] * a[j];
+            }
+        }
+        if (c->dy0) {
+            if (conv)
+                for (int64_t j = 0; j < C; j++) g[j] *= fac[r % O];
+            else
+                for (int64_t j = 0; j < C; j++) g[j] *= fac[j];
+            cpu_store(&dy0v, r, 0, C, g);
+        }
+    }
+    if (want_g) store_gw(s, m);
+    free(fac);
+    free(work);
+    return LYCO_OK;
+}
+
+/* ---- bypass, input mode (linear) ---- */
+
+static int64_t out_block(const ia3_t *s) {
+    int64_t ob = WBLK_FLOATS / (s->I > 0 ? s->I : 1);
+    if (ob < 4) ob = 4;
+    return ob > s->O ? s->O : ob;
+}
+
+static lyco_status bypass_in_fwd(const lyco_call *c, ia3_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    int64_t N = c->tokens, I = s->I, O = s->O, OB = out_block(s);
+    bool add = b->y0 && !(b->flags & LYCO_BYPASS_DELTA_ONLY);
+    cpu_view xv, wv, y0v, yv;
+    cpu_view_init(&xv, b->x, b->x->ndim - 1);
+    cpu_view_init(&wv, b->weight, 1);
+    cpu_view_init(&yv, c->y, c->y->ndim - 1);
+    if (add) cpu_view_init(&y0v, b->y0, b->y0->ndim - 1);
+    float m = (float)c->m;
+    float *mw = malloc(sizeof(float) * (size_t)(I + 1));
+    int64_t per = TB * I + OB * I + TB * O;
+    float *work = malloc(sizeof(float) * (size_t)s->nt * (size_t)per + 1);
+    if (!mw || !work) {
+        free(mw);
+        free(work);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3 bypass: out of memory");
+    }
+    for (int64_t i = 0; i < I; i++) mw[i] = m * s->w[i];
+    int64_t nblocks = (N + TB - 1) / TB;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        float *x = work + (size_t)cpu_thread_id() * (size_t)per, *Wb = x + TB * I, *y = Wb + OB * I;
+        int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
+        for (int64_t t = 0; t < nt; t++) {
+            float *xr = x + t * I;
+            cpu_load(&xv, t0 + t, 0, I, T, xr);
+            for (int64_t i = 0; i < I; i++) xr[i] *= mw[i];
+            if (add) cpu_load(&y0v, t0 + t, 0, O, T, y + t * O);
+        }
+        for (int64_t o0 = 0; o0 < O; o0 += OB) {
+            int64_t ob = O - o0 < OB ? O - o0 : OB;
+            for (int64_t r = 0; r < ob; r++) cpu_load(&wv, o0 + r, 0, I, T, Wb + r * I);
+            cpu_gemm_nt(nt, ob, I, x, I, Wb, I, y + o0, O, add);
+        }
+        for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, 0, O, y + t * O);
+    }
+    free(mw);
+    free(work);
+    return LYCO_OK;
+}
+
+static lyco_status bypass_in_bwd(const lyco_call *c, ia3_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    int64_t N = c->tokens, I = s->I, O = s->O, OB = out_block(s);
+    bool delta = b->flags & LYCO_BYPASS_DELTA_ONLY, want_g = lyco_call_wants(c, LYCO_IA3_WEIGHT);
+    cpu_view xv, wv, dyv, dxv, dy0v;
+    cpu_view_init(&xv, b->x, b->x->ndim - 1);
+    cpu_view_init(&wv, b->weight, 1);
+    cpu_view_init(&dyv, c->dy, c->dy->ndim - 1);
+    if (c->dx) cpu_view_init(&dxv, c->dx, c->dx->ndim - 1);
+    if (c->dy0) cpu_view_init(&dy0v, c->dy0, c->dy0->ndim - 1);
+    float m = (float)c->m;
+    float *mw = malloc(sizeof(float) * (size_t)(I + 1));
+    int64_t per = 2 * TB * I + OB * I + TB * O + O;
+    float *work = malloc(sizeof(float) * (size_t)s->nt * (size_t)per + 1);
+    if (!mw || !work) {
+        free(mw);
+        free(work);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3 bypass: out of memory");
+    }
+    for (int64_t i = 0; i < I; i++) mw[i] = m * s->w[i];
+    bool need_g = c->dx || want_g;
+    int64_t nblocks = (N + TB - 1) / TB;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        int tid = cpu_thread_id();
+        float *x = work + (size_t)tid * (size_t)per, *gp = x + TB * I, *Wb = gp + TB * I, *dy = Wb + OB * I, *zero = dy + TB * O;
+        int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
+        for (int64_t t = 0; t < nt; t++) cpu_load(&dyv, t0 + t, 0, O, T, dy + t * O);
+        if (c->dy0) {
+            if (delta) memset(zero, 0, sizeof(float) * (size_t)O);
+            for (int64_t t = 0; t < nt; t++) cpu_store(&dy0v, t0 + t, 0, O, delta ? zero : dy + t * O);
+        }
+        if (!need_g) continue;
+        for (int64_t o0 = 0; o0 < O; o0 += OB) {   /* g' = dy · W */
+            int64_t ob = O - o0 < OB ? O - o0 : OB;
+            for (int64_t r = 0; r < ob; r++) cpu_load(&wv, o0 + r, 0, I, T, Wb + r * I);
+            cpu_gemm_nn(nt, I, ob, dy + o0, O, Wb, I, gp, I, o0 > 0);
+        }
+        if (want_g) {
+            float *gw = s->gw + (size_t)tid * (size_t)I;
+            for (int64_t t = 0; t < nt; t++) {
+                float *xr = x + t * I;
+                const float *g = gp + t * I;
+                cpu_load(&xv, t0 + t, 0, I, T, xr);
+                for (int64_t i = 0; i < I; i++) gw[i] += g[i] * xr[i];
+            }
+        }
+        if (c->dx)
+            for (int64_t t = 0; t < nt; t++) {
+                float *g = gp + t * I;
+                for (int64_t i = 0; i < I; i++) g[i] *= mw[i];
+                cpu_store(&dxv, t0 + t, 0, I, g);
+            }
+    }
+    if (want_g) store_gw(s, m);
+    free(mw);
+    free(work);
+    return LYCO_OK;
+}
+
+/* ---- small whole-tensor helpers ---- */
+
+/* dst = rnd_T(src) (same shape), or 0 when src is NULL; row by row. */
+static lyco_status copy_or_zero(DLTensor *dst, const DLTensor *src, lyco_dtype T) {
+    cpu_view dv, sv;
+    int split = dst->ndim > 0 ? dst->ndim - 1 : 0;
+    cpu_view_init(&dv, dst, split);
+    if (src) cpu_view_init(&sv, src, split);
+    float *row = calloc((size_t)dv.cols + 1, sizeof(float));
+    if (!row) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
+    for (int64_t r = 0; r < dv.rows; r++) {
+        if (src) cpu_load(&sv, r, 0, dv.cols, T, row);
+        cpu_store(&dv, r, 0, dv.cols, row);
+    }
+    free(row);
+    return LYCO_OK;
+}
+
+/* Module dropped in bypass: Δ = 0, so y = y0 (or 0), dx = 0, dy0 = dy (or 0), gradients 0. */
+static lyco_status bypass_dropped(const lyco_call *c) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    bool delta = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    if (c->dir == LYCO_DIR_BYPASS_FWD) return copy_or_zero(c->y, delta ? NULL : b->y0, T);
+    lyco_status st = LYCO_OK;
+    if (c->dx) st = copy_or_zero(c->dx, NULL, T);
+    if (!st && c->dy0) st = copy_or_zero(c->dy0, delta ? NULL : c->dy, T);
+    for (int sl = 0; sl < LYCO_SLOT_COUNT && !st; sl++)
+        if (lyco_call_wants(c, (lyco_slot)sl)) st = copy_or_zero(c->g->grad[sl], NULL, T);
+    return st;
+}
+
+lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len) {
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    bool on_input = c->a->ia3_on_input != 0;
+    if (bypass && on_input && c->a->layer.kind == LYCO_LAYER_CONV) {
+        snprintf(why, why_len, "cpu: ia3 input-mode conv bypass has no fused CPU kernel yet");
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (bypass && c->dropped) return bypass_dropped(c);
+    bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    ia3_t s;
+    lyco_status st = ia3_prepare(c, &s, grads);
+    if (st == LYCO_OK) {
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .needs_w = true};
+        switch (c->dir) {
+        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
+        case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
+        case LYCO_DIR_BYPASS_FWD: st = on_input ? bypass_in_fwd(c, &s) : bypass_out(c, &s); break;
+        default:
+            if (on_input) st = bypass_in_bwd(c, &s);
+            else {
+                if (c->dx) st = copy_or_zero(c->dx, NULL, LYCO_F32);
+                if (!st) st = bypass_out(c, &s);
+            }
+            break;
+        }
+    }
+    ia3_free(&s);
+    return st;
+}

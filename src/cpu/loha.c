@@ -1,0 +1,586 @@
+/*
+ * loha.c — fused CPU kernels of LoHa (ALGORITHMS.md §2.2): ΔW̄ = s'·q_o·(R_1 ⊙ R_2).
+ *
+ * Shapes (fp32 compact copies, operands rounded to the compute dtype as they are loaded):
+ *   per term t = 1, 2 (ranks r_1 = dims.r, r_2 = dims.r2):
+ *     Ā_t (O × r_t)  = A_t (plain), or A_tᵀ (Tucker: A_t is r_t × O)
+ *     B̄_t (r_t × IK) = B_t (plain), or P_t[i, c·K+κ] = Σ_j T_t[i,j,κ]·B_t[j,c] (Tucker, formed once
+ *                      in fp64, rounded once)
+ *     R_t = Ā_t · B̄_t   (O × IK; never formed whole)
+ *   ρ_o = s'·q_o (O): s' = s, or s² with LYCO_FLAG_UPSTREAM_MERGE_SCALE in merge (the driver then
+ *         skips σs); q_o the output-row rank mask (merge and bypass alike, §1.7).
+ *
+ * Generator: a rectangle λ·ΔW̄[o0:o0+nr, j0:j0+nc] (λ = 1 in merge, m·σs in bypass) in 4 × 4
+ *   register blocks: per block 8 fp64 vector accumulators (4 rows × 2 terms) over k, B̄_t converted
+ *   as loaded, coefficients λ·ρ_o·Ā_1 and Ā_2 in fp64, the Hadamard product in registers, one
+ *   rounding per element on the way out. fp64 because ΔW̄ is a product of two sums with heavy-tailed
+ *   elements: fp32 sums left the largest elements 3–4 u off (17 ULP of the RMS against a 12.7
+ *   budget); the cost is O·IK·(r_1+r_2) fp64 FMAs per pass (3072², r = 16: ~70 ms on 2 cores, merge
+ *   fwd), small next to the bypass GEMMs.
+ * merge fwd : rows of ΔW̄ from the generator, fed to the shared driver (merge.c: m, σs, DoRA, modes).
+ * merge bwd : G = ∂L/∂(ΔW̄ rows); per RMAX × CW chunk: R_1, R_2 recomputed (fp32 GEMMs, cpu_gemm_*),
+ *             G_R1 = G·ρ ⊙ R_2,
+ *             G_R2 = G·ρ ⊙ R_1; G_Ā_t rows += G_Rt · B̄_tᵀ (rows owned by the block),
+ *             G_B̄_t += Ā_t[rows]ᵀ · G_Rt (per-thread partials, reduced in thread order).
+ *             Tucker (the correct adjoint): G_A_t = (G_Ā_t)ᵀ, G_P_t = G_B̄_t,
+ *             G_B_t[j,c] = Σ_{i,κ} T_t[i,j,κ]·G_P_t[i,c·K+κ], G_T_t[i,j,κ] = Σ_c G_P_t[i,c·K+κ]·B_t[j,c].
+ * bypass fwd (linear): LoHa has no cheap factorised form here, so ΔW tiles are generated on the fly:
+ *             per block of OB output rows (a thread's unit), E = m·σs·ΔW̄[rows] (OB × I) is made
+ *             once in the thread's cache, then y[:, rows] = y0[:, rows] + x·Eᵀ for all tokens in
+ *             TB-token tiles. Tiling rule: ΔW is generated exactly once; x is streamed once per row
+ *             block (O/OB passes over x, each element loaded feeds 2·OB flops; the TB × I tile and
+ *             the OB × I block stay in L2 for I up to ~4096).
+ * bypass bwd (linear): pass 1 (parameter grads), per block of OB rows: G_E = dy[:, rows]ᵀ·x over all
+ *             tokens (OB × I, the block's rows only, never the whole gradient), then
+ *             G_ΔW̄ rows = m·σs·G_E chained exactly as merge bwd; G_σs = m·⟨G_E, ΔW̄ rows⟩ with the
+ *             block's ΔW̄ rows regenerated in fp64 and summed in fp64 (only when asked: the fp32
+ *             rounding of ΔW̄ would dominate this cancelling sum; cost O·I·(r_1+r_2) fp64 FMAs);
+ *             pass 2 (dx), per block of CB input columns: E[:, cols]ᵀ (CB × O) generated once, then
+ *             dx[:, cols] = dy·E[:, cols] for all tokens as dot products over O (cpu_gemm_nt: 8-lane
+ *             partial sums, so the O-long reduction stays within budget; dy streamed once per block).
+ *             No cross-thread reduction touches x- or dx-sized data.
+ * Conv bypass and DoRA bypass take the eager twin (the path report says why).
+ *
+ * Extra memory: Ā_t, B̄_t (O·(r_1+r_2) + (r_1+r_2)·IK floats; Tucker also B_t, T_t), ρ (O);
+ * per thread 4·(r_1+r_2) generator doubles; bwd: 3·RMAX·CW floats per thread, G_Ā_t (O·(r_1+r_2))
+ * and per-thread G_B̄_t partials (nt·(r_1+r_2)·IK); bypass per thread OB·I + TB·(I + OB) (fwd and
+ * pass 1), pass 2 O·CB + TB·(O + CB).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define RMAX 8   /* merge bwd: rows per chunk */
+#define CW 256   /* merge bwd: columns per chunk */
+#define OB 32    /* bypass: output rows per block (at most) */
+#define TB 32    /* bypass: tokens per tile */
+#define CB 32    /* bypass bwd dx pass: input columns per block */
+
+typedef struct {
+    int64_t r;
+    lyco_slot sa, sb, st;
+    float *A;       /* Ā: O × r */
+    float *B;       /* B̄: r × IK */
+    float *Braw;    /* Tucker: B_t (r × I) */
+    float *T;       /* Tucker: T_t (r × r × K) */
+    float *gA;      /* O × r */
+    float *gB;      /* nt × r × IK partials */
+} term_t;
+
+typedef struct {
+    const lyco_call *c;
+    int64_t O, I, K, IK;
+    term_t t[2];
+    float *rho;     /* O: s'·q_o */
+    double *rhod;   /* O: s'·q_o in fp64 */
+    float *scr;     /* nt × 3·RMAX·CW (merge bwd) */
+    double *dscr;   /* nt × dscr_n: the fp64 generator's coefficients 4·(r_1 + r_2) */
+    int64_t dscr_n;
+    int nt;
+} loha_t;
+
+static float mask_at(const lyco_call *c, int64_t i) {
+    const DLTensor *q = c->a->tensor[LYCO_RANK_MASK];
+    return q ? lyco_load_f32(lyco_elem_at(q, i), lyco_dtype_of(q)) : 1.0f;
+}
+
+static float *alloc_f(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(float)); }
+
+static void loha_free(loha_t *s) {
+    for (int w = 0; w < 2; w++) {
+        term_t *t = &s->t[w];
+        free(t->A);
+        free(t->B);
+        free(t->Braw);
+        free(t->T);
+        free(t->gA);
+        free(t->gB);
+    }
+    free(s->rho);
+    free(s->rhod);
+    free(s->dscr);
+    free(s->scr);
+}
+
+static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
+    memset(s, 0, sizeof *s);
+    const lyco_dims *d = &c->dims;
+    lyco_dtype T = c->dt.compute;
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    bool compat = !bypass && (c->a->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE);
+    s->c = c;
+    s->O = d->O;
+    s->I = d->I;
+    s->K = d->K;
+    s->IK = d->I * d->K;
+    s->nt = cpu_threads();
+    s->rho = alloc_f(s->O);
+    s->rhod = calloc((size_t)s->O + 1, sizeof(double));
+    s->dscr_n = 4 * (d->r + (d->r2 > 0 ? d->r2 : d->r));
+    s->dscr = calloc((size_t)s->nt * (size_t)s->dscr_n + 1, sizeof(double));
+    s->scr = alloc_f((int64_t)s->nt * 3 * RMAX * CW);
+    if (!s->rho || !s->rhod || !s->dscr || !s->scr) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
+    for (int w = 0; w < 2; w++) {
+        term_t *t = &s->t[w];
+        t->r = w ? (d->r2 > 0 ? d->r2 : d->r) : d->r;
+        t->sa = w ? LYCO_HADA_W2_A : LYCO_HADA_W1_A;
+        t->sb = w ? LYCO_HADA_W2_B : LYCO_HADA_W1_B;
+        t->st = w ? LYCO_HADA_T2 : LYCO_HADA_T1;
+        int64_t r = t->r;
+        t->A = alloc_f(s->O * r);
+        t->B = alloc_f(r * s->IK);
+        if (!t->A || !t->B) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
+        if (!d->tucker) {
+            cpu_load_all(c->a->tensor[t->sa], T, t->A);
+            cpu_load_all(c->a->tensor[t->sb], T, t->B);
+        } else {
+            float *At = alloc_f(r * s->O);
+            t->Braw = alloc_f(r * s->I);
+            t->T = alloc_f(r * r * s->K);
+            if (!At || !t->Braw || !t->T) {
+                free(At);
+                return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
+            }
+            cpu_load_all(c->a->tensor[t->sa], T, At);
+            cpu_load_all(c->a->tensor[t->sb], T, t->Braw);
+            cpu_load_all(c->a->tensor[t->st], T, t->T);
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t o = 0; o < s->O; o++) t->A[o * r + i] = At[i * s->O + o];
+            free(At);
+            /* P[i, c·K+κ] = Σ_j T[i,j,κ]·B[j,c] */
+            int64_t I = s->I, K = s->K;
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t ch = 0; ch < I; ch++)
+                    for (int64_t k = 0; k < K; k++) {
+                        double acc = 0.0; /* small (r²·I·K): fp64, rounded once */
+                        for (int64_t j = 0; j < r; j++) acc += (double)t->T[(i * r + j) * K + k] * t->Braw[j * I + ch];
+                        t->B[i * s->IK + ch * K + k] = (float)acc;
+                    }
+        }
+        if (grads) {
+            t->gA = alloc_f(s->O * r);
+            t->gB = alloc_f((int64_t)s->nt * r * s->IK);
+            if (!t->gA || !t->gB) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory for gradient partials");
+        }
+    }
+    double sp = compat ? c->s * c->s : c->s;
+    for (int64_t o = 0; o < s->O; o++) {
+        s->rhod[o] = sp * (double)mask_at(c, o);
+        s->rho[o] = (float)s->rhod[o];
+    }
+    return LYCO_OK;
+}
+
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) v4d ld4f(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, v4d);
+}
+static inline __attribute__((always_inline)) v4d bc4(double a) { return (v4d){a, a, a, a}; }
+
+/* Coefficients of up to 4 rows o0 … o0+rb, interleaved c[k·4 + i] (rows past rb are zero):
+   c1 = λ·ρ_o·Ā_1[o,k], c2 = Ā_2[o,k], in fp64. */
+static inline __attribute__((always_inline)) void coefs(const loha_t *s, int64_t o0, int64_t rb, double lambda, double *c1,
+                                                        double *c2) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    for (int64_t i = 0; i < 4; i++) {
+        double f = i < rb ? lambda * s->rhod[o0 + i] : 0.0;
+        for (int64_t k = 0; k < t1->r; k++) c1[k * 4 + i] = i < rb ? f * t1->A[(o0 + i) * t1->r + k] : 0.0;
+        for (int64_t k = 0; k < t2->r; k++) c2[k * 4 + i] = i < rb ? t2->A[(o0 + i) * t2->r + k] : 0.0;
+    }
+}
+
+/* The 4 × 4 block at columns j … j+3 of those rows: p[i] = (Σ_k c1·B̄_1[k, j…])·(Σ_k c2·B̄_2[k, j…]),
+   fp64 register accumulators (8 of them), B̄ converted as it is loaded. */
+static inline __attribute__((always_inline)) void block4(const loha_t *s, int64_t j, const double *c1, const double *c2,
+                                                         v4d *p) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    int64_t IK = s->IK;
+    v4d a0 = bc4(0), a1 = bc4(0), a2 = bc4(0), a3 = bc4(0), b0 = bc4(0), b1 = bc4(0), b2 = bc4(0), b3 = bc4(0);
+    for (int64_t k = 0; k < t1->r; k++) {
+        v4d v = ld4f(t1->B + k * IK + j);
+        const double *c = c1 + k * 4;
+        a0 += bc4(c[0]) * v;
+        a1 += bc4(c[1]) * v;
+        a2 += bc4(c[2]) * v;
+        a3 += bc4(c[3]) * v;
+    }
+    for (int64_t k = 0; k < t2->r; k++) {
+        v4d v = ld4f(t2->B + k * IK + j);
+        const double *c = c2 + k * 4;
+        b0 += bc4(c[0]) * v;
+        b1 += bc4(c[1]) * v;
+        b2 += bc4(c[2]) * v;
+        b3 += bc4(c[3]) * v;
+    }
+    p[0] = a0 * b0;
+    p[1] = a1 * b1;
+    p[2] = a2 * b2;
+    p[3] = a3 * b3;
+}
+
+/* One element (row slot i of the coefficients, column j), scalar fp64: the column tails. */
+static inline __attribute__((always_inline)) double elem_d(const loha_t *s, int64_t i, int64_t j, const double *c1,
+                                                           const double *c2) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    double x1 = 0.0, x2 = 0.0;
+    for (int64_t k = 0; k < t1->r; k++) x1 += c1[k * 4 + i] * (double)t1->B[k * s->IK + j];
+    for (int64_t k = 0; k < t2->r; k++) x2 += c2[k * 4 + i] * (double)t2->B[k * s->IK + j];
+    return x1 * x2;
+}
+
+/* out[rr·ldo + jj] = rnd(λ·ρ_o·R_1[o,j]·R_2[o,j]) for o = o0+rr < o0+nr, j = j0+jj < j0+nc (trans:
+   out[jj·ldo + rr]): the two r-term sums, the Hadamard product and every scale factor in fp64, one
+   rounding per element; 4 × 4 register blocks. */
+CPU_HOT
+static void gen(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
+                bool trans) {
+    double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r;
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
+        coefs(s, o0 + r0, rb, lambda, c1, c2);
+        int64_t jj = 0;
+        for (; jj + 4 <= nc; jj += 4) {
+            v4d p[4];
+            block4(s, j0 + jj, c1, c2, p);
+            for (int64_t i = 0; i < rb; i++)
+                for (int q = 0; q < 4; q++) {
+                    float v = (float)p[i][q];
+                    if (trans) out[(jj + q) * ldo + r0 + i] = v;
+                    else out[(r0 + i) * ldo + jj + q] = v;
+                }
+        }
+        for (; jj < nc; jj++)
+            for (int64_t i = 0; i < rb; i++) {
+                float v = (float)elem_d(s, i, j0 + jj, c1, c2);
+                if (trans) out[jj * ldo + r0 + i] = v;
+                else out[(r0 + i) * ldo + jj] = v;
+            }
+    }
+}
+
+/* Σ_{rr,j} G[rr·IK + j]·ΔW̄[o0+rr, j], all in fp64 (G_σs: a cancelling sum, kept exact-ish). */
+CPU_HOT
+static double dot_rows_d(const loha_t *s, int64_t o0, int64_t nr, const float *G) {
+    double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r, tail = 0.0;
+    int64_t IK = s->IK;
+    v4d acc = bc4(0);
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
+        coefs(s, o0 + r0, rb, 1.0, c1, c2);
+        int64_t jj = 0;
+        for (; jj + 4 <= IK; jj += 4) {
+            v4d p[4];
+            block4(s, jj, c1, c2, p);
+            for (int64_t i = 0; i < rb; i++) acc += ld4f(G + (r0 + i) * IK + jj) * p[i];
+        }
+        for (; jj < IK; jj++)
+            for (int64_t i = 0; i < rb; i++) tail += (double)G[(r0 + i) * IK + jj] * elem_d(s, i, jj, c1, c2);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + tail;
+}
+
+/* G (nr × IK) = ∂L/∂(ΔW̄ rows o0…); G_Ā rows (owned) and this thread's G_B̄ partials. */
+CPU_HOT
+static void grad_rows(const loha_t *s, int64_t o0, int64_t nr, const float *G, int tid) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    int64_t IK = s->IK;
+    float *R1 = s->scr + (size_t)tid * 3 * RMAX * CW, *R2 = R1 + RMAX * CW, *GR = R2 + RMAX * CW;
+    float *gB1 = t1->gB + (size_t)tid * (size_t)(t1->r * IK), *gB2 = t2->gB + (size_t)tid * (size_t)(t2->r * IK);
+    for (int64_t g0 = 0; g0 < nr; g0 += RMAX) {
+        int64_t gr = nr - g0 < RMAX ? nr - g0 : RMAX, o = o0 + g0;
+        for (int64_t c0 = 0; c0 < IK; c0 += CW) {
+            int64_t cw = IK - c0 < CW ? IK - c0 : CW;
+            bool acc = c0 > 0;
+            cpu_gemm_nn(gr, cw, t1->r, t1->A + o * t1->r, t1->r, t1->B + c0, IK, R1, CW, false);
+            cpu_gemm_nn(gr, cw, t2->r, t2->A + o * t2->r, t2->r, t2->B + c0, IK, R2, CW, false);
+            /* term 1: G_R1 = G·ρ ⊙ R_2 */
+            for (int64_t rr = 0; rr < gr; rr++) {
+                float f = s->rho[o + rr];
+                const float *g = G + (g0 + rr) * IK + c0, *r2 = R2 + rr * CW;
+                float *gr1 = GR + rr * CW;
+                for (int64_t j = 0; j < cw; j++) gr1[j] = g[j] * f * r2[j];
+            }
+            cpu_gemm_nt(gr, t1->r, cw, GR, CW, t1->B + c0, IK, t1->gA + o * t1->r, t1->r, acc);
+            cpu_gemm_tn(t1->r, cw, gr, t1->A + o * t1->r, t1->r, GR, CW, gB1 + c0, IK, true);
+            /* term 2: G_R2 = G·ρ ⊙ R_1 */
+            for (int64_t rr = 0; rr < gr; rr++) {
+                float f = s->rho[o + rr];
+                const float *g = G + (g0 + rr) * IK + c0, *r1 = R1 + rr * CW;
+                float *gr2 = GR + rr * CW;
+                for (int64_t j = 0; j < cw; j++) gr2[j] = g[j] * f * r1[j];
+            }
+            cpu_gemm_nt(gr, t2->r, cw, GR, CW, t2->B + c0, IK, t2->gA + o * t2->r, t2->r, acc);
+            cpu_gemm_tn(t2->r, cw, gr, t2->A + o * t2->r, t2->r, GR, CW, gB2 + c0, IK, true);
+        }
+    }
+}
+
+/* Reduces the G_B̄ partials in thread order, chains (Tucker) and stores every wanted gradient. */
+static lyco_status store_grads(const loha_t *s) {
+    const lyco_call *c = s->c;
+    if (!c->g) return LYCO_OK;
+    int64_t IK = s->IK, I = s->I, K = s->K, O = s->O;
+    for (int w = 0; w < 2; w++) {
+        const term_t *t = &s->t[w];
+        int64_t r = t->r, nB = r * IK;
+        float *gB = t->gB;
+        for (int th = 1; th < s->nt; th++)
+            for (int64_t n = 0; n < nB; n++) gB[n] += t->gB[(size_t)th * (size_t)nB + n];
+        if (!c->dims.tucker) {
+            if (c->g->grad[t->sa]) cpu_store_all(c->g->grad[t->sa], t->gA);
+            if (c->g->grad[t->sb]) cpu_store_all(c->g->grad[t->sb], gB);
+            continue;
+        }
+        float *tmp = alloc_f(r * (O > r * K ? O : r * K) + r * I);
+        if (!tmp) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
+        if (c->g->grad[t->sa]) { /* G_A = G_Āᵀ (r × O) */
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t o = 0; o < O; o++) tmp[i * O + o] = t->gA[o * r + i];
+            cpu_store_all(c->g->grad[t->sa], tmp);
+        }
+        if (c->g->grad[t->st]) { /* G_T[i,j,κ] = Σ_c G_P[i,c·K+κ]·B[j,c] */
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t j = 0; j < r; j++)
+                    for (int64_t k = 0; k < K; k++) {
+                        float acc = 0.0f;
+                        for (int64_t ch = 0; ch < I; ch++) acc += gB[i * IK + ch * K + k] * t->Braw[j * I + ch];
+                        tmp[(i * r + j) * K + k] = acc;
+                    }
+            cpu_store_all(c->g->grad[t->st], tmp);
+        }
+        if (c->g->grad[t->sb]) { /* G_B[j,c] = Σ_{i,κ} T[i,j,κ]·G_P[i,c·K+κ] */
+            for (int64_t j = 0; j < r; j++)
+                for (int64_t ch = 0; ch < I; ch++) {
+                    float acc = 0.0f;
+                    for (int64_t i = 0; i < r; i++)
+                        for (int64_t k = 0; k < K; k++) acc += t->T[(i * r + j) * K + k] * gB[i * IK + ch * K + k];
+                    tmp[j * I + ch] = acc;
+                }
+            cpu_store_all(c->g->grad[t->sb], tmp);
+        }
+        free(tmp);
+    }
+    return LYCO_OK;
+}
+
+/* ---- merge: the driver's callbacks ---- */
+
+static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
+    (void)W;
+    const loha_t *s = dl->state;
+    gen(s, o0, nr, 0, s->IK, 1.0, out, s->IK, false);
+}
+
+static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
+    (void)W;
+    grad_rows(dl->state, o0, nr, G, tid);
+}
+
+static lyco_status finish_bwd(const cpu_delta *dl) { return store_grads(dl->state); }
+
+/* ---- bypass, linear layers ---- */
+
+/* rows per block: at most OB, fewer when that leaves threads idle (the sums do not depend on it) */
+static int64_t row_block(int64_t O, int nt) {
+    int64_t ob = (O + nt - 1) / nt;
+    ob = (ob + 3) & ~(int64_t)3;
+    return ob < 4 ? 4 : ob > OB ? OB : ob;
+}
+
+static lyco_status bypass_fwd(const lyco_call *c, loha_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    int64_t N = c->tokens, I = s->I, O = s->O, ob = row_block(O, s->nt), nblocks = (O + ob - 1) / ob;
+    cpu_view xv, y0v, yv;
+    cpu_view_init(&xv, b->x, b->x->ndim - 1);
+    cpu_view_init(&yv, c->y, c->y->ndim - 1);
+    bool add = b->y0 && !(b->flags & LYCO_BYPASS_DELTA_ONLY);
+    if (add) cpu_view_init(&y0v, b->y0, b->y0->ndim - 1);
+    double lambda = c->m * (double)cpu_sigma(c);
+    size_t per = (size_t)(ob * I + TB * I + TB * ob);
+    float *work = alloc_f((int64_t)s->nt * (int64_t)per);
+    if (!work) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha bypass: out of memory");
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        float *E = work + (size_t)cpu_thread_id() * per, *x = E + ob * I, *y = x + TB * I;
+        int64_t o0 = blk * ob, nr = O - o0 < ob ? O - o0 : ob;
+        gen(s, o0, nr, 0, I, lambda, E, I, false);
+        for (int64_t t0 = 0; t0 < N; t0 += TB) {
+            int64_t nt = N - t0 < TB ? N - t0 : TB;
+            for (int64_t t = 0; t < nt; t++) cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
+            if (add)
+                for (int64_t t = 0; t < nt; t++) cpu_load(&y0v, t0 + t, o0, nr, T, y + t * nr);
+            cpu_gemm_nt(nt, nr, I, x, I, E, I, y, nr, add);
+            for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, o0, nr, y + t * nr);
+        }
+    }
+    free(work);
+    return LYCO_OK;
+}
+
+static bool wants_any(const lyco_call *c) {
+    if (!c->g) return false;
+    for (int sl = 0; sl < LYCO_SLOT_COUNT; sl++)
+        if (c->g->grad[sl]) return true;
+    return false;
+}
+
+static lyco_status bypass_bwd(const lyco_call *c, loha_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *b = c->bypass;
+    int64_t N = c->tokens, I = s->I, O = s->O;
+    int nth = s->nt;
+    cpu_view xv, dyv, dxv, dy0v;
+    cpu_view_init(&xv, b->x, b->x->ndim - 1);
+    cpu_view_init(&dyv, c->dy, c->dy->ndim - 1);
+    if (c->dx) cpu_view_init(&dxv, c->dx, c->dx->ndim - 1);
+    if (c->dy0) cpu_view_init(&dy0v, c->dy0, c->dy0->ndim - 1);
+    float sig = cpu_sigma(c), f = (float)(c->m * (double)sig);
+    bool delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    lyco_status st = LYCO_OK;
+    /* pass 1: parameter gradients, per block of output rows */
+    if (wants_any(c)) {
+        bool want_sig = c->g->grad[LYCO_SCALAR] != NULL;
+        int64_t ob = row_block(O, nth), nblocks = (O + ob - 1) / ob;
+        size_t per = (size_t)(ob * I + TB * I + TB * ob);
+        float *work = alloc_f((int64_t)nth * (int64_t)per);
+        double *gsig = calloc((size_t)nth, sizeof(double));
+        if (!work || !gsig) {
+            free(work);
+            free(gsig);
+            return lyco_fail(LYCO_ERR_NOMEM, "cpu loha bypass: out of memory");
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            int tid = cpu_thread_id();
+            float *GE = work + (size_t)tid * per, *x = GE + ob * I, *gy = x + TB * I;
+            int64_t o0 = blk * ob, nr = O - o0 < ob ? O - o0 : ob;
+            memset(GE, 0, sizeof(float) * (size_t)(nr * I));
+            for (int64_t t0 = 0; t0 < N; t0 += TB) {
+                int64_t nt = N - t0 < TB ? N - t0 : TB;
+                for (int64_t t = 0; t < nt; t++) {
+                    cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
+                    cpu_load(&dyv, t0 + t, o0, nr, T, gy + t * nr);
+                }
+                cpu_gemm_tn(nr, I, nt, gy, nr, x, I, GE, I, true);     /* G_E += dyᵀ·x */
+            }
+            if (want_sig) { /* G_σs = m·⟨G_E, ΔW̄ rows⟩ with the rows in fp64 (their fp32 rounding would
+                               dominate a cancelling sum), summed in fp64 */
+                gsig[tid] += dot_rows_d(s, o0, nr, GE);
+            }
+            /* ∂L/∂ΔW̄ rows = m·σs·G_E */
+            for (int64_t n = 0; n < nr * I; n++) GE[n] *= f;
+            grad_rows(s, o0, nr, GE, tid);
+        }
+        st = store_grads(s);
+        if (st == LYCO_OK && want_sig) {
+            double sum = 0.0;
+            for (int th = 0; th < nth; th++) sum += gsig[th];
+            float tot = (float)(sum * c->m);
+            cpu_store_all(c->g->grad[LYCO_SCALAR], &tot);
+        }
+        free(work);
+        free(gsig);
+        if (st) return st;
+    }
+    /* pass 2: dx, per block of input columns */
+    if (c->dx) {
+        int64_t nblocks = (I + CB - 1) / CB;
+        size_t per = (size_t)(O * CB + TB * O + TB * CB);
+        float *work = alloc_f((int64_t)nth * (int64_t)per);
+        if (!work) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha bypass: out of memory");
+#pragma omp parallel for schedule(static)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            float *ET = work + (size_t)cpu_thread_id() * per, *gy = ET + O * CB, *dx = gy + TB * O;
+            int64_t j0 = blk * CB, nc = I - j0 < CB ? I - j0 : CB;
+            gen(s, 0, O, j0, nc, c->m * (double)sig, ET, O, true);                /* E[:, cols]ᵀ (nc × O) */
+            for (int64_t t0 = 0; t0 < N; t0 += TB) {
+                int64_t nt = N - t0 < TB ? N - t0 : TB;
+                for (int64_t t = 0; t < nt; t++) cpu_load(&dyv, t0 + t, 0, O, T, gy + t * O);
+                cpu_gemm_nt(nt, nc, O, gy, O, ET, O, dx, nc, false);   /* dx = dy·E[:, cols]: dots over O */
+                for (int64_t t = 0; t < nt; t++) cpu_store(&dxv, t0 + t, j0, nc, dx + t * nc);
+            }
+        }
+        free(work);
+    }
+    /* dy0 = dy (y = y0 + Δ), or 0 when y = Δ alone */
+    if (c->dy0) {
+        float *row = alloc_f((int64_t)nth * O);
+        if (!row) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha bypass: out of memory");
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < N; t++) {
+            float *r = row + (size_t)cpu_thread_id() * (size_t)O;
+            if (delta_only) memset(r, 0, sizeof(float) * (size_t)O);
+            else cpu_load(&dyv, t, 0, O, T, r);
+            cpu_store(&dy0v, t, 0, O, r);
+        }
+        free(row);
+    }
+    return st;
+}
+
+static void zero_tensor(DLTensor *t) {
+    int64_t n = lyco_numel(t);
+    for (int64_t i = 0; i < n; i++) lyco_store_f32(lyco_elem_at(t, i), lyco_dtype_of(t), 0.0f);
+}
+
+/* Module dropped in bypass: Δ = 0, so y = y0 (or 0), dx = 0, dy0 = dy (or 0), gradients 0. */
+static void bypass_dropped(const lyco_call *c) {
+    const lyco_bypass_args *b = c->bypass;
+    bool delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    if (c->dir == LYCO_DIR_BYPASS_FWD) {
+        bool add = b->y0 && !delta_only;
+        int64_t n = lyco_numel(c->y);
+        for (int64_t i = 0; i < n; i++)
+            lyco_store_f32(lyco_elem_at(c->y, i), lyco_dtype_of(c->y),
+                           add ? lyco_round_f32(lyco_load_f32(lyco_elem_at(b->y0, i), lyco_dtype_of(b->y0)), c->dt.compute) : 0.0f);
+        return;
+    }
+    if (c->dx) zero_tensor(c->dx);
+    if (c->dy0)
+        for (int64_t i = 0; i < lyco_numel(c->dy0); i++)
+            lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0),
+                           delta_only ? 0.0f : lyco_round_f32(lyco_load_f32(lyco_elem_at(c->dy, i), lyco_dtype_of(c->dy)), c->dt.compute));
+    if (c->g)
+        for (int sl = 0; sl < LYCO_SLOT_COUNT; sl++)
+            if (c->g->grad[sl]) zero_tensor(c->g->grad[sl]);
+}
+
+lyco_status cpu_loha(const lyco_call *c, char *why, size_t why_len) {
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV) {
+        snprintf(why, why_len, "cpu: loha conv bypass has no fused CPU kernel yet");
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (bypass && c->dims.dora) {
+        snprintf(why, why_len, "cpu: DoRA bypass has no fused CPU kernel yet");
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups != 1) {
+        snprintf(why, why_len, "cpu: loha with grouped conv (groups = %lld) has no fused CPU kernel", (long long)c->a->layer.groups);
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (bypass && c->dropped) {
+        bypass_dropped(c);
+        return LYCO_OK;
+    }
+    bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    loha_t s;
+    lyco_status st = loha_prepare(c, &s, grads);
+    if (st == LYCO_OK) {
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true};
+        switch (c->dir) {
+        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
+        case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
+        case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
+        default: st = bypass_bwd(c, &s); break;
+        }
+    }
+    loha_free(&s);
+    return st;
+}

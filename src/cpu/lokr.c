@@ -1,0 +1,491 @@
+/*
+ * lokr.c — fused CPU kernels of LoKr (ALGORITHMS.md §2.3): ΔW̄ = s'·q_o·(W1 ⊗ W2).
+ *
+ * Shapes (operands rounded to the compute dtype as they are loaded). The halves are small, so they
+ * and their gradient chains are formed in fp64 (negligible cost) and rounded once to fp32:
+ *   W1 (a × c)  = lokr_w1, or w1_a (a×r) · w1_b (r×c)
+ *   W2 (b × dK) = lokr_w2, or w2_a (b×r) · w2_b (r×dK), or Tucker: P[i, q·K+κ] = Σ_l t2[i,l,κ]·w2_b[l,q]
+ *                 (r × dK), W2 = w2_aᵀ·P (w2_a r×b)
+ *   O = a·b, I = c·d, dK = d·K; row o = i·b + j, column p·dK + n:
+ *   ΔW̄[i·b+j, p·dK+n] = ρ_o·W1[i,p]·W2[j,n],  ρ_o = s'·q_o (s' = s, or s² with
+ *   LYCO_FLAG_UPSTREAM_MERGE_SCALE in merge — the driver then skips σs; q_o the output-row mask).
+ *
+ * merge fwd : each row of a block is written straight into the driver's row buffer: for every p,
+ *             the run rnd(ρ_o·W1[i,p])·W2[j,:] (one multiply per element, vectorised) — ΔW is
+ *             never formed whole; the driver (merge.c) applies m, σs, DoRA and the modes.
+ * merge bwd : per row o of G = ∂L/∂ΔW̄ (viewed as c × dK): v = G_o·W2[j,:]ᵀ (c dots, cpu_gemm_nt),
+ *             G_W1[i,:] += ρ_o·v (fp64 per-thread partial, a·c); G_W2[j,:] += (ρ_o·W1[i,:])·G_o
+ *             (cpu_gemm_tn, fp32 per-thread partial, b·dK); partials reduced in thread order, then
+ *             chained into the factors in fp64:
+ *             G_w1a = G_W1·w1_bᵀ, G_w1b = w1_aᵀ·G_W1; G_w2a = G_W2·w2_bᵀ, G_w2b = w2_aᵀ·G_W2;
+ *             Tucker: G_w2a = P·G_W2ᵀ, G_P = w2_a·G_W2, G_w2b[l,q] = Σ_{i,κ} t2[i,l,κ]·G_P[i,q·K+κ],
+ *             G_t2[i,l,κ] = Σ_q G_P[i,q·K+κ]·w2_b[l,q].
+ * bypass fwd (linear, no ΔW): per tile of TB tokens, x viewed as (tokens·c) × d:
+ *             H = X_g·W2ᵀ ((TB·c) × b, one GEMM), then per token Y_t = W̃1·H_t (a × b) with
+ *             W̃1 = rnd(s·m·σs·W1), which is exactly y's row (index i·b + j): y = y0 + Y.
+ * bypass bwd (linear): per tile: H recomputed; G_W1raw += dy_t·H_tᵀ (per token, a × c, fp64
+ *             partial); G_H_t = W̃1ᵀ·dy_t (c × b); G_W2 += G_Hᵀ·X_g (b × d); dx = G_H·W2.
+ *             Then G_W1 = s·m·σs·G_W1raw and the factor chain above. G_σs (only when asked) =
+ *             s·m·Σ_{t,p,j} (W1ᵀ·dy_t)[p,j]·(X_g·W2ᵀ)[t,p,j] evaluated in fp64 from the fp64 halves
+ *             (vectorised lanes over j): this sum cancels, and the fp32 rounding of W2 and of H
+ *             would dominate it; cost ≈ one more H + G_H pass in fp64.
+ * Conv bypass and DoRA bypass take the eager twin (the path report says why).
+ *
+ * Extra memory: fp64 factors and halves (2·(a·c + b·dK) + r·(a + c + b + 2·dK) + r²K doubles),
+ * fp32 W1, W2; per thread the gradient partials (a·c doubles + b·dK floats) and 2·c floats;
+ * bypass per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 2·c·b + O) + a·c (bwd) floats;
+ * G_σs: d·b + 3·b per thread doubles.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define TB 32   /* bypass: tokens per tile */
+
+typedef struct {
+    const lyco_call *c;
+    int64_t a, b, cc, d, K, dK, IK, O, r;
+    double *W1d, *W2d;              /* the halves in fp64: a × c, b × dK */
+    double *w1a, *w1b, *w2a, *w2b;  /* factors (NULL when that half is full) */
+    double *t2, *P;                 /* Tucker: t2 (r×r×K), P (r × dK) */
+    double *rho;                    /* O: s'·q_o */
+    float *W1, *W2;                 /* rnd(W1), rnd(W2) */
+    double *gW1;                    /* per-thread partials nt × (a·c) */
+    float *gW2;                     /* per-thread partials nt × (b·dK) */
+    float *scr;                     /* per thread: 2·c (merge bwd) or a·c (bypass bwd) floats */
+    int64_t scr_n;
+    int nt;
+} lokr_t;
+
+static float mask_at(const lyco_call *c, int64_t i) {
+    const DLTensor *q = c->a->tensor[LYCO_RANK_MASK];
+    return q ? lyco_load_f32(lyco_elem_at(q, i), lyco_dtype_of(q)) : 1.0f;
+}
+
+static float *alloc_f(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(float)); }
+static double *alloc_d(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(double)); }
+
+/* C[M×N] = Σ_k A[i·ai + k·ak] · B[k·bk + j·bj]   (fp64, small matrices only) */
+static void dmm(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, int64_t ak, const double *B, int64_t bk,
+                int64_t bj, double *C) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < Kd; k++) acc += A[i * ai + k * ak] * B[k * bk + j * bj];
+            C[i * N + j] = acc;
+        }
+}
+
+/* A tensor through the compute dtype into fp64 (NULL on allocation failure). */
+static double *load_d(const lyco_call *c, lyco_slot sl, int64_t n) {
+    double *d = alloc_d(n);
+    float *f = alloc_f(n);
+    if (d && f) {
+        cpu_load_all(c->a->tensor[sl], c->dt.compute, f);
+        for (int64_t i = 0; i < n; i++) d[i] = f[i];
+    }
+    free(f);
+    if (!f) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void store_d(DLTensor *t, const double *v, int64_t n) {
+    float *f = alloc_f(n);
+    if (!f) return;
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+    cpu_store_all(t, f);
+    free(f);
+}
+
+static void lokr_free(lokr_t *s) {
+    free(s->W1d);
+    free(s->W2d);
+    free(s->w1a);
+    free(s->w1b);
+    free(s->w2a);
+    free(s->w2b);
+    free(s->t2);
+    free(s->P);
+    free(s->rho);
+    free(s->W1);
+    free(s->W2);
+    free(s->gW1);
+    free(s->gW2);
+    free(s->scr);
+}
+
+static lyco_status lokr_prepare(const lyco_call *c, lokr_t *s, bool grads) {
+    memset(s, 0, sizeof *s);
+    const lyco_dims *dm = &c->dims;
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    bool compat = !bypass && (c->a->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE);
+    s->c = c;
+    s->a = dm->lk_a;
+    s->b = dm->lk_b;
+    s->cc = dm->lk_c;
+    s->d = dm->lk_d;
+    s->K = dm->K;
+    s->dK = s->d * s->K;
+    s->IK = s->cc * s->dK;
+    s->O = dm->O;
+    s->r = dm->r;
+    s->nt = cpu_threads();
+    int64_t a = s->a, b = s->b, cc = s->cc, d = s->d, K = s->K, dK = s->dK, r = s->r;
+    s->W1 = alloc_f(a * cc);
+    s->W2 = alloc_f(b * dK);
+    s->rho = alloc_d(s->O);
+    if (!s->W1 || !s->W2 || !s->rho) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
+    if (dm->lk_w1_full) {
+        s->W1d = load_d(c, LYCO_LOKR_W1, a * cc);
+    } else {
+        s->w1a = load_d(c, LYCO_LOKR_W1_A, a * r);
+        s->w1b = load_d(c, LYCO_LOKR_W1_B, r * cc);
+        s->W1d = alloc_d(a * cc);
+        if (s->w1a && s->w1b && s->W1d) dmm(a, cc, r, s->w1a, r, 1, s->w1b, cc, 1, s->W1d);
+    }
+    if (!s->W1d) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
+    if (dm->lk_w2_full) {
+        s->W2d = load_d(c, LYCO_LOKR_W2, b * dK);
+    } else if (dm->tucker) {
+        s->w2a = load_d(c, LYCO_LOKR_W2_A, r * b);
+        s->w2b = load_d(c, LYCO_LOKR_W2_B, r * d);
+        s->t2 = load_d(c, LYCO_LOKR_T2, r * r * K);
+        s->P = alloc_d(r * dK);
+        s->W2d = alloc_d(b * dK);
+        if (!s->w2a || !s->w2b || !s->t2 || !s->P || !s->W2d) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
+        for (int64_t i = 0; i < r; i++) /* P[i, q·K+κ] = Σ_l t2[i,l,κ]·w2_b[l,q] */
+            for (int64_t q = 0; q < d; q++)
+                for (int64_t k = 0; k < K; k++) {
+                    double acc = 0.0;
+                    for (int64_t l = 0; l < r; l++) acc += s->t2[(i * r + l) * K + k] * s->w2b[l * d + q];
+                    s->P[i * dK + q * K + k] = acc;
+                }
+        dmm(b, dK, r, s->w2a, 1, b, s->P, dK, 1, s->W2d);                  /* W2 = w2_aᵀ·P */
+    } else {
+        s->w2a = load_d(c, LYCO_LOKR_W2_A, b * r);
+        s->w2b = load_d(c, LYCO_LOKR_W2_B, r * dK);
+        s->W2d = alloc_d(b * dK);
+        if (s->w2a && s->w2b && s->W2d) dmm(b, dK, r, s->w2a, r, 1, s->w2b, dK, 1, s->W2d);
+    }
+    if (!s->W2d || (!dm->lk_w2_full && (!s->w2a || !s->w2b))) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
+    for (int64_t n = 0; n < a * cc; n++) s->W1[n] = (float)s->W1d[n];
+    for (int64_t n = 0; n < b * dK; n++) s->W2[n] = (float)s->W2d[n];
+    double sp = compat ? c->s * c->s : c->s;
+    for (int64_t o = 0; o < s->O; o++) s->rho[o] = sp * (bypass ? 1.0 : (double)mask_at(c, o));
+    if (grads) {
+        s->gW1 = alloc_d((int64_t)s->nt * a * cc);
+        s->gW2 = alloc_f((int64_t)s->nt * b * dK);
+        s->scr_n = bypass ? a * cc : 2 * cc;
+        s->scr = alloc_f((int64_t)s->nt * s->scr_n);
+        if (!s->gW1 || !s->gW2 || !s->scr) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory for gradient partials");
+    }
+    return LYCO_OK;
+}
+
+/* Reduces the partials in thread order (fp64) and chains G_W1 (a × c, scaled by g1) and G_W2
+   (b × dK) into the factors' gradients, stored once in their leaf dtypes. */
+static lyco_status store_grads(const lokr_t *s, double g1) {
+    const lyco_call *c = s->c;
+    const lyco_dims *dm = &c->dims;
+    DLTensor *const *g = c->g->grad;
+    int64_t a = s->a, b = s->b, cc = s->cc, d = s->d, K = s->K, dK = s->dK, r = s->r, n1 = a * cc, n2 = b * dK;
+    double *G1 = alloc_d(n1), *G2 = alloc_d(n2), *tmp = alloc_d(a * r + r * cc + b * r + 2 * r * dK + r * r * K + r * d);
+    if (!G1 || !G2 || !tmp) {
+        free(G1);
+        free(G2);
+        free(tmp);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
+    }
+    for (int th = 0; th < s->nt; th++) {
+        for (int64_t n = 0; n < n1; n++) G1[n] += s->gW1[(size_t)th * (size_t)n1 + n];
+        for (int64_t n = 0; n < n2; n++) G2[n] += s->gW2[(size_t)th * (size_t)n2 + n];
+    }
+    for (int64_t n = 0; n < n1; n++) G1[n] *= g1;
+    /* W1 */
+    if (dm->lk_w1_full) {
+        if (g[LYCO_LOKR_W1]) store_d(g[LYCO_LOKR_W1], G1, n1);
+    } else {
+        if (g[LYCO_LOKR_W1_A]) { /* G_W1·w1_bᵀ */
+            dmm(a, r, cc, G1, cc, 1, s->w1b, 1, cc, tmp);
+            store_d(g[LYCO_LOKR_W1_A], tmp, a * r);
+        }
+        if (g[LYCO_LOKR_W1_B]) { /* w1_aᵀ·G_W1 */
+            dmm(r, cc, a, s->w1a, 1, r, G1, cc, 1, tmp);
+            store_d(g[LYCO_LOKR_W1_B], tmp, r * cc);
+        }
+    }
+    /* W2 */
+    if (dm->lk_w2_full) {
+        if (g[LYCO_LOKR_W2]) store_d(g[LYCO_LOKR_W2], G2, n2);
+    } else if (!dm->tucker) {
+        if (g[LYCO_LOKR_W2_A]) { /* G_W2·w2_bᵀ */
+            dmm(b, r, dK, G2, dK, 1, s->w2b, 1, dK, tmp);
+            store_d(g[LYCO_LOKR_W2_A], tmp, b * r);
+        }
+        if (g[LYCO_LOKR_W2_B]) { /* w2_aᵀ·G_W2 */
+            dmm(r, dK, b, s->w2a, 1, r, G2, dK, 1, tmp);
+            store_d(g[LYCO_LOKR_W2_B], tmp, r * dK);
+        }
+    } else {
+        if (g[LYCO_LOKR_W2_A]) { /* P·G_W2ᵀ (r × b) */
+            dmm(r, b, dK, s->P, dK, 1, G2, 1, dK, tmp);
+            store_d(g[LYCO_LOKR_W2_A], tmp, r * b);
+        }
+        if (g[LYCO_LOKR_W2_B] || g[LYCO_LOKR_T2]) {
+            double *GP = tmp, *out = tmp + r * dK;
+            dmm(r, dK, b, s->w2a, b, 1, G2, dK, 1, GP);                    /* G_P = w2_a·G_W2 */
+            if (g[LYCO_LOKR_T2]) {
+                for (int64_t i = 0; i < r; i++)
+                    for (int64_t l = 0; l < r; l++)
+                        for (int64_t k = 0; k < K; k++) {
+                            double acc = 0.0;
+                            for (int64_t q = 0; q < d; q++) acc += GP[i * dK + q * K + k] * s->w2b[l * d + q];
+                            out[(i * r + l) * K + k] = acc;
+                        }
+                store_d(g[LYCO_LOKR_T2], out, r * r * K);
+            }
+            if (g[LYCO_LOKR_W2_B]) {
+                for (int64_t l = 0; l < r; l++)
+                    for (int64_t q = 0; q < d; q++) {
+                        double acc = 0.0;
+                        for (int64_t i = 0; i < r; i++)
+                            for (int64_t k = 0; k < K; k++) acc += s->t2[(i * r + l) * K + k] * GP[i * dK + q * K + k];
+                        out[l * d + q] = acc;
+                    }
+                store_d(g[LYCO_LOKR_W2_B], out, r * d);
+            }
+        }
+    }
+    free(G1);
+    free(G2);
+    free(tmp);
+    return LYCO_OK;
+}
+
+/* ---- merge: the driver's callbacks ---- */
+
+CPU_HOT
+static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
+    (void)W;
+    const lokr_t *s = dl->state;
+    int64_t b = s->b, cc = s->cc, dK = s->dK, IK = s->IK;
+    for (int64_t rr = 0; rr < nr; rr++) {
+        int64_t o = o0 + rr, i = o / b, j = o % b;
+        const float *w2 = s->W2 + j * dK;
+        for (int64_t p = 0; p < cc; p++) {
+            float w = (float)(s->rho[o] * s->W1d[i * cc + p]), *dst = out + rr * IK + p * dK;
+            for (int64_t n = 0; n < dK; n++) dst[n] = w * w2[n];
+        }
+    }
+}
+
+static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
+    (void)W;
+    const lokr_t *s = dl->state;
+    int64_t b = s->b, cc = s->cc, dK = s->dK, IK = s->IK;
+    double *gW1 = s->gW1 + (size_t)tid * (size_t)(s->a * cc);
+    float *gW2 = s->gW2 + (size_t)tid * (size_t)(b * dK), *v = s->scr + (size_t)tid * (size_t)s->scr_n, *w = v + cc;
+    for (int64_t rr = 0; rr < nr; rr++) {
+        int64_t o = o0 + rr, i = o / b, j = o % b;
+        const float *g = G + rr * IK;
+        cpu_gemm_nt(cc, 1, dK, g, dK, s->W2 + j * dK, dK, v, 1, false);         /* v[p] = ⟨G[o, p·dK:], W2[j,:]⟩ */
+        for (int64_t p = 0; p < cc; p++) {
+            gW1[i * cc + p] += s->rho[o] * (double)v[p];
+            w[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
+        }
+        cpu_gemm_tn(1, dK, cc, w, 1, g, dK, gW2 + j * dK, dK, true);             /* G_W2[j,:] += w·G_o */
+    }
+}
+
+static lyco_status finish_bwd(const cpu_delta *dl) {
+    const lokr_t *s = dl->state;
+    if (!s->c->g) return LYCO_OK;
+    return store_grads(s, 1.0);
+}
+
+/* ---- bypass, linear layers ---- */
+
+static lyco_status bypass_fwd(const lyco_call *c, lokr_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *bp = c->bypass;
+    int64_t N = c->tokens, I = c->dims.I, O = s->O, a = s->a, b = s->b, cc = s->cc, d = s->d;
+    cpu_view xv, y0v, yv;
+    cpu_view_init(&xv, bp->x, bp->x->ndim - 1);
+    cpu_view_init(&yv, c->y, c->y->ndim - 1);
+    bool add = bp->y0 && !(bp->flags & LYCO_BYPASS_DELTA_ONLY);
+    if (add) cpu_view_init(&y0v, bp->y0, bp->y0->ndim - 1);
+    double f = c->s * c->m * (double)cpu_sigma(c);
+    for (int64_t n = 0; n < a * cc; n++) s->W1[n] = (float)(s->W1d[n] * f); /* W̃1 */
+    size_t per = (size_t)(TB * (I + cc * b + O));
+    float *work = alloc_f((int64_t)s->nt * (int64_t)per);
+    if (!work) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr bypass: out of memory");
+    int64_t nblocks = (N + TB - 1) / TB;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        float *x = work + (size_t)cpu_thread_id() * per, *H = x + TB * I, *y = H + TB * cc * b;
+        int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
+        for (int64_t t = 0; t < nt; t++) cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
+        if (add)
+            for (int64_t t = 0; t < nt; t++) cpu_load(&y0v, t0 + t, 0, O, T, y + t * O);
+        cpu_gemm_nt(nt * cc, b, d, x, d, s->W2, d, H, b, false);                          /* H = X_g·W2ᵀ */
+        for (int64_t t = 0; t < nt; t++) cpu_gemm_nn(a, b, cc, s->W1, cc, H + t * cc * b, b, y + t * O, b, add); /* Y = W̃1·H_t */
+        for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, 0, O, y + t * O);
+    }
+    free(work);
+    return LYCO_OK;
+}
+
+static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
+    lyco_dtype T = c->dt.compute;
+    const lyco_bypass_args *bp = c->bypass;
+    int64_t N = c->tokens, I = c->dims.I, O = s->O, a = s->a, b = s->b, cc = s->cc, d = s->d;
+    cpu_view xv, dyv, dxv, dy0v;
+    cpu_view_init(&xv, bp->x, bp->x->ndim - 1);
+    cpu_view_init(&dyv, c->dy, c->dy->ndim - 1);
+    if (c->dx) cpu_view_init(&dxv, c->dx, c->dx->ndim - 1);
+    if (c->dy0) cpu_view_init(&dy0v, c->dy0, c->dy0->ndim - 1);
+    bool delta_only = bp->flags & LYCO_BYPASS_DELTA_ONLY;
+    bool want_sig = c->g && c->g->grad[LYCO_SCALAR];
+    double f = c->s * c->m * (double)cpu_sigma(c);
+    float *W1s = alloc_f(a * cc), *zero = alloc_f(O);
+    size_t per = (size_t)(TB * (2 * I + 2 * cc * b + O));
+    float *work = alloc_f((int64_t)s->nt * (int64_t)per);
+    double *sd = want_sig ? alloc_d((int64_t)s->nt * 3 * b) : NULL, *W2T = want_sig ? alloc_d(d * b) : NULL;
+    if (!W1s || !zero || !work || (want_sig && (!sd || !W2T))) {
+        free(W1s);
+        free(zero);
+        free(work);
+        free(sd);
+        free(W2T);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr bypass: out of memory");
+    }
+    for (int64_t n = 0; n < a * cc; n++) W1s[n] = (float)(s->W1d[n] * f);
+    if (want_sig)
+        for (int64_t q = 0; q < d; q++)
+            for (int64_t jj = 0; jj < b; jj++) W2T[q * b + jj] = s->W2d[jj * d + q];
+    int64_t nblocks = (N + TB - 1) / TB;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        int tid = cpu_thread_id();
+        float *x = work + (size_t)tid * per, *dx = x + TB * I, *H = dx + TB * I, *GH = H + TB * cc * b, *dy = GH + TB * cc * b;
+        float *g1 = s->scr + (size_t)tid * (size_t)s->scr_n, *gW2 = s->gW2 + (size_t)tid * (size_t)(b * d);
+        double *gW1 = s->gW1 + (size_t)tid * (size_t)(a * cc);
+        int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
+        for (int64_t t = 0; t < nt; t++) {
+            cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
+            cpu_load(&dyv, t0 + t, 0, O, T, dy + t * O);
+        }
+        if (c->dy0) /* y = y0 + Δ: dy0 = dy; y = Δ alone: 0 */
+            for (int64_t t = 0; t < nt; t++) cpu_store(&dy0v, t0 + t, 0, O, delta_only ? zero : dy + t * O);
+        cpu_gemm_nt(nt * cc, b, d, x, d, s->W2, d, H, b, false);                               /* H = X_g·W2ᵀ */
+        for (int64_t t = 0; t < nt; t++) {
+            cpu_gemm_nt(a, cc, b, dy + t * O, b, H + t * cc * b, b, g1, cc, false);               /* dy_t·H_tᵀ */
+            for (int64_t n = 0; n < a * cc; n++) gW1[n] += g1[n];
+            cpu_gemm_tn(cc, b, a, W1s, cc, dy + t * O, b, GH + t * cc * b, b, false);            /* G_H_t = W̃1ᵀ·dy_t */
+        }
+        cpu_gemm_tn(b, d, nt * cc, GH, b, x, d, gW2, d, true);                                  /* G_W2 += G_Hᵀ·X_g */
+        if (want_sig) { /* G_σs = s·m·Σ_{t,p,j} (W1ᵀ·dy_t)[p,j]·(X_g·W2ᵀ)[t,p,j], all in fp64 */
+            double *hd = sd + (size_t)tid * (size_t)(3 * b), *gd = hd + b, *av = gd + b;
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t p = 0; p < cc; p++) {
+                    const float *xr = x + t * I + p * d, *dr = dy + t * O;
+                    for (int64_t jj = 0; jj < b; jj++) hd[jj] = gd[jj] = 0.0;
+                    for (int64_t q = 0; q < d; q++) {
+                        double xq = xr[q];
+                        const double *w = W2T + q * b;
+                        for (int64_t jj = 0; jj < b; jj++) hd[jj] += xq * w[jj];
+                    }
+                    for (int64_t i = 0; i < a; i++) {
+                        double w = s->W1d[i * cc + p];
+                        const float *g = dr + i * b;
+                        for (int64_t jj = 0; jj < b; jj++) gd[jj] += w * (double)g[jj];
+                    }
+                    for (int64_t jj = 0; jj < b; jj++) av[jj] += gd[jj] * hd[jj];
+                }
+        }
+        if (c->dx) {
+            cpu_gemm_nn(nt * cc, d, b, GH, b, s->W2, d, dx, d, false);                          /* dx = G_H·W2 */
+            for (int64_t t = 0; t < nt; t++) cpu_store(&dxv, t0 + t, 0, I, dx + t * I);
+        }
+    }
+    lyco_status st = LYCO_OK;
+    if (want_sig) {
+        double sum = 0.0; /* per-thread lane sums, in thread order */
+        for (int th = 0; th < s->nt; th++)
+            for (int64_t jj = 0; jj < b; jj++) sum += sd[(size_t)th * (size_t)(3 * b) + 2 * b + jj];
+        float tot = (float)(sum * c->s * c->m);
+        cpu_store_all(c->g->grad[LYCO_SCALAR], &tot);
+    }
+    if (c->g) st = store_grads(s, f);
+    free(work);
+    free(W1s);
+    free(zero);
+    free(sd);
+    free(W2T);
+    return st;
+}
+
+static void zero_tensor(DLTensor *t) {
+    int64_t n = lyco_numel(t);
+    for (int64_t i = 0; i < n; i++) lyco_store_f32(lyco_elem_at(t, i), lyco_dtype_of(t), 0.0f);
+}
+
+/* Module dropped in bypass: Δ = 0, so y = y0 (or 0), dx = 0, dy0 = dy (or 0), gradients 0. */
+static void bypass_dropped(const lyco_call *c) {
+    const lyco_bypass_args *bp = c->bypass;
+    bool delta_only = bp->flags & LYCO_BYPASS_DELTA_ONLY;
+    if (c->dir == LYCO_DIR_BYPASS_FWD) {
+        bool add = bp->y0 && !delta_only;
+        int64_t n = lyco_numel(c->y);
+        for (int64_t i = 0; i < n; i++)
+            lyco_store_f32(lyco_elem_at(c->y, i), lyco_dtype_of(c->y),
+                           add ? lyco_round_f32(lyco_load_f32(lyco_elem_at(bp->y0, i), lyco_dtype_of(bp->y0)), c->dt.compute) : 0.0f);
+        return;
+    }
+    if (c->dx) zero_tensor(c->dx);
+    if (c->dy0)
+        for (int64_t i = 0; i < lyco_numel(c->dy0); i++)
+            lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0),
+                           delta_only ? 0.0f : lyco_round_f32(lyco_load_f32(lyco_elem_at(c->dy, i), lyco_dtype_of(c->dy)), c->dt.compute));
+    if (c->g)
+        for (int sl = 0; sl < LYCO_SLOT_COUNT; sl++)
+            if (c->g->grad[sl]) zero_tensor(c->g->grad[sl]);
+}
+
+lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
+    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV) {
+        snprintf(why, why_len, "cpu: lokr conv bypass has no fused CPU kernel yet");
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (bypass && c->dims.dora) {
+        snprintf(why, why_len, "cpu: DoRA bypass has no fused CPU kernel yet");
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups != 1) {
+        snprintf(why, why_len, "cpu: lokr with grouped conv (groups = %lld) has no fused CPU kernel", (long long)c->a->layer.groups);
+        return LYCO_ERR_UNSUPPORTED;
+    }
+    if (bypass && c->dropped) {
+        bypass_dropped(c);
+        return LYCO_OK;
+    }
+    bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    lokr_t s;
+    lyco_status st = lokr_prepare(c, &s, grads);
+    if (st == LYCO_OK) {
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true};
+        switch (c->dir) {
+        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
+        case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
+        case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
+        default: st = bypass_bwd(c, &s); break;
+        }
+    }
+    lokr_free(&s);
+    return st;
+}
