@@ -397,6 +397,15 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
             lyco_score sc;
             lyco_score_f64(y, refs[i], n, 0, lyco_dtype_of(ol.t[i]), &sc);
             double b = lyco_check_budget(c, dir, lyco_dtype_of(ol.t[i]), r.dt.compute, eager_path, ol.ref_out[i] == -1 - LYCO_SCALAR);
+            /* σs's gradient is one sum over every element: under cancellation its error is bounded by
+               K·u·Σ|terms| (Higham §3.1), not by its own magnitude; the oracle reports Σ|terms| */
+            if (ol.ref_out[i] == -1 - LYCO_SCALAR && io.scalar_abs > 0) {
+                double K = (double)lyco_numel(r.has_W ? &r.W.t : ol.t[i]) + (double)(c->tokens * c->O);
+                double u = eager_path ? ldexp(1.0, -lyco_dtype_precision(r.dt.compute)) : 0x1p-24 +
+                           (rounds_intermediate(c, dir) ? ldexp(1.0, -lyco_dtype_precision(r.dt.compute)) : 0.0);
+                double bound = K * u * io.scalar_abs / lyco_ulp(sc.rms, lyco_dtype_of(ol.t[i]));
+                if (bound > b) b = bound;
+            }
             /* the eager chain forms W'' = rnd(W + ΔW) and then W'' − W (ALGORITHMS.md §1.3): its
                delta carries the rounding of W, i.e. rms(W)/rms(ΔW) times more ULP of the delta */
             if (eager_path && dir == LYCO_DIR_MERGE_FWD && r.has_W && ol.ref_out[i] == REF_OUT_MAIN && sc.rms > 0) {

@@ -213,8 +213,13 @@ static void additive_backward(arena *ar, const ref_algo *al, ref_adapter *ra, co
             double *raw = alloc_d(ar, n);
             if (ar->failed) return;
             al->delta(ra, W, raw);
-            for (int64_t i = 0; i < n; i++) acc += GdW[i] * raw[i];
+            double abs_acc = 0;
+            for (int64_t i = 0; i < n; i++) {
+                acc += GdW[i] * raw[i];
+                abs_acc += fabs(GdW[i] * raw[i]);
+            }
             ra->g[LYCO_SCALAR][0] += acc;
+            if (ra->io) ra->io->scalar_abs += abs_acc;
         }
         for (int64_t i = 0; i < n; i++) GdW[i] *= ra->sigma;
     }

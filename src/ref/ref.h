@@ -36,6 +36,7 @@ typedef struct {
     const double *in[REF_IN_COUNT];
     double *out[REF_OUT_COUNT];     /* out or y; out_bias; dx; dy0 */
     double *grad[LYCO_SLOT_COUNT];
+    double scalar_abs;              /* out: Σ|terms| of σs's gradient (its error scale) */
 } ref_f64_io;
 
 /* Runs a validated call entirely in fp64 with io's values (NULL entries: from the tensors). */
