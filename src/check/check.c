@@ -471,7 +471,7 @@ static bool matches(const char *filter, const char *name) {
 
 int lyco_check_run(const lyco_check_opts *o, FILE *out, int *ran) {
     int fails = 0, count = 0;
-    fprintf(out, "%-36s %-10s %-17s %9s %9s %9s %7s  %-6s %s\n", "case", "dir", "dtypes", "ulp_max", "ulp_mean", "eager_max", "budget", "result", "path");
+    fprintf(out, "%-36s %-10s %-17s %9s %9s %9s %7s %9s  %-6s %s\n", "case", "dir", "dtypes", "ulp_max", "ulp_mean", "eager_max", "budget", "ms", "result", "path");
     for (int i = 0; i < lyco_case_count(); i++) {
         const lyco_case *c = lyco_case_get(i);
         if (c->tier > o->tier || !matches(o->algo, lyco_algo_name(c->algo))) continue;
@@ -493,8 +493,8 @@ int lyco_check_run(const lyco_check_opts *o, FILE *out, int *ran) {
                 char eag[16];
                 if (res.eager_ok) snprintf(eag, sizeof eag, "%9.3f", res.eager.max_ulp);
                 else snprintf(eag, sizeof eag, "%9s", "-");
-                fprintf(out, "%-36s %-10s %-17s %9.3f %9.4f %s %7.2f  %-6s %s%s%s\n", c->name, lyco_direction_name((lyco_direction)d),
-                        row->name, res.backend.max_ulp, res.backend.mean_ulp, eag, res.budget, res.pass ? "PASS" : "FAIL", res.path,
+                fprintf(out, "%-36s %-10s %-17s %9.3f %9.4f %s %7.2f %9.3f  %-6s %s%s%s\n", c->name, lyco_direction_name((lyco_direction)d),
+                        row->name, res.backend.max_ulp, res.backend.mean_ulp, eag, res.budget, res.time_ms, res.pass ? "PASS" : "FAIL", res.path,
                         res.pass ? "" : "  ", res.pass ? "" : res.detail);
             }
         }
