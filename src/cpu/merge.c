@@ -181,13 +181,13 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             float *w = sc->W + r * IK, *dl = sc->D + r * IK, *o = sc->O2 + r * IK;
             if (dora) {
                 if (c->dims.dora_on_out) {
-                    float ss = 0.0f;
+                    double ss = 0.0; /* the norm's sum in double: it sets the scale of the whole row */
                     for (int64_t j = 0; j < IK; j++) {
                         float v = w[j] + sig * dl[j];
-                        ss += v * v;
+                        ss += (double)v * v;
                     }
                     /* per-row state is owned by this thread */
-                    dr.norm2[o0 + r] = ss;
+                    dr.norm2[o0 + r] = (float)ss;
                     dora_coef(c, &dr, o0 + r);
                 }
                 for (int64_t j = 0; j < IK; j++) {
@@ -289,14 +289,14 @@ lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
             if (dora) {
                 int64_t o = o0 + r;
                 if (c->dims.dora_on_out) {
-                    float ss = 0.0f, sgv = 0.0f;
+                    double ss = 0.0, sgv = 0.0;
                     for (int64_t j = 0; j < IK; j++) {
                         float v = w[j] + sig * dl[j];
-                        ss += v * v;
-                        sgv += g[j] * v;
+                        ss += (double)v * v;
+                        sgv += (double)g[j] * v;
                     }
-                    dr.norm2[o] = ss;
-                    dr.S[o] = sgv;
+                    dr.norm2[o] = (float)ss;
+                    dr.S[o] = (float)sgv;
                     dora_coef(c, &dr, o);
                 }
                 for (int64_t j = 0; j < IK; j++) {
