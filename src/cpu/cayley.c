@@ -130,14 +130,15 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
 
 lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
     int64_t n = cy->n, nn = n * n, all = cy->nblk * nn;
-    double *T = malloc(sizeof(double) * (size_t)(nn + 1));
-    if (!T) return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory");
-    /* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ, written into GB. Accumulated in double: G_B = G_Q0 − G_Q0ᵀ
-       keeps only the skew part of G_Q, which can be much smaller than G_Q, so G_Q's own
-       rounding errors are amplified there (fp32 sums gave 23 ulp on a BOFT row, double 15). */
+    double *GQ = malloc(sizeof(double) * (size_t)(all + nn + 1)), *T = GQ + all;
+    if (!GQ) return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory");
+    /* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ, then the constraint and G_B = G_Q0 − G_Q0ᵀ, all in double and
+       rounded once: G_B keeps only the skew part of G_Q (and the constraint subtracts a multiple
+       of Q0), which can be much smaller than G_Q, so roundings on the way are amplified there
+       (fp32 sums gave 23 ulp on a BOFT gradient row, 15 this way). */
     for (int64_t k = 0; k < cy->nblk; k++) {
         const float *Ak = cy->A + k * nn, *Gk = GR + k * nn;
-        float *Ok = GB + k * nn;
+        double *Ok = GQ + k * nn;
         for (int64_t a = 0; a < n; a++)          /* T = Aᵀ·G_R */
             for (int64_t b = 0; b < n; b++) {
                 double s = 0.0;
@@ -148,34 +149,25 @@ lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
             for (int64_t b = 0; b < n; b++) {
                 double s = 0.0;
                 for (int64_t j = 0; j < n; j++) s += T[a * n + j] * (double)Ak[b * n + j];
-                Ok[a * n + b] = (float)(2.0 * s);
+                Ok[a * n + b] = 2.0 * s;
             }
     }
-    free(T);
     /* through the constraint Q = κc·Q0/ν, ν = ‖Q0‖ + 1e-8 */
     if (cy->active) {
         double nu = cy->q0norm + 1e-8, dot = 0.0;
-        for (int64_t k = 0; k < cy->nblk; k++) {
-            float part = 0.0f;
-            for (int64_t i = 0; i < nn; i++) part += GB[k * nn + i] * cy->Q0[k * nn + i];
-            dot += (double)part;
-        }
+        for (int64_t i = 0; i < all; i++) dot += GQ[i] * (double)cy->Q0[i];
         /* at Q0 = 0 the norm has no derivative; its term is 0 there */
-        float c2 = cy->q0norm > 0.0 ? (float)(cy->kc / (nu * nu) * dot / cy->q0norm) : 0.0f;
-        for (int64_t i = 0; i < all; i++) GB[i] = cy->scale * GB[i] - c2 * cy->Q0[i];
+        double sc = cy->kc / nu, c2 = cy->q0norm > 0.0 ? cy->kc / (nu * nu) * dot / cy->q0norm : 0.0;
+        for (int64_t i = 0; i < all; i++) GQ[i] = sc * GQ[i] - c2 * (double)cy->Q0[i];
     }
     /* Q0 = B − Bᵀ */
     for (int64_t k = 0; k < cy->nblk; k++) {
-        float *G = GB + k * nn;
-        for (int64_t a = 0; a < n; a++) {
-            G[a * n + a] = 0.0f;
-            for (int64_t b = a + 1; b < n; b++) {
-                float v = G[a * n + b] - G[b * n + a];
-                G[a * n + b] = v;
-                G[b * n + a] = -v;
-            }
-        }
+        const double *G = GQ + k * nn;
+        float *O = GB + k * nn;
+        for (int64_t a = 0; a < n; a++)
+            for (int64_t b = 0; b < n; b++) O[a * n + b] = (float)(G[a * n + b] - G[b * n + a]);
     }
+    free(GQ);
     return LYCO_OK;
 }
 

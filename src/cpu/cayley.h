@@ -23,12 +23,13 @@
  *   active: G_Q0 = s·G_Q − (κc/ν²)·⟨G_Q, Q0⟩·Q0/‖Q0‖          else G_Q0 = G_Q
  *   G_B_k = G_Q0_k − G_Q0_kᵀ
  *
- * Products accumulate in fp32, except these small once-per-call sums, accumulated in double
- * (O(nblk·n³), negligible next to the streaming pass): the two global scalar reductions
- * (‖Q0‖², ⟨G_Q, Q0⟩, over fp32 per-block partial sums), the refinement residuals, and the
- * adjoint's two products (G_B keeps only the skew part of G_Q, which can be much smaller than
- * G_Q: fp32 sums there took a BOFT gradient row from 15 to 23 ulp, over its budget).
- * Memory: 3·nblk·n² floats for the state, 3·n² scratch; n² doubles in the adjoint.
+ * Products accumulate in fp32, except these small once-per-call computations, done in double
+ * (O(nblk·n³), negligible next to the streaming pass): ‖Q0‖² (over fp32 per-block partial
+ * sums), the refinement residuals, and the whole adjoint from G_R to G_B, rounded once (G_B
+ * keeps only the skew part of G_Q, minus a multiple of Q0 when the constraint is active: much
+ * smaller than G_Q at times, so roundings on the way are amplified — fp32 took a BOFT gradient
+ * row from 15 to 23 ulp, over its budget).
+ * Memory: 3·nblk·n² floats for the state, 3·n² scratch; (nblk + 1)·n² doubles in the adjoint.
  *
  * Channel-row tiles. A row map acts on the O channel rows of X: merge X = W̄ (O × I·K), bypass
  * X = y0 seen as O × (tokens·spatial). A tile is rows [o0, o0+nr) × columns [j0, j0+w), held in
