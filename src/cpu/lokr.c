@@ -93,12 +93,10 @@ static double *load_d(const lyco_call *c, lyco_slot sl, int64_t n) {
     return d;
 }
 
-static void store_d(DLTensor *t, const double *v, int64_t n) {
-    float *f = alloc_f(n);
-    if (!f) return;
+/* fp64 values rounded once into t (through the fp32 staging buffer f, n floats) */
+static void store_d(DLTensor *t, const double *v, int64_t n, float *f) {
     for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
     cpu_store_all(t, f);
-    free(f);
 }
 
 static void lokr_free(lokr_t *s) {
@@ -193,11 +191,14 @@ static lyco_status store_grads(const lokr_t *s, double g1) {
     const lyco_dims *dm = &c->dims;
     DLTensor *const *g = c->g->grad;
     int64_t a = s->a, b = s->b, cc = s->cc, d = s->d, K = s->K, dK = s->dK, r = s->r, n1 = a * cc, n2 = b * dK;
-    double *G1 = alloc_d(n1), *G2 = alloc_d(n2), *tmp = alloc_d(a * r + r * cc + b * r + 2 * r * dK + r * r * K + r * d);
-    if (!G1 || !G2 || !tmp) {
+    int64_t ntmp = a * r + r * cc + b * r + 2 * r * dK + r * r * K + r * d;
+    double *G1 = alloc_d(n1), *G2 = alloc_d(n2), *tmp = alloc_d(ntmp);
+    float *stage = alloc_f(n1 + n2 + ntmp);
+    if (!G1 || !G2 || !tmp || !stage) {
         free(G1);
         free(G2);
         free(tmp);
+        free(stage);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
     }
     for (int th = 0; th < s->nt; th++) {
@@ -207,33 +208,33 @@ static lyco_status store_grads(const lokr_t *s, double g1) {
     for (int64_t n = 0; n < n1; n++) G1[n] *= g1;
     /* W1 */
     if (dm->lk_w1_full) {
-        if (g[LYCO_LOKR_W1]) store_d(g[LYCO_LOKR_W1], G1, n1);
+        if (g[LYCO_LOKR_W1]) store_d(g[LYCO_LOKR_W1], G1, n1, stage);
     } else {
         if (g[LYCO_LOKR_W1_A]) { /* G_W1·w1_bᵀ */
             dmm(a, r, cc, G1, cc, 1, s->w1b, 1, cc, tmp);
-            store_d(g[LYCO_LOKR_W1_A], tmp, a * r);
+            store_d(g[LYCO_LOKR_W1_A], tmp, a * r, stage);
         }
         if (g[LYCO_LOKR_W1_B]) { /* w1_aᵀ·G_W1 */
             dmm(r, cc, a, s->w1a, 1, r, G1, cc, 1, tmp);
-            store_d(g[LYCO_LOKR_W1_B], tmp, r * cc);
+            store_d(g[LYCO_LOKR_W1_B], tmp, r * cc, stage);
         }
     }
     /* W2 */
     if (dm->lk_w2_full) {
-        if (g[LYCO_LOKR_W2]) store_d(g[LYCO_LOKR_W2], G2, n2);
+        if (g[LYCO_LOKR_W2]) store_d(g[LYCO_LOKR_W2], G2, n2, stage);
     } else if (!dm->tucker) {
         if (g[LYCO_LOKR_W2_A]) { /* G_W2·w2_bᵀ */
             dmm(b, r, dK, G2, dK, 1, s->w2b, 1, dK, tmp);
-            store_d(g[LYCO_LOKR_W2_A], tmp, b * r);
+            store_d(g[LYCO_LOKR_W2_A], tmp, b * r, stage);
         }
         if (g[LYCO_LOKR_W2_B]) { /* w2_aᵀ·G_W2 */
             dmm(r, dK, b, s->w2a, 1, r, G2, dK, 1, tmp);
-            store_d(g[LYCO_LOKR_W2_B], tmp, r * dK);
+            store_d(g[LYCO_LOKR_W2_B], tmp, r * dK, stage);
         }
     } else {
         if (g[LYCO_LOKR_W2_A]) { /* P·G_W2ᵀ (r × b) */
             dmm(r, b, dK, s->P, dK, 1, G2, 1, dK, tmp);
-            store_d(g[LYCO_LOKR_W2_A], tmp, r * b);
+            store_d(g[LYCO_LOKR_W2_A], tmp, r * b, stage);
         }
         if (g[LYCO_LOKR_W2_B] || g[LYCO_LOKR_T2]) {
             double *GP = tmp, *out = tmp + r * dK;
@@ -246,7 +247,7 @@ static lyco_status store_grads(const lokr_t *s, double g1) {
                             for (int64_t q = 0; q < d; q++) acc += GP[i * dK + q * K + k] * s->w2b[l * d + q];
                             out[(i * r + l) * K + k] = acc;
                         }
-                store_d(g[LYCO_LOKR_T2], out, r * r * K);
+                store_d(g[LYCO_LOKR_T2], out, r * r * K, stage);
             }
             if (g[LYCO_LOKR_W2_B]) {
                 for (int64_t l = 0; l < r; l++)
@@ -256,13 +257,14 @@ static lyco_status store_grads(const lokr_t *s, double g1) {
                             for (int64_t k = 0; k < K; k++) acc += s->t2[(i * r + l) * K + k] * GP[i * dK + q * K + k];
                         out[l * d + q] = acc;
                     }
-                store_d(g[LYCO_LOKR_W2_B], out, r * d);
+                store_d(g[LYCO_LOKR_W2_B], out, r * d, stage);
             }
         }
     }
     free(G1);
     free(G2);
     free(tmp);
+    free(stage);
     return LYCO_OK;
 }
 
