@@ -203,6 +203,11 @@ lyco_status lyco_cuda_run(const lyco_call *c, void *stream, char *why, size_t wh
     if ((rc = (lyco_status)lk_device_query(&dev))) return rc;
     switch (c->a->algo) {
     case LYCO_ALGO_LOCON: return lk_run_locon(c, &dev, st, why, why_len);
+    case LYCO_ALGO_IA3: return lk_run_ia3(c, &dev, st, why, why_len);
+    case LYCO_ALGO_FULL: return lk_run_full(c, &dev, st, why, why_len);
+    case LYCO_ALGO_NORM: return lk_run_norm(c, &dev, st, why, why_len);
+    case LYCO_ALGO_GLORA: return lk_run_glora(c, &dev, st, why, why_len);
+    case LYCO_ALGO_DYLORA: return lk_run_dylora(c, &dev, st, why, why_len);
     default: break;
     }
     return lk_decline(why, why_len, "no CUDA kernel for %s %s yet", lyco_algo_name(c->a->algo), lyco_direction_name(c->dir));

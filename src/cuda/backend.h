@@ -43,5 +43,10 @@ lyco_status lk_run_dropped(const lyco_call *c, void *st, char *why, size_t why_l
 
 /* Family dispatchers (one file each). */
 lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_ia3(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_full(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_norm(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_dylora(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
 
 #endif
