@@ -30,5 +30,8 @@ lyco_status lyco_cpu_run(const lyco_call *c, char *why, size_t why_len);
 /* CUDA backend (src/cuda/, built when nvcc is found): runs on the context's stream; device
    tensors must all live on the current device. */
 lyco_status lyco_cuda_run(const lyco_call *c, void *stream, char *why, size_t why_len);
+/* The CUDA backend's fallback (src/cuda/eager_staged.c): the eager twin on host copies of the
+   call's device tensors, results copied back; synchronises the stream. */
+lyco_status lyco_cuda_eager_staged(const lyco_call *c, void *stream);
 
 #endif

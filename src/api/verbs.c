@@ -1,7 +1,9 @@
 /*
  * verbs.c — the four public verbs and lyco_resolve_dtypes: validate, choose a backend, run it,
- * record the path. A fused backend that declines a case runs the eager twin on the same device
- * (never silently the oracle); each fallback is counted and its reason kept in the path report.
+ * record the path. A fused backend that declines a case runs the eager twin (never silently the
+ * oracle); each fallback is counted and its reason kept in the path report. On the CUDA backend
+ * the eager twin runs on host copies of the device tensors (src/cuda/eager_staged.c) until a
+ * GPU-resident twin exists; the path report says so.
  */
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +13,7 @@
 static void set_path(lyco_ctx *ctx, lyco_path_kind k, lyco_backend b, const char *why) {
     ctx->path.kind = k;
     ctx->path.backend = b;
-    snprintf(ctx->path.why, sizeof ctx->path.why, "%s", why ? why : "");
+    snprintf(ctx->path.why, sizeof ctx->path.why, "%.*s", (int)sizeof ctx->path.why - 1, why ? why : "");
 }
 
 /* auto: cuda for device tensors, cpu for host tensors (the base operand decides; validation
@@ -55,9 +57,17 @@ static lyco_status run(lyco_ctx *ctx, lyco_call *c) {
 #ifdef LYCO_HAVE_CUDA
         char why[160] = "";
         st = lyco_cuda_run(c, ctx->stream, why, sizeof why);
-        if (st == LYCO_OK) set_path(ctx, LYCO_PATH_FUSED, b, NULL);
-        else if (st == LYCO_ERR_UNSUPPORTED && !lyco_last_error()[0])
-            lyco_fail(st, "cuda: %s", why);
+        if (st == LYCO_OK) { set_path(ctx, LYCO_PATH_FUSED, b, NULL); return st; }
+        if (st != LYCO_ERR_UNSUPPORTED) return st;
+        if (!why[0]) snprintf(why, sizeof why, "%s", lyco_last_error());
+        lyco_clear_error();
+        st = lyco_cuda_eager_staged(c, ctx->stream);
+        if (st == LYCO_OK) {
+            char staged[sizeof why + 40];
+            snprintf(staged, sizeof staged, "eager via host copies: %s", why);
+            set_path(ctx, LYCO_PATH_EAGER, LYCO_BACKEND_EAGER, staged);
+            ctx->path.fallbacks++;
+        }
         return st;
 #else
         return lyco_fail(LYCO_ERR_UNSUPPORTED, "backend cuda is not built into this library (no nvcc at build time); expected ref, eager or cpu");

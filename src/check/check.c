@@ -175,49 +175,85 @@ static lyco_status invoke(lyco_ctx *ctx, lyco_direction dir, run_set *r) {
 }
 
 #ifdef LYCO_HAVE_CUDA
-/* The cuda backend takes device tensors: mirror every tensor of the run to the device (adapter
-   slots, inputs, the poisoned outputs, gradients; the module mask stays on the host, where the
-   API reads it), run the call there, copy the outputs back into r's host tensors. ms: wall time
-   of the call and its completion, copies excluded. */
-static lyco_status invoke_cuda(lyco_ctx *ctx, lyco_direction dir, run_set *r, double *ms) {
-    enum { NIO = 10 };
+/* A run's device mirror: every tensor of the run (adapter slots, inputs, the poisoned outputs,
+   gradients) copied to the device; the module mask stays on the host, where the API reads it.
+   d is the run with every tensor pointing at its mirror. */
+enum { NIO = 10 };
+typedef struct {
     lyco_stage sl[LYCO_SLOT_COUNT], sg[LYCO_SLOT_COUNT], io[NIO];
-    memset(sl, 0, sizeof sl);
-    memset(sg, 0, sizeof sg);
-    memset(io, 0, sizeof io);
-    case_tensor *hs[NIO] = {&r->W, &r->bias, &r->x, &r->y0, &r->dout, &r->dout_bias, &r->out, &r->out_bias, &r->dx, &r->dy0};
-    run_set d = *r;
-    case_tensor *ds[NIO] = {&d.W, &d.bias, &d.x, &d.y0, &d.dout, &d.dout_bias, &d.out, &d.out_bias, &d.dx, &d.dy0};
+    run_set d;
+} dev_run;
+
+static void io_tensors(run_set *r, case_tensor **t) {
+    case_tensor *all[NIO] = {&r->W, &r->bias, &r->x, &r->y0, &r->dout, &r->dout_bias, &r->out, &r->out_bias, &r->dx, &r->dy0};
+    memcpy(t, all, sizeof all);
+}
+
+static void dev_free(dev_run *dr) {
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
+        lyco_stage_free(&dr->sl[s]);
+        lyco_stage_free(&dr->sg[s]);
+    }
+    for (int i = 0; i < NIO; i++) lyco_stage_free(&dr->io[i]);
+}
+
+static lyco_status dev_stage(run_set *r, dev_run *dr) {
+    memset(dr, 0, sizeof *dr);
+    case_tensor *hs[NIO], *ds[NIO];
+    dr->d = *r;
+    io_tensors(r, hs);
+    io_tensors(&dr->d, ds);
     lyco_status st = LYCO_OK;
     for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++) {
         if (!r->ca.has[s] || s == LYCO_MODULE_MASK) continue;
-        if (!(st = lyco_stage_in(&sl[s], &r->ca.slot[s].t, true))) d.ca.a.tensor[s] = &sl[s].t;
+        if (!(st = lyco_stage_in(&dr->sl[s], &r->ca.slot[s].t, true))) dr->d.ca.a.tensor[s] = &dr->sl[s].t;
     }
     for (int i = 0; i < NIO && !st; i++)
-        if (hs[i]->alloc && !(st = lyco_stage_in(&io[i], &hs[i]->t, true))) ds[i]->t = io[i].t;
+        if (hs[i]->alloc && !(st = lyco_stage_in(&dr->io[i], &hs[i]->t, true))) ds[i]->t = dr->io[i].t;
     for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++)
-        if (r->has_grad[s] && !(st = lyco_stage_in(&sg[s], &r->grad[s].t, true))) d.g.grad[s] = &sg[s].t;
-    if (!st) {
-        d.margs.weight = r->has_W ? &d.W.t : NULL;
-        d.margs.bias = r->has_bias ? &d.bias.t : NULL;
-        d.bargs.x = &d.x.t;
-        d.bargs.y0 = r->has_y0 ? &d.y0.t : NULL;
-        d.bargs.weight = r->has_W ? &d.W.t : NULL;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        st = invoke(ctx, dir, &d);
-        lyco_status sy = lyco_stage_sync();
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        *ms = 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
-        if (!st) st = sy;
+        if (r->has_grad[s] && !(st = lyco_stage_in(&dr->sg[s], &r->grad[s].t, true))) dr->d.g.grad[s] = &dr->sg[s].t;
+    if (st) {
+        dev_free(dr);
+        return st;
     }
-    for (int i = 6; i < NIO && !st; i++) st = lyco_stage_out(&io[i]);
-    for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++) st = lyco_stage_out(&sg[s]);
-    for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
-        lyco_stage_free(&sl[s]);
-        lyco_stage_free(&sg[s]);
+    run_set *d = &dr->d;
+    d->margs.weight = r->has_W ? &d->W.t : NULL;
+    d->margs.bias = r->has_bias ? &d->bias.t : NULL;
+    d->bargs.x = &d->x.t;
+    d->bargs.y0 = r->has_y0 ? &d->y0.t : NULL;
+    d->bargs.weight = r->has_W ? &d->W.t : NULL;
+    return LYCO_OK;
+}
+
+/* Copies the outputs (and gradients) of the device run back into r's host tensors. */
+static lyco_status dev_collect(dev_run *dr) {
+    lyco_status st = LYCO_OK;
+    for (int i = 6; i < NIO && !st; i++) st = lyco_stage_out(&dr->io[i]);
+    for (int s = 0; s < LYCO_SLOT_COUNT && !st; s++) st = lyco_stage_out(&dr->sg[s]);
+    return st;
+}
+
+/* The cuda backend takes device tensors: mirror the run to the device, run the call there, copy
+   the outputs back into r's host tensors. ms: wall time of the call and its completion, copies
+   excluded. */
+static lyco_status invoke_cuda(lyco_ctx *ctx, lyco_direction dir, run_set *r, double *ms) {
+    dev_run *dr = malloc(sizeof *dr);
+    if (!dr) return lyco_fail(LYCO_ERR_NOMEM, "check: out of memory");
+    lyco_status st = dev_stage(r, dr);
+    if (st) {
+        free(dr);
+        return st;
     }
-    for (int i = 0; i < NIO; i++) lyco_stage_free(&io[i]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = invoke(ctx, dir, &dr->d);
+    lyco_status sy = lyco_stage_sync();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *ms = 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (!st) st = sy;
+    if (!st) st = dev_collect(dr);
+    dev_free(dr);
+    free(dr);
     return st;
 }
 #endif
@@ -693,4 +729,107 @@ done:
     run_set_free(&rb);
     lyco_ctx_destroy(ctx);
     return fails;
+}
+
+/* ---- prepared runs (the bench) ---- */
+struct lyco_prepared {
+    lyco_direction dir;
+    run_set r;
+    bool built;
+#ifdef LYCO_HAVE_CUDA
+    dev_run *dr;
+#endif
+};
+
+lyco_status lyco_prepare(const lyco_case *c, lyco_direction dir, const lyco_dtype_row *row, lyco_output_mode mode,
+                         uint64_t seed, lyco_prepared **out) {
+    *out = NULL;
+    lyco_prepared *p = calloc(1, sizeof *p);
+    lyco_ctx *ctx = NULL;
+    if (!p) return lyco_fail(LYCO_ERR_NOMEM, "prepare: out of memory");
+    lyco_status st = lyco_ctx_create(&ctx);
+    if (!st) st = lyco_ctx_set_output_mode(ctx, mode);
+    lyco_rng rng;
+    lyco_rng_seed(&rng, mix(mix(seed, name_hash(c->name)), (uint64_t)dir * 131 + (uint64_t)(row - lyco_dtype_rows)));
+    p->dir = dir;
+    if (!st) st = build(c, dir, row, ctx, &rng, &p->r);
+    p->built = true;
+    lyco_ctx_destroy(ctx);
+    if (st) {
+        lyco_prepared_free(p);
+        return st;
+    }
+    *out = p;
+    return LYCO_OK;
+}
+
+static size_t tbytes(const case_tensor *t) { return t->alloc ? (size_t)lyco_numel(&t->t) * lyco_dtype_size(lyco_dtype_of(&t->t)) : 0; }
+
+size_t lyco_prepared_min_bytes(const lyco_prepared *p) {
+    const run_set *r = &p->r;
+    size_t b = 0;
+    for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
+        if (r->ca.has[s] && s != LYCO_MODULE_MASK) b += tbytes(&r->ca.slot[s]);
+        if (r->has_grad[s]) b += tbytes(&r->grad[s]);
+    }
+    const case_tensor *io[] = {&r->W, &r->bias, &r->x, &r->y0, &r->dout, &r->dout_bias, &r->out, &r->out_bias, &r->dx, &r->dy0};
+    for (size_t i = 0; i < sizeof io / sizeof io[0]; i++) b += tbytes(io[i]);
+    return b;
+}
+
+lyco_dtypes lyco_prepared_dtypes(const lyco_prepared *p) { return p->r.dt; }
+
+lyco_status lyco_prepared_invoke(lyco_ctx *ctx, lyco_prepared *p) {
+#ifdef LYCO_HAVE_CUDA
+    if (p->dr) return invoke(ctx, p->dir, &p->dr->d);
+#endif
+    return invoke(ctx, p->dir, &p->r);
+}
+
+lyco_status lyco_prepared_output_hash(lyco_prepared *p, uint64_t *h) {
+#ifdef LYCO_HAVE_CUDA
+    if (p->dr) {
+        lyco_status st = lyco_stage_sync();
+        if (!st) st = dev_collect(p->dr);
+        if (st) return st;
+    }
+#endif
+    out_list ol;
+    outputs_of(p->dir, &p->r, &ol);
+    *h = 1469598103934665603ull;
+    for (int i = 0; i < ol.n; i++) {
+        const DLTensor *t = ol.t[i];
+        size_t es = lyco_dtype_size(lyco_dtype_of(t));
+        for (int64_t k = 0; k < lyco_numel(t); k++) {
+            const unsigned char *e = lyco_elem_at(t, k);
+            for (size_t b = 0; b < es; b++) *h = (*h ^ e[b]) * 1099511628211ull;
+        }
+    }
+    return LYCO_OK;
+}
+
+#ifdef LYCO_HAVE_CUDA
+lyco_status lyco_prepared_to_device(lyco_prepared *p) {
+    if (p->dr) return LYCO_OK;
+    p->dr = malloc(sizeof *p->dr);
+    if (!p->dr) return lyco_fail(LYCO_ERR_NOMEM, "prepare: out of memory");
+    lyco_status st = dev_stage(&p->r, p->dr);
+    if (st) {
+        free(p->dr);
+        p->dr = NULL;
+    }
+    return st;
+}
+#endif
+
+void lyco_prepared_free(lyco_prepared *p) {
+    if (!p) return;
+#ifdef LYCO_HAVE_CUDA
+    if (p->dr) {
+        dev_free(p->dr);
+        free(p->dr);
+    }
+#endif
+    if (p->built) run_set_free(&p->r);
+    free(p);
 }

@@ -157,6 +157,28 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
 
 
 
+/* ---- prepared runs: one case × direction × dtype row with its tensors built once (the bench
+   times the same call many times; shapes can be far larger than the oracle affords) ---- */
+typedef struct lyco_prepared lyco_prepared;
+/* Builds the adapter, inputs and outputs of (c, dir, row) with random data from seed; the output
+   dtypes follow the policy under mode. */
+lyco_status lyco_prepare(const lyco_case *c, lyco_direction dir, const lyco_dtype_row *row, lyco_output_mode mode,
+                         uint64_t seed, lyco_prepared **out);
+/* Bytes of every input read once and every output written once, each in its own dtype
+   (BENCH.md §2's min_bytes). */
+size_t lyco_prepared_min_bytes(const lyco_prepared *p);
+lyco_dtypes lyco_prepared_dtypes(const lyco_prepared *p);
+/* Runs the call once on ctx: on the device mirrors after lyco_prepared_to_device, else on the
+   host tensors. Asynchronous on a cuda context. */
+lyco_status lyco_prepared_invoke(lyco_ctx *ctx, lyco_prepared *p);
+/* FNV-1a hash of every output's bytes (device runs: synchronises and copies them back first). */
+lyco_status lyco_prepared_output_hash(lyco_prepared *p, uint64_t *h);
+#ifdef LYCO_HAVE_CUDA
+/* Mirrors every tensor to the current device (the module mask stays on the host). */
+lyco_status lyco_prepared_to_device(lyco_prepared *p);
+#endif
+void lyco_prepared_free(lyco_prepared *p);
+
 /* Gradient check of the oracle's backward against central differences of its forward, in fp64
    (merge or bypass). Returns the number of failed probes (-1: could not run); detail names the
    first failure; probes counts comparisons made. */
