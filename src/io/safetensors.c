@@ -1286,3 +1286,58 @@ done:
     free(hb.p);
     return st;
 }
+
+/* ============================================================================================
+ * API published ahead of its implementation (stubs: LYCO_ERR_UNSUPPORTED)
+ * ========================================================================================== */
+
+#define ST_STUB(fn) lyco_fail(LYCO_ERR_UNSUPPORTED, "%s: not implemented yet", fn)
+
+lyco_status lyco_st_open_memory(const void *buf, size_t len, const char *label,
+                                lyco_st_file **out) {
+    (void)buf; (void)len; (void)label;
+    if (out) *out = NULL;
+    return ST_STUB("lyco_st_open_memory");
+}
+lyco_status lyco_st_tensor_load(const lyco_st_tensor *t, DLTensor *out, void **owned) {
+    if (owned) *owned = NULL;
+    return lyco_st_tensor_view(t, out);
+}
+lyco_status lyco_st_read(const lyco_st_tensor *t, uint64_t off, void *dst, uint64_t n) {
+    (void)t; (void)off; (void)dst; (void)n;
+    return ST_STUB("lyco_st_read");
+}
+lyco_status lyco_st_layout(const lyco_st_entry *entries, int64_t n, const char *const *meta_kv,
+                           uint64_t *header_size, uint64_t *file_size) {
+    (void)entries; (void)n; (void)meta_kv; (void)header_size; (void)file_size;
+    return ST_STUB("lyco_st_layout");
+}
+lyco_status lyco_st_writer_open(lyco_st_writer **out, const char *path,
+                                const lyco_st_entry *entries, int64_t n,
+                                const char *const *meta_kv, unsigned flags) {
+    (void)path; (void)entries; (void)n; (void)meta_kv; (void)flags;
+    if (out) *out = NULL;
+    return ST_STUB("lyco_st_writer_open");
+}
+lyco_status lyco_st_writer_put(lyco_st_writer *w, int64_t index, const void *data,
+                               uint64_t nbytes) {
+    (void)w; (void)index; (void)data; (void)nbytes;
+    return ST_STUB("lyco_st_writer_put");
+}
+lyco_status lyco_st_writer_put_chunk(lyco_st_writer *w, int64_t index, const void *data,
+                                     uint64_t nbytes) {
+    (void)w; (void)index; (void)data; (void)nbytes;
+    return ST_STUB("lyco_st_writer_put_chunk");
+}
+lyco_status lyco_st_writer_commit(lyco_st_writer *w) { (void)w; return ST_STUB("commit"); }
+void lyco_st_writer_abort(lyco_st_writer *w) { (void)w; }
+int64_t lyco_st_writer_index(const lyco_st_writer *w, const char *name) {
+    (void)w; (void)name;
+    return -1;
+}
+int64_t lyco_st_writer_done_bytes(const lyco_st_writer *w, int64_t index) {
+    (void)w; (void)index;
+    return -1;
+}
+uint64_t lyco_st_writer_file_size(const lyco_st_writer *w) { (void)w; return 0; }
+const char *lyco_st_writer_temp_path(const lyco_st_writer *w) { (void)w; return NULL; }

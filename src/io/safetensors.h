@@ -100,6 +100,11 @@ typedef struct {
 
 /* Opens and fully validates `path`. On failure *out is NULL and the status says why. */
 lyco_status lyco_st_open(const char *path, lyco_st_file **out);
+/* The same validation over `len` bytes in memory (the fuzz target's entry point). `label` names
+   the buffer in messages (NULL: "<memory>"). Nothing is copied: the tensors' data point into
+   `buf`, which must stay valid and unchanged until lyco_st_close. lyco_st_identity gives 0, 0. */
+lyco_status lyco_st_open_memory(const void *buf, size_t len, const char *label,
+                                lyco_st_file **out);
 /* Unmaps and frees; NULL is a no-op. Every pointer obtained from f dies with it. */
 void lyco_st_close(lyco_st_file *f);
 
@@ -113,6 +118,20 @@ const lyco_st_tensor *lyco_st_find(const lyco_st_file *f, const char *name); /* 
    LYCO_ERR_DTYPE; read their raw bytes through t->data). The view's shape points into the file's
    storage and its data into the read-only mapping: never write through it. */
 lyco_status lyco_st_tensor_view(const lyco_st_tensor *t, DLTensor *out);
+
+/* Views without copies where the data is aligned, safe copies where it is not: fills *out like
+   lyco_st_tensor_view and sets *owned = NULL when t->data is aligned to the element size (and
+   the host is little-endian); otherwise copies (byte-swapping on a big-endian host) into a
+   fresh buffer, points the view at it and returns it in *owned: free() it after use. F16, BF16
+   and F32 only (others: LYCO_ERR_DTYPE). lyco_st_tensor_view itself refuses misaligned data
+   (LYCO_ERR_UNSUPPORTED: dereferencing it as float/uint16 would be undefined behaviour). */
+lyco_status lyco_st_tensor_load(const lyco_st_tensor *t, DLTensor *out, void **owned);
+
+/* Copies bytes [off, off + n) of the tensor's data into dst with pread on the file descriptor
+   kept open by lyco_st_open (not through the mapping: a file truncated underneath gives
+   LYCO_ERR_IO instead of SIGBUS, FORMATS.md §1.4 rule 10), or memcpy for lyco_st_open_memory.
+   off + n must not exceed t->nbytes (LYCO_ERR_INVALID). Suits chunked copies of huge tensors. */
+lyco_status lyco_st_read(const lyco_st_tensor *t, uint64_t off, void *dst, uint64_t n);
 
 /* __metadata__ (string -> string), in file order. */
 const char *lyco_st_metadata(const lyco_st_file *f, const char *key);     /* NULL if absent */
@@ -150,11 +169,55 @@ typedef struct {
 lyco_status lyco_st_write(const char *path, const lyco_st_entry *entries, int64_t n,
                           const char *const *meta_kv);
 
+/* The layout lyco_st_write / lyco_st_writer_open would produce for these entries (data
+   ignored), without touching the disk: header length N (padded) and the total file size
+   8 + N + data bytes. For planning shards and free-space checks (FORMATS.md §2.2). */
+lyco_status lyco_st_layout(const lyco_st_entry *entries, int64_t n, const char *const *meta_kv,
+                           uint64_t *header_size, uint64_t *file_size);
+
+/* ---- streaming writer (bounded memory: only the header is held) ----
+   lyco_st_writer_open validates the entries exactly like lyco_st_write (their `data` is
+   ignored and may be NULL; `nbytes` must still equal bytes(shape, dtype)), fixes the header and
+   every tensor's offset (the reference order, as lyco_st_write), creates the temp file
+   ".<base>.lyco-tmp.<pid>.<k>" in the target's directory (O_CREAT|O_EXCL, mode 0666 & ~umask)
+   and writes the header. Names, shapes and metadata are copied: the caller's arrays may die.
+   Tensor bytes are then supplied per tensor, identified by its index in the caller's `entries`
+   array (lyco_st_writer_index maps a name to it); tensors may come in ANY order (each goes to
+   its fixed offset with pwrite), a tensor's chunks in order (put_chunk appends to that tensor).
+   lyco_st_writer_commit checks that every tensor was supplied completely, then fsync, close,
+   rename (or, with LYCO_ST_NOREPLACE, link + unlink: fails with LYCO_ERR_IO naming EEXIST if
+   `path` exists), fsync of the directory; it frees the writer whatever it returns. On any
+   failure of open/put/commit the writer is poisoned: every later put fails, commit fails and
+   removes the temp. lyco_st_writer_abort removes the temp and frees (NULL: no-op). Writers are
+   independent of each other; one writer is not safe for concurrent use. */
+typedef struct lyco_st_writer lyco_st_writer;
+
+enum { LYCO_ST_NOREPLACE = 1u };   /* flags for lyco_st_writer_open */
+
+lyco_status lyco_st_writer_open(lyco_st_writer **out, const char *path,
+                                const lyco_st_entry *entries, int64_t n,
+                                const char *const *meta_kv, unsigned flags);
+/* Whole tensor: nbytes must equal the entry's nbytes, and nothing of it may have been put. */
+lyco_status lyco_st_writer_put(lyco_st_writer *w, int64_t index, const void *data,
+                               uint64_t nbytes);
+/* The next nbytes of tensor `index` (its bytes so far + nbytes must not exceed its size). */
+lyco_status lyco_st_writer_put_chunk(lyco_st_writer *w, int64_t index, const void *data,
+                                     uint64_t nbytes);
+lyco_status lyco_st_writer_commit(lyco_st_writer *w);
+void lyco_st_writer_abort(lyco_st_writer *w);
+/* Index (into the entries given to open) of the tensor named `name`; -1 if none. */
+int64_t lyco_st_writer_index(const lyco_st_writer *w, const char *name);
+/* Bytes of tensor `index` supplied so far (-1: bad index); the final file size; the temp path. */
+int64_t lyco_st_writer_done_bytes(const lyco_st_writer *w, int64_t index);
+uint64_t lyco_st_writer_file_size(const lyco_st_writer *w);
+const char *lyco_st_writer_temp_path(const lyco_st_writer *w);
+
 /* ---- test hook (fault injection, FORMATS.md §2.6) ----
-   Makes the nth (1-based) call of `op` made by lyco_st_write on this thread fail with errno
-   `err`; nth = 0 disarms. The counter counts from the arming call; a fault fires once. */
+   Makes the nth (1-based) call of `op` made by the writers (lyco_st_write, lyco_st_writer_*,
+   the sharded writer and the index write) on this thread fail with errno `err`; nth = 0
+   disarms. The counter counts from the arming call; a fault fires once. */
 typedef enum {
-    LYCO_ST_FAULT_WRITE = 0,    /* each write(2) of the temp file */
+    LYCO_ST_FAULT_WRITE = 0,    /* each write(2)/pwrite(2) of a temp file */
     LYCO_ST_FAULT_FSYNC,        /* fsync of the temp file */
     LYCO_ST_FAULT_CLOSE,        /* close of the temp file */
     LYCO_ST_FAULT_RENAME,       /* the rename into place */
