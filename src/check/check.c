@@ -765,9 +765,31 @@ lyco_status lyco_prepare(const lyco_case *c, lyco_direction dir, const lyco_dtyp
 
 static size_t tbytes(const case_tensor *t) { return t->alloc ? (size_t)lyco_numel(&t->t) * lyco_dtype_size(lyco_dtype_of(&t->t)) : 0; }
 
+/* Does the direction read W / y0? (built for every merge, and for every bypass with a y0, but
+   only some algorithms read them in the backward directions) */
+static bool reads_W(const run_set *r, lyco_direction dir) {
+    if (dir == LYCO_DIR_MERGE_FWD) return r->margs.mode != LYCO_MERGE_DELTA || r->ca.a.tensor[LYCO_DORA_SCALE];
+    lyco_algo a = r->ca.a.algo;
+    return r->ca.a.tensor[LYCO_DORA_SCALE] || a == LYCO_ALGO_GLORA || a == LYCO_ALGO_IA3 || a == LYCO_ALGO_DIAG_OFT ||
+           a == LYCO_ALGO_BOFT || dir == LYCO_DIR_BYPASS_FWD;
+}
+static bool reads_y0(const run_set *r, lyco_direction dir) {
+    lyco_algo a = r->ca.a.algo;
+    return dir == LYCO_DIR_BYPASS_FWD || a == LYCO_ALGO_DIAG_OFT || a == LYCO_ALGO_BOFT || (a == LYCO_ALGO_IA3 && !r->ca.a.ia3_on_input);
+}
+
+void lyco_prepared_set_merge_mode(lyco_prepared *p, lyco_merge_mode mode) {
+    p->r.margs.mode = mode;
+#ifdef LYCO_HAVE_CUDA
+    if (p->dr) p->dr->d.margs.mode = mode;
+#endif
+}
+
 size_t lyco_prepared_min_bytes(const lyco_prepared *p) {
     const run_set *r = &p->r;
     size_t b = 0;
+    if (r->has_W && !reads_W(r, p->dir)) b -= tbytes(&r->W);
+    if (r->has_y0 && !reads_y0(r, p->dir)) b -= tbytes(&r->y0);
     for (int s = 0; s < LYCO_SLOT_COUNT; s++) {
         if (r->ca.has[s] && s != LYCO_MODULE_MASK) b += tbytes(&r->ca.slot[s]);
         if (r->has_grad[s]) b += tbytes(&r->grad[s]);

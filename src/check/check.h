@@ -168,6 +168,8 @@ lyco_status lyco_prepare(const lyco_case *c, lyco_direction dir, const lyco_dtyp
    (BENCH.md §2's min_bytes). */
 size_t lyco_prepared_min_bytes(const lyco_prepared *p);
 lyco_dtypes lyco_prepared_dtypes(const lyco_prepared *p);
+/* The merge mode of a merge run (built as LYCO_MERGE_DELTA). */
+void lyco_prepared_set_merge_mode(lyco_prepared *p, lyco_merge_mode mode);
 /* Runs the call once on ctx: on the device mirrors after lyco_prepared_to_device, else on the
    host tensors. Asynchronous on a cuda context. */
 lyco_status lyco_prepared_invoke(lyco_ctx *ctx, lyco_prepared *p);
