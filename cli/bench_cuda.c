@@ -22,7 +22,8 @@
  *     creation, the first call of a shape, the second call, and the first call of a new shape
  *     (wall clock, synchronised): lyco compiles every kernel ahead of time, so the first call
  *     should cost about what the second does plus module loading.
- * --quick: rank 32 and bf16 rows only. --csv FILE, --json FILE write the rows too.
+ * --quick: rank 32 and bf16 rows only; --algo FAMILIES (lora, dora, lora-conv, ia3, full, glora,
+ * dylora, norm), --dir, --dtypes filter the rows. --csv FILE, --json FILE write the rows too.
  */
 #ifdef LYCO_HAVE_CUDA
 #include <math.h>
@@ -235,6 +236,20 @@ static const bench_item items[] = {
               .opts = CASE_BIAS},
      MERGE | BYPASS, false, false},
 };
+
+/* Is name in the comma-separated list (NULL or empty: everything)? */
+static bool listed(const char *list, const char *name) {
+    if (!list || !*list) return true;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && !strncmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
 
 static const lyco_dtype_row *row_named(const char *name) {
     for (int k = 0; k < lyco_dtype_row_count; k++)
@@ -468,18 +483,19 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
     static const char *rows[] = {"bf16", "bf16+fp32adapter", "fp32+bf16adapter"};
     for (size_t ii = 0; ii < sizeof items / sizeof items[0]; ii++) {
         const bench_item *it = &items[ii];
+        if (!listed(co->algo, it->family)) continue;
         int fi = 0;
         while (fi < nfam && strcmp(fam[fi], it->family)) fi++;
         if (fi == nfam && nfam < NFAM) fam[nfam++] = it->family;
         for (int ri = 0; ri < (it->sweep_rank ? 3 : 1); ri++)
             for (int di = 0; di < (it->mixed ? 3 : 1); di++)
                 for (int d = 0; d < LYCO_DIR_COUNT; d++) {
-                    if (!(it->dirs & (1u << d))) continue;
+                    if (!(it->dirs & (1u << d)) || !listed(co->dir, lyco_direction_name((lyco_direction)d))) continue;
                     lyco_case c = it->c;
                     if (it->sweep_rank) c.rank = ranks[ri];
                     if (quick && (c.rank != it->c.rank || di != 0)) continue;
                     const lyco_dtype_row *row = row_named(rows[di]);
-                    if (!row) continue;
+                    if (!row || !listed(co->dtypes, row->name)) continue;
                     lyco_direction dir = (lyco_direction)d;
                     row_result r;
                     memset(&r, 0, sizeof r);
