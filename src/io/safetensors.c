@@ -22,19 +22,24 @@
  *      end == the data section size (trailing bytes and truncation are told apart).
  *   8  names, metadata keys and values without NUL (they are C strings here); names are
  *      escaped in every message (printable ASCII kept, other bytes as \xNN, long ones cut).
- *   9  data is exposed as possibly unaligned bytes; float views only on little-endian hosts.
+ *   9  data is exposed as possibly unaligned bytes; lyco_st_tensor_view refuses misaligned
+ *      data (and big-endian hosts), lyco_st_tensor_load copies (and byte-swaps) only then.
  *  10  the data section is mmap'ed PROT_READ/MAP_PRIVATE: truncation by another process while
- *      mapped means SIGBUS on access (accepted; documented in safetensors.h).
+ *      mapped means SIGBUS on access (accepted; documented in safetensors.h); the descriptor
+ *      stays open so lyco_st_read can pread instead (an I/O error, not a signal).
+ * lyco_st_open_memory runs the same steps over a caller's buffer (the fuzz target's entry).
  * No count cap on tensors or dims beyond what the 100 MB header cap implies; jansson's tree for a
  * hostile 100 MB header can take a few GB, which bounds the worst case.
  *
  * Writer: validates every entry first (nothing touches the disk before the header is built),
  * sorts by dtype (reference enum order) descending then name, writes `{` … `}` compact JSON with
- * serde_json-style string escapes, pads with spaces to a multiple of 8, then: temp file
- * ".<name>.lyco-tmp.<pid>.<k>" created O_EXCL in the target's directory (relative to an open
- * directory fd, so it cannot land elsewhere), full writes (EINTR/short writes looped), fsync,
- * close, renameat, fsync of the directory. Any failure before the rename unlinks the temp file.
- * An fsync failure is final (never retried: FORMATS.md §2.1).
+ * serde_json-style string escapes, pads with spaces to a multiple of 8. The streaming writer
+ * (lyco_st_writer_*) fixes every offset from that header, creates the temp file through
+ * st_atomic_create (st_util.c: ".<name>.lyco-tmp.<pid>.<k>", O_EXCL, in the target's directory),
+ * writes the header, then each tensor's bytes with pwrite at its offset (any tensor order,
+ * chunks in order); commit = fsync, close, rename (or link for no-replace), fsync of the
+ * directory. Any I/O failure removes the temp at once. lyco_st_write is the streaming writer fed
+ * in file order. An fsync failure is final (never retried: FORMATS.md §2.1).
  *
  * Assumptions: POSIX.1-2008; jansson >= 2.14 (json_error_code, key lengths); C11.
  */
@@ -60,6 +65,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "st_util.h"
 
 /* ============================================================================================
  * dtypes
@@ -134,109 +140,6 @@ static st_size_result st_nbytes(const int64_t *shape, int64_t ndim, int bits, ui
     return SZ_OK;
 }
 
-/* ============================================================================================
- * messages
- * ========================================================================================== */
-
-/* strerror_r exists in an XSI (int) and a GNU (char *) flavour; pick whichever this libc has. */
-static const char *errstr_int(int r, char *buf) { return r == 0 ? buf : "unknown error"; }
-static const char *errstr_ptr(char *r, char *buf) { (void)buf; return r; }
-#define ST_ERRSTR(e, buf)                                                                        \
-    _Generic(strerror_r((e), (buf), sizeof(buf)), int: errstr_int, default: errstr_ptr)(       \
-        strerror_r((e), (buf), sizeof(buf)), (buf))
-
-/* Copies s[0..n) into dst escaped for a log line: printable ASCII kept, `"` and `\` backslashed,
-   every other byte as \xNN. Stops before `budget` output characters with "..." appended. */
-static void esc(char *dst, size_t cap, const char *s, size_t n, size_t budget) {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    if (cap == 0) return;
-    if (budget + 4 > cap) budget = cap > 4 ? cap - 4 : 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char tmp[4];
-        size_t k = 0;
-        if (c == '"' || c == '\\') { tmp[k++] = '\\'; tmp[k++] = (char)c; }
-        else if (c >= 0x20 && c < 0x7f) tmp[k++] = (char)c;
-        else { tmp[k++] = '\\'; tmp[k++] = 'x'; tmp[k++] = hex[c >> 4]; tmp[k++] = hex[c & 15]; }
-        if (o + k > budget) {
-            memcpy(dst + o, "...", 3);
-            o += 3;
-            break;
-        }
-        memcpy(dst + o, tmp, k);
-        o += k;
-    }
-    dst[o] = '\0';
-}
-
-#define ST_PATH_BUDGET 200
-#define ST_NAME_BUDGET 160
-#define ST_NAME2_BUDGET 80
-
-/* lyco_fail with the standard prefix: safetensors "<path>": <what> "<name>": <message>. */
-static lyco_status st_fail(lyco_status s, const char *path, const char *what, const char *name,
-                           size_t name_len, const char *fmt, ...) LYCO_PRINTF(6, 7);
-static lyco_status st_fail(lyco_status s, const char *path, const char *what, const char *name,
-                           size_t name_len, const char *fmt, ...) {
-    char pe[ST_PATH_BUDGET + 8], ne[ST_NAME_BUDGET + 8], msg[560];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    esc(pe, sizeof pe, path ? path : "(null)", path ? strlen(path) : 6, ST_PATH_BUDGET);
-    if (what && name) {
-        esc(ne, sizeof ne, name, name_len, ST_NAME_BUDGET);
-        return lyco_fail(s, "safetensors \"%s\": %s \"%s\": %s", pe, what, ne, msg);
-    }
-    return lyco_fail(s, "safetensors \"%s\": %s", pe, msg);
-}
-
-/* ============================================================================================
- * UTF-8 (RFC 3629): returns true if valid, else the offset of the offending sequence and why.
- * ========================================================================================== */
-
-static bool utf8_valid(const uint8_t *s, size_t n, size_t *bad_at, const char **why) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) { i++; continue; }
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c < 0xC0) { *bad_at = i; *why = "unexpected continuation byte"; return false; }
-        if (c < 0xC2) { *bad_at = i; *why = "overlong encoding"; return false; }
-        if (c < 0xE0) need = 1;
-        else if (c < 0xF0) {
-            need = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c < 0xF5) {
-            need = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else { *bad_at = i; *why = "lead byte above U+10FFFF"; return false; }
-        if (n - i - 1 < need) { *bad_at = i; *why = "truncated sequence"; return false; }
-        uint8_t c1 = s[i + 1];
-        if (c1 < lo || c1 > hi) {
-            *bad_at = i;
-            if (c1 < 0x80 || c1 > 0xBF) *why = "bad continuation byte";
-            else if (c == 0xED) *why = "UTF-16 surrogate";
-            else if (c == 0xF4) *why = "code point above U+10FFFF";
-            else *why = "overlong encoding";
-            return false;
-        }
-        for (size_t k = 2; k <= need; k++) {
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) {
-                *bad_at = i;
-                *why = "bad continuation byte";
-                return false;
-            }
-        }
-        i += need + 1;
-    }
-    return true;
-}
-
 static bool json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* ============================================================================================
@@ -245,8 +148,10 @@ static bool json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c 
 
 struct lyco_st_file {
     char *path;
-    uint8_t *map;
+    uint8_t *map;            /* the read-only mapping (NULL for memory files) */
     size_t map_len;
+    const uint8_t *bytes;    /* the whole file: map, or the caller's buffer */
+    int fd;                  /* kept open for lyco_st_read; -1 for memory files */
     uint64_t file_size, header_size, data_size, dev, ino;
     int64_t n;
     lyco_st_tensor *t;       /* file order */
@@ -260,6 +165,7 @@ struct lyco_st_file {
 void lyco_st_close(lyco_st_file *f) {
     if (!f) return;
     if (f->map) munmap(f->map, f->map_len);
+    if (f->fd >= 0) close(f->fd);
     free(f->path);
     free(f->t);
     free(f->by_name);
@@ -267,24 +173,6 @@ void lyco_st_close(lyco_st_file *f) {
     free(f->strings);
     free(f->dims);
     free(f);
-}
-
-/* pread exactly n bytes at off; 0 on success, else an errno (EIO-like 0-byte read: ENODATA). */
-static int read_full(int fd, void *buf, size_t n, off_t off) {
-    uint8_t *p = buf;
-    while (n > 0) {
-        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t r = pread(fd, p, chunk, off);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return errno;
-        }
-        if (r == 0) return -1; /* the file shrank since fstat */
-        p += r;
-        n -= (size_t)r;
-        off += (off_t)r;
-    }
-    return 0;
 }
 
 /* Depth of containers: a scalar is 0, [] or {} is 1, … */
@@ -370,7 +258,7 @@ static lyco_status st_entry(const st_ctx *c, json_t *e, lyco_st_tensor *t, int64
                      (klen == 12 && memcmp(k, "data_offsets", 12) == 0);
         if (!known) {
             char ke[ST_NAME2_BUDGET + 8];
-            esc(ke, sizeof ke, k, klen, ST_NAME2_BUDGET);
+            st_esc(ke, sizeof ke, k, klen, ST_NAME2_BUDGET);
             return TFAIL(c, "unknown field \"%s\" in the tensor entry (rule 3: only dtype, shape "
                             "and data_offsets are allowed)", ke);
         }
@@ -391,7 +279,7 @@ static lyco_status st_entry(const st_ctx *c, json_t *e, lyco_st_tensor *t, int64
     int dt = lyco_st_dtype_parse(json_string_value(jd), json_string_length(jd));
     if (dt < 0) {
         char de[ST_NAME2_BUDGET + 8];
-        esc(de, sizeof de, json_string_value(jd), json_string_length(jd), ST_NAME2_BUDGET);
+        st_esc(de, sizeof de, json_string_value(jd), json_string_length(jd), ST_NAME2_BUDGET);
         return TFAIL(c, "unknown dtype \"%s\" (rule 4: dtype must be one of BOOL, F4, F6_E2M3, "
                         "F6_E3M2, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, "
                         "I16, U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64)", de);
@@ -480,7 +368,7 @@ static int cmp_names(const void *pa, const void *pb) {
 /* Maps a jansson parse error to our rules. */
 static lyco_status st_json_error(lyco_st_file *f, const json_error_t *e) {
     char te[JSON_ERROR_TEXT_LENGTH + 8];
-    esc(te, sizeof te, e->text, strnlen(e->text, JSON_ERROR_TEXT_LENGTH - 1), 140);
+    st_esc(te, sizeof te, e->text, strnlen(e->text, JSON_ERROR_TEXT_LENGTH - 1), 140);
     switch (json_error_code(e)) {
     case json_error_out_of_memory:
         return st_fail(LYCO_ERR_NOMEM, f->path, NULL, NULL, 0,
@@ -514,7 +402,7 @@ static lyco_status st_json_error(lyco_st_file *f, const json_error_t *e) {
 static lyco_status st_parse(lyco_st_file *f, const uint8_t *h, size_t n) {
     size_t bad = 0;
     const char *why = NULL;
-    if (!utf8_valid(h, n, &bad, &why)) {
+    if (!st_utf8_valid(h, n, &bad, &why)) {
         return HFAIL("header is not valid UTF-8 at header byte %zu (file byte %zu): %s (rule 2: "
                      "the header is UTF-8)", bad, bad + 8, why);
     }
@@ -660,7 +548,7 @@ static lyco_status st_parse(lyco_st_file *f, const uint8_t *h, size_t n) {
         } else {
             const lyco_st_tensor *p = &f->t[k - 1];
             char pe[ST_NAME2_BUDGET + 8];
-            esc(pe, sizeof pe, p->name, p->name_len, ST_NAME2_BUDGET);
+            st_esc(pe, sizeof pe, p->name, p->name_len, ST_NAME2_BUDGET);
             if (t->begin > prev_end) {
                 st = TFAIL(&c, "hole of %" PRIu64 " bytes between tensor \"%s\" (ends at data "
                                "byte %" PRIu64 ") and this tensor (begins at %" PRIu64 ") "
@@ -693,36 +581,83 @@ out:
     return st;
 }
 
+/* A fresh file record with a copy of `label`; NULL when out of memory. */
+static lyco_st_file *st_new(const char *label) {
+    lyco_st_file *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->fd = -1;
+    size_t pl = strlen(label);
+    f->path = malloc(pl + 1);
+    if (!f->path) {
+        free(f);
+        return NULL;
+    }
+    memcpy(f->path, label, pl + 1);
+    return f;
+}
+
+/* Rule 1 on the 8-byte prefix, against f->file_size; sets header_size and data_size. Runs
+   before anything is allocated from the header length. */
+static lyco_status st_prefix(lyco_st_file *f, const uint8_t pre[8]) {
+    uint64_t N = 0;
+    for (int k = 7; k >= 0; k--) N = (N << 8) | pre[k];
+    f->header_size = N;
+    if (N < 2) {
+        return HFAIL("header length %" PRIu64 " is below the minimum of 2 (rule 1: the smallest "
+                     "header is {})", N);
+    }
+    if (N > LYCO_ST_MAX_HEADER) {
+        return HFAIL("header length %" PRIu64 " exceeds the 100000000-byte cap (rule 1: "
+                     "reference MAX_HEADER_SIZE)", N);
+    }
+    if (N > f->file_size - 8) {
+        return HFAIL("header length %" PRIu64 " exceeds the %" PRIu64 " bytes that follow the "
+                     "prefix (rule 1: N <= file size - 8)", N, f->file_size - 8);
+    }
+    f->data_size = f->file_size - 8 - N;
+    return LYCO_OK;
+}
+
+static lyco_status st_too_short(lyco_st_file *f) {
+    return HFAIL("file is %" PRIu64 " bytes, shorter than the 8-byte header-length prefix "
+                 "(rule 1)", f->file_size);
+}
+
+/* After a successful parse: tensor data pointers into f->bytes, the by-name index. */
+static void st_finish(lyco_st_file *f) {
+    const uint8_t *data = f->bytes + 8 + f->header_size;
+    for (int64_t k = 0; k < f->n; k++) {
+        f->t[k].data = data + f->t[k].begin;
+        f->by_name[k] = k;
+    }
+    tl_sort_base = f->t;
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_names);
+    tl_sort_base = NULL;
+}
+
 lyco_status lyco_st_open(const char *path, lyco_st_file **out) {
     if (!out) return lyco_fail(LYCO_ERR_NULL, "lyco_st_open: out is NULL");
     *out = NULL;
     if (!path) return lyco_fail(LYCO_ERR_NULL, "lyco_st_open: path is NULL");
     char eb[128];
-    lyco_st_file *f = calloc(1, sizeof *f);
+    lyco_st_file *f = st_new(path);
     if (!f) return lyco_fail(LYCO_ERR_NOMEM, "lyco_st_open: out of memory");
-    size_t pl = strlen(path);
-    f->path = malloc(pl + 1);
-    if (!f->path) {
-        free(f);
-        return lyco_fail(LYCO_ERR_NOMEM, "lyco_st_open: out of memory");
-    }
-    memcpy(f->path, path, pl + 1);
 
     lyco_status st = LYCO_OK;
     uint8_t *hdr = NULL;
     /* O_NONBLOCK: never hang opening a FIFO (refused below); no effect on regular files. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (f->fd < 0) {
         int e = errno;
         st = st_fail(LYCO_ERR_IO, f->path, NULL, NULL, 0, "cannot open for reading: %s (errno %d)",
-                     ST_ERRSTR(e, eb), e);
+                     st_errstr(e, eb, sizeof eb), e);
         goto fail;
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+    if (fstat(f->fd, &sb) != 0) {
         int e = errno;
         st = st_fail(LYCO_ERR_IO, f->path, NULL, NULL, 0, "fstat failed: %s (errno %d)",
-                     ST_ERRSTR(e, eb), e);
+                     st_errstr(e, eb, sizeof eb), e);
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
@@ -735,47 +670,31 @@ lyco_status lyco_st_open(const char *path, lyco_st_file **out) {
 
     /* rule 1, before any allocation sized by the file */
     if (f->file_size < 8) {
-        st = HFAIL("file is %" PRIu64 " bytes, shorter than the 8-byte header-length prefix "
-                   "(rule 1)", f->file_size);
+        st = st_too_short(f);
         goto fail;
     }
     uint8_t pre[8];
-    int r = read_full(fd, pre, 8, 0);
+    int r = st_read_full(f->fd, pre, 8, 0);
     if (r != 0) {
         st = st_fail(LYCO_ERR_IO, f->path, NULL, NULL, 0, "reading the header-length prefix "
-                     "failed: %s", r < 0 ? "the file shrank while being read" : ST_ERRSTR(r, eb));
+                     "failed: %s", r < 0 ? "the file shrank while being read"
+                                         : st_errstr(r, eb, sizeof eb));
         goto fail;
     }
-    uint64_t N = 0;
-    for (int k = 7; k >= 0; k--) N = (N << 8) | pre[k];
-    f->header_size = N;
-    if (N < 2) {
-        st = HFAIL("header length %" PRIu64 " is below the minimum of 2 (rule 1: the smallest "
-                   "header is {})", N);
-        goto fail;
-    }
-    if (N > LYCO_ST_MAX_HEADER) {
-        st = HFAIL("header length %" PRIu64 " exceeds the 100000000-byte cap (rule 1: reference "
-                   "MAX_HEADER_SIZE)", N);
-        goto fail;
-    }
-    if (N > f->file_size - 8) {
-        st = HFAIL("header length %" PRIu64 " exceeds the %" PRIu64 " bytes that follow the "
-                   "prefix (rule 1: N <= file size - 8)", N, f->file_size - 8);
-        goto fail;
-    }
-    f->data_size = f->file_size - 8 - N;
+    st = st_prefix(f, pre);
+    if (st != LYCO_OK) goto fail;
+    uint64_t N = f->header_size;
     hdr = malloc((size_t)N);
     if (!hdr) {
         st = st_fail(LYCO_ERR_NOMEM, f->path, NULL, NULL, 0,
                      "out of memory for the %" PRIu64 "-byte header", N);
         goto fail;
     }
-    r = read_full(fd, hdr, (size_t)N, 8);
+    r = st_read_full(f->fd, hdr, (size_t)N, 8);
     if (r != 0) {
         st = st_fail(LYCO_ERR_IO, f->path, NULL, NULL, 0,
                      "reading the %" PRIu64 "-byte header failed: %s", N,
-                     r < 0 ? "the file shrank while being read" : ST_ERRSTR(r, eb));
+                     r < 0 ? "the file shrank while being read" : st_errstr(r, eb, sizeof eb));
         goto fail;
     }
     st = st_parse(f, hdr, (size_t)N);
@@ -789,33 +708,48 @@ lyco_status lyco_st_open(const char *path, lyco_st_file **out) {
         goto fail;
     }
     f->map_len = (size_t)f->file_size;
-    void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, f->fd, 0);
     if (m == MAP_FAILED) {
         int e = errno;
         st = st_fail(LYCO_ERR_IO, f->path, NULL, NULL, 0, "mmap of %" PRIu64 " bytes failed: "
-                     "%s (errno %d)", f->file_size, ST_ERRSTR(e, eb), e);
+                     "%s (errno %d)", f->file_size, st_errstr(e, eb, sizeof eb), e);
         goto fail;
     }
     f->map = m;
-    close(fd);
-    fd = -1;
-
-    const uint8_t *data = f->map + 8 + N;
-    for (int64_t k = 0; k < f->n; k++) {
-        f->t[k].data = data + f->t[k].begin;
-        f->by_name[k] = k;
-    }
-    tl_sort_base = f->t;
-    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_names);
-    tl_sort_base = NULL;
+    f->bytes = f->map;
+    st_finish(f);
     *out = f;
     return LYCO_OK;
 
 fail:
     free(hdr);
-    if (fd >= 0) close(fd);
     lyco_st_close(f);
     return st;
+}
+
+lyco_status lyco_st_open_memory(const void *buf, size_t len, const char *label,
+                                lyco_st_file **out) {
+    if (!out) return lyco_fail(LYCO_ERR_NULL, "lyco_st_open_memory: out is NULL");
+    *out = NULL;
+    if (!buf && len > 0) {
+        return lyco_fail(LYCO_ERR_NULL, "lyco_st_open_memory: buf is NULL with len %zu", len);
+    }
+    lyco_st_file *f = st_new(label ? label : "<memory>");
+    if (!f) return lyco_fail(LYCO_ERR_NOMEM, "lyco_st_open_memory: out of memory");
+    f->file_size = (uint64_t)len;
+    f->bytes = buf;
+    lyco_status st;
+    if (f->file_size < 8) st = st_too_short(f);
+    else st = st_prefix(f, f->bytes);
+    /* the header bytes are parsed in place: the caller promised they do not change */
+    if (st == LYCO_OK) st = st_parse(f, f->bytes + 8, (size_t)f->header_size);
+    if (st != LYCO_OK) {
+        lyco_st_close(f);
+        return st;
+    }
+    st_finish(f);
+    *out = f;
+    return LYCO_OK;
 }
 
 int64_t lyco_st_count(const lyco_st_file *f) { return f ? f->n : 0; }
@@ -838,29 +772,121 @@ const lyco_st_tensor *lyco_st_find(const lyco_st_file *f, const char *name) {
     return NULL;
 }
 
+/* The lyco float dtype of a tensor, or a LYCO_ERR_DTYPE failure naming it. */
+static lyco_status st_float_dtype(const lyco_st_tensor *t, const char *fn, lyco_dtype *d) {
+    switch (t->dtype) {
+    case LYCO_ST_F16: *d = LYCO_F16; return LYCO_OK;
+    case LYCO_ST_BF16: *d = LYCO_BF16; return LYCO_OK;
+    case LYCO_ST_F32: *d = LYCO_F32; return LYCO_OK;
+    default:
+        return st_fail(LYCO_ERR_DTYPE, t->file ? t->file->path : "?", "tensor", t->name,
+                       t->name_len, "%s: dtype %s has no float view (only F16, BF16 and F32 do); "
+                       "read its raw little-endian bytes through lyco_st_read or "
+                       "lyco_st_tensor.data", fn, t->dtype_name);
+    }
+}
+
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) &&                                 \
+    __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define ST_HOST_LE 0
+#else
+#define ST_HOST_LE 1
+#endif
+
+static bool st_aligned(const lyco_st_tensor *t, size_t elem) {
+    return t->nbytes == 0 || (uintptr_t)t->data % elem == 0;
+}
+
 lyco_status lyco_st_tensor_view(const lyco_st_tensor *t, DLTensor *out) {
     if (!t || !out) return lyco_fail(LYCO_ERR_NULL, "lyco_st_tensor_view: %s is NULL",
                                      !t ? "t" : "out");
     const char *path = t->file ? t->file->path : "?";
-    lyco_dtype d;
-    switch (t->dtype) {
-    case LYCO_ST_F16: d = LYCO_F16; break;
-    case LYCO_ST_BF16: d = LYCO_BF16; break;
-    case LYCO_ST_F32: d = LYCO_F32; break;
-    default:
-        return st_fail(LYCO_ERR_DTYPE, path, "tensor", t->name, t->name_len,
-                       "dtype %s has no float view (only F16, BF16 and F32 do); read its raw "
-                       "little-endian bytes through lyco_st_tensor.data", t->dtype_name);
+    lyco_dtype d = LYCO_F32;
+    lyco_status s = st_float_dtype(t, "lyco_st_tensor_view", &d);
+    if (s != LYCO_OK) return s;
+    if (!ST_HOST_LE) {
+        return st_fail(LYCO_ERR_UNSUPPORTED, path, "tensor", t->name, t->name_len,
+                       "float views of little-endian file bytes are not provided on a big-endian "
+                       "host; use lyco_st_tensor_load (it byte-swaps into a copy)");
     }
-#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) &&                                 \
-    __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return st_fail(LYCO_ERR_UNSUPPORTED, path, "tensor", t->name, t->name_len,
-                   "float views of little-endian file bytes are not provided on a big-endian "
-                   "host; byte-swap t->data into a buffer of your own");
-#else
+    if (!st_aligned(t, lyco_dtype_size(d))) {
+        return st_fail(LYCO_ERR_UNSUPPORTED, path, "tensor", t->name, t->name_len,
+                       "data at file byte %" PRIu64 " is not aligned to its %zu-byte elements "
+                       "(rule 9: no view of misaligned data); use lyco_st_tensor_load (it "
+                       "copies)", 8 + t->file->header_size + t->begin, lyco_dtype_size(d));
+    }
     *out = lyco_host_tensor((void *)(uintptr_t)t->data, d, t->ndim, (int64_t *)(uintptr_t)t->shape);
     return LYCO_OK;
-#endif
+}
+
+lyco_status lyco_st_tensor_load(const lyco_st_tensor *t, DLTensor *out, void **owned) {
+    if (!t || !out || !owned) {
+        return lyco_fail(LYCO_ERR_NULL, "lyco_st_tensor_load: %s is NULL",
+                         !t ? "t" : !out ? "out" : "owned");
+    }
+    *owned = NULL;
+    lyco_dtype d = LYCO_F32;
+    lyco_status s = st_float_dtype(t, "lyco_st_tensor_load", &d);
+    if (s != LYCO_OK) return s;
+    size_t es = lyco_dtype_size(d);
+    if (ST_HOST_LE && st_aligned(t, es)) return lyco_st_tensor_view(t, out);
+    if (t->nbytes > (uint64_t)SIZE_MAX) {
+        return st_fail(LYCO_ERR_NOMEM, t->file->path, "tensor", t->name, t->name_len,
+                       "%" PRIu64 " bytes do not fit this address space", t->nbytes);
+    }
+    uint8_t *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (!buf) {
+        return st_fail(LYCO_ERR_NOMEM, t->file->path, "tensor", t->name, t->name_len,
+                       "out of memory for an aligned copy of %" PRIu64 " bytes", t->nbytes);
+    }
+    if (t->nbytes) memcpy(buf, t->data, (size_t)t->nbytes);
+    if (!ST_HOST_LE) {
+        for (size_t i = 0; i + es <= (size_t)t->nbytes; i += es) {
+            for (size_t k = 0; k < es / 2; k++) {
+                uint8_t x = buf[i + k];
+                buf[i + k] = buf[i + es - 1 - k];
+                buf[i + es - 1 - k] = x;
+            }
+        }
+    }
+    *out = lyco_host_tensor(buf, d, t->ndim, (int64_t *)(uintptr_t)t->shape);
+    *owned = buf;
+    return LYCO_OK;
+}
+
+lyco_status lyco_st_read(const lyco_st_tensor *t, uint64_t off, void *dst, uint64_t n) {
+    if (!t || (!dst && n > 0)) {
+        return lyco_fail(LYCO_ERR_NULL, "lyco_st_read: %s is NULL", !t ? "t" : "dst");
+    }
+    const lyco_st_file *f = t->file;
+    if (off > t->nbytes || n > t->nbytes - off) {
+        return st_fail(LYCO_ERR_INVALID, f->path, "tensor", t->name, t->name_len,
+                       "lyco_st_read: bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64 ") are outside "
+                       "the tensor's %" PRIu64 " bytes", off, off, n, t->nbytes);
+    }
+    if (n == 0) return LYCO_OK;
+    if (n > (uint64_t)SIZE_MAX) {
+        return st_fail(LYCO_ERR_INVALID, f->path, "tensor", t->name, t->name_len,
+                       "lyco_st_read: %" PRIu64 " bytes do not fit size_t", n);
+    }
+    if (f->fd < 0) {
+        memcpy(dst, (const uint8_t *)t->data + off, (size_t)n);
+        return LYCO_OK;
+    }
+    uint64_t at = 8 + f->header_size + t->begin + off;
+    if (at > (uint64_t)INT64_MAX) {
+        return st_fail(LYCO_ERR_INVALID, f->path, "tensor", t->name, t->name_len,
+                       "lyco_st_read: offset %" PRIu64 " does not fit off_t", at);
+    }
+    int r = st_read_full(f->fd, dst, (size_t)n, (off_t)at);
+    if (r != 0) {
+        char eb[128];
+        return st_fail(LYCO_ERR_IO, f->path, "tensor", t->name, t->name_len,
+                       "reading %" PRIu64 " bytes at file byte %" PRIu64 " failed: %s", n, at,
+                       r < 0 ? "the file is shorter than when it was opened (changed underneath)"
+                             : st_errstr(r, eb, sizeof eb));
+    }
+    return LYCO_OK;
 }
 
 const char *lyco_st_metadata(const lyco_st_file *f, const char *key) {
@@ -896,26 +922,6 @@ void lyco_st_identity(const lyco_st_file *f, uint64_t *dev, uint64_t *ino) {
 /* ============================================================================================
  * writer
  * ========================================================================================== */
-
-static _Thread_local struct {
-    int64_t left[LYCO_ST_FAULT_COUNT];
-    int err[LYCO_ST_FAULT_COUNT];
-} tl_fault;
-
-void lyco_st_fault_inject(lyco_st_fault_op op, int64_t nth, int err) {
-    if ((int)op < 0 || op >= LYCO_ST_FAULT_COUNT) return;
-    tl_fault.left[op] = nth > 0 ? nth : 0;
-    tl_fault.err[op] = err;
-}
-
-/* True (with errno set) when an armed fault fires for this call of op. */
-static bool fault_hit(lyco_st_fault_op op) {
-    if (tl_fault.left[op] > 0 && --tl_fault.left[op] == 0) {
-        errno = tl_fault.err[op];
-        return true;
-    }
-    return false;
-}
 
 typedef struct {
     char *p;
@@ -1000,17 +1006,20 @@ static int cmp_cstr_ptr(const void *pa, const void *pb) {
 #define WFAIL(s, ...) st_fail((s), path, NULL, NULL, 0, __VA_ARGS__)
 #define EFAIL(s, e, ...) st_fail((s), path, "tensor", (e)->name, strlen((e)->name), __VA_ARGS__)
 
-/* Validates entries and metadata and builds the padded header. */
+/* Validates entries and metadata (need_data: also that every non-empty entry has data) and
+   builds the 8-byte length prefix (room for it is reserved by the caller) plus the padded
+   header into hb; order[] receives the entries in file order. */
 static lyco_status st_build_header(const char *path, const lyco_st_entry *entries, int64_t n,
-                                   const char *const *meta_kv, const lyco_st_entry **order,
-                                   sbuf *hb) {
+                                   const char *const *meta_kv, bool need_data,
+                                   const lyco_st_entry **order, sbuf *hb) {
     size_t bad;
     const char *why;
+    sb_put(hb, "\0\0\0\0\0\0\0\0", 8); /* room for the length prefix */
     for (int64_t i = 0; i < n; i++) {
         const lyco_st_entry *e = &entries[i];
         if (!e->name) return WFAIL(LYCO_ERR_NULL, "entries[%" PRId64 "].name is NULL", i);
         size_t nl = strlen(e->name);
-        if (!utf8_valid((const uint8_t *)e->name, nl, &bad, &why)) {
+        if (!st_utf8_valid((const uint8_t *)e->name, nl, &bad, &why)) {
             return EFAIL(LYCO_ERR_INVALID, e, "name is not valid UTF-8 at byte %zu: %s (names "
                          "are JSON strings)", bad, why);
         }
@@ -1045,7 +1054,7 @@ static lyco_status st_build_header(const char *path, const lyco_st_entry *entrie
             return EFAIL(LYCO_ERR_INVALID, e, "nbytes %" PRIu64 " differs from bytes(shape, %s) = "
                          "%" PRIu64, e->nbytes, st_dtypes[e->dtype].name, bytes);
         }
-        if (bytes > 0 && !e->data) return EFAIL(LYCO_ERR_NULL, e, "data is NULL");
+        if (need_data && bytes > 0 && !e->data) return EFAIL(LYCO_ERR_NULL, e, "data is NULL");
         order[i] = e;
     }
     if (n > 1) {
@@ -1067,8 +1076,8 @@ static lyco_status st_build_header(const char *path, const lyco_st_entry *entrie
                 return st_fail(LYCO_ERR_INVALID, path, "__metadata__ key", k, strlen(k),
                                "has no value (meta_kv must hold key, value pairs then NULL)");
             }
-            if (!utf8_valid((const uint8_t *)k, strlen(k), &bad, &why) ||
-                !utf8_valid((const uint8_t *)v, strlen(v), &bad, &why)) {
+            if (!st_utf8_valid((const uint8_t *)k, strlen(k), &bad, &why) ||
+                !st_utf8_valid((const uint8_t *)v, strlen(v), &bad, &why)) {
                 return st_fail(LYCO_ERR_INVALID, path, "__metadata__ key", k, strlen(k),
                                "key or value is not valid UTF-8: %s", why);
             }
@@ -1133,211 +1142,297 @@ static lyco_status st_build_header(const char *path, const lyco_st_entry *entrie
     sb_put(hb, "}", 1);
     while (!hb->oom && hb->len % 8 != 0) sb_put(hb, " ", 1);
     if (hb->oom) return WFAIL(LYCO_ERR_NOMEM, "out of memory building the header");
-    if (hb->len > LYCO_ST_MAX_HEADER) {
-        return WFAIL(LYCO_ERR_FORMAT, "header would be %zu bytes, over the 100000000-byte cap "
-                     "(writer rule: header <= cap)", hb->len);
+    uint64_t N = (uint64_t)(hb->len - 8);
+    if (N > LYCO_ST_MAX_HEADER) {
+        return WFAIL(LYCO_ERR_FORMAT, "header would be %" PRIu64 " bytes, over the 100000000-byte "
+                     "cap (writer rule: header <= cap)", N);
+    }
+    for (int k = 0; k < 8; k++) hb->p[k] = (char)(uint8_t)(N >> (8 * k));
+    return LYCO_OK;
+}
+
+/* Argument checks shared by the whole-file and the streaming writer. */
+static lyco_status st_write_args(const char *fn, const char *path, const lyco_st_entry *entries,
+                                 int64_t n) {
+    if (!path) return lyco_fail(LYCO_ERR_NULL, "%s: path is NULL", fn);
+    if (n < 0) return WFAIL(LYCO_ERR_INVALID, "tensor count %" PRId64 " is negative", n);
+    if (n > 0 && !entries) return WFAIL(LYCO_ERR_NULL, "entries is NULL with n = %" PRId64, n);
+    if ((uint64_t)n > SIZE_MAX / (4 * sizeof(uint64_t))) {
+        return WFAIL(LYCO_ERR_INVALID, "tensor count %" PRId64 " is too large", n);
     }
     return LYCO_OK;
 }
 
-/* Writes n bytes; 0 or an errno. */
-static int write_full(int fd, const void *buf, uint64_t n) {
-    const uint8_t *p = buf;
-    while (n > 0) {
-        size_t chunk = n > ((uint64_t)1 << 30) ? ((size_t)1 << 30) : (size_t)n;
-        if (fault_hit(LYCO_ST_FAULT_WRITE)) return errno;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return errno;
-        }
-        if (w == 0) return EIO;
-        p += w;
-        n -= (uint64_t)w;
+lyco_status lyco_st_layout(const lyco_st_entry *entries, int64_t n, const char *const *meta_kv,
+                           uint64_t *header_size, uint64_t *file_size) {
+    const char *path = "<layout>";
+    if (!header_size || !file_size) {
+        return lyco_fail(LYCO_ERR_NULL, "lyco_st_layout: %s is NULL",
+                         !header_size ? "header_size" : "file_size");
     }
-    return 0;
-}
-
-lyco_status lyco_st_write(const char *path, const lyco_st_entry *entries, int64_t n,
-                          const char *const *meta_kv) {
-    if (!path) return lyco_fail(LYCO_ERR_NULL, "lyco_st_write: path is NULL");
-    if (n < 0) return WFAIL(LYCO_ERR_INVALID, "tensor count %" PRId64 " is negative", n);
-    if (n > 0 && !entries) return WFAIL(LYCO_ERR_NULL, "entries is NULL with n = %" PRId64, n);
-    size_t pl = strlen(path);
-    if (pl == 0 || path[pl - 1] == '/') {
-        return WFAIL(LYCO_ERR_INVALID, "path does not name a file");
-    }
-    if ((uint64_t)n > SIZE_MAX / sizeof(lyco_st_entry *)) {
-        return WFAIL(LYCO_ERR_INVALID, "tensor count %" PRId64 " is too large", n);
-    }
-
+    lyco_status st = st_write_args("lyco_st_layout", path, entries, n);
+    if (st != LYCO_OK) return st;
     const lyco_st_entry **order = malloc((n ? (size_t)n : 1) * sizeof *order);
     if (!order) return WFAIL(LYCO_ERR_NOMEM, "out of memory");
     sbuf hb = {NULL, 0, 0, false};
-    sb_put(&hb, "\0\0\0\0\0\0\0\0", 8); /* room for the length prefix */
-    lyco_status st = st_build_header(path, entries, n, meta_kv, order, &hb);
-    if (st != LYCO_OK) {
-        free(order);
-        free(hb.p);
-        return st;
+    st = st_build_header(path, entries, n, meta_kv, false, order, &hb);
+    if (st == LYCO_OK) {
+        uint64_t data = 0;
+        for (int64_t i = 0; i < n; i++) data += order[i]->nbytes; /* <= 2^48-1, checked */
+        *header_size = (uint64_t)(hb.len - 8);
+        *file_size = (uint64_t)hb.len + data;
     }
-    uint64_t N = (uint64_t)(hb.len - 8);
-    for (int k = 0; k < 8; k++) hb.p[k] = (char)(uint8_t)(N >> (8 * k));
-
-    /* directory and base name */
-    char eb[128];
-    char *dir = NULL, *tmp = NULL;
-    const char *base;
-    const char *slash = strrchr(path, '/');
-    int dfd = -1, fd = -1;
-    bool tmp_exists = false;
-    if (slash) {
-        size_t dl = slash == path ? 1 : (size_t)(slash - path);
-        dir = malloc(dl + 1);
-        if (dir) { memcpy(dir, path, dl); dir[dl] = '\0'; }
-        base = slash + 1;
-    } else {
-        dir = malloc(2);
-        if (dir) memcpy(dir, ".", 2);
-        base = path;
-    }
-    size_t bl = strlen(base);
-    tmp = malloc(bl + 64);
-    if (!dir || !tmp) {
-        st = WFAIL(LYCO_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        int e = errno;
-        st = WFAIL(LYCO_ERR_IO, "cannot open the target directory: %s (errno %d)",
-                   ST_ERRSTR(e, eb), e);
-        goto done;
-    }
-    {
-        static _Thread_local unsigned seq;
-        unsigned salt = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)&seq;
-        for (int attempt = 0; attempt < 100; attempt++) {
-            snprintf(tmp, bl + 64, ".%.*s.lyco-tmp.%ld.%x", (int)(bl > 180 ? 180 : bl), base,
-                     (long)getpid(), (salt + seq++) & 0xffffffu);
-            fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
-            if (fd >= 0 || errno != EEXIST) break;
-        }
-    }
-    if (fd < 0) {
-        int e = errno;
-        st = WFAIL(LYCO_ERR_IO, "cannot create a temp file in the target directory: %s (errno %d)",
-                   ST_ERRSTR(e, eb), e);
-        goto done;
-    }
-    tmp_exists = true;
-
-    int e = write_full(fd, hb.p, hb.len);
-    for (int64_t i = 0; e == 0 && i < n; i++) {
-        if (order[i]->nbytes > 0) e = write_full(fd, order[i]->data, order[i]->nbytes);
-    }
-    if (e != 0) {
-        st = WFAIL(LYCO_ERR_IO, "write failed: %s (errno %d); nothing was written to the target",
-                   ST_ERRSTR(e, eb), e);
-        goto done;
-    }
-    if (fault_hit(LYCO_ST_FAULT_FSYNC) || fsync(fd) != 0) {
-        e = errno;
-        st = WFAIL(LYCO_ERR_IO, "fsync of the temp file failed: %s (errno %d); not retried, "
-                   "nothing was written to the target", ST_ERRSTR(e, eb), e);
-        goto done;
-    }
-    {
-        bool faulted = fault_hit(LYCO_ST_FAULT_CLOSE);
-        e = errno;
-        int rc = close(fd);
-        fd = -1;
-        if (faulted || rc != 0) {
-            if (!faulted) e = errno;
-            st = WFAIL(LYCO_ERR_IO, "close of the temp file failed: %s (errno %d); nothing was "
-                       "written to the target", ST_ERRSTR(e, eb), e);
-            goto done;
-        }
-    }
-    if (fault_hit(LYCO_ST_FAULT_RENAME) || renameat(dfd, tmp, dfd, base) != 0) {
-        e = errno;
-        st = WFAIL(LYCO_ERR_IO, "rename of the temp file into place failed: %s (errno %d); the "
-                   "target was not changed", ST_ERRSTR(e, eb), e);
-        goto done;
-    }
-    tmp_exists = false;
-    /* EINVAL: the filesystem cannot sync directories at all; nothing more can be done. */
-    if (fault_hit(LYCO_ST_FAULT_DIRSYNC) || (fsync(dfd) != 0 && errno != EINVAL)) {
-        e = errno;
-        st = WFAIL(LYCO_ERR_IO, "fsync of the directory failed after the rename: %s (errno %d); "
-                   "the new file is complete and in place but may not survive a crash",
-                   ST_ERRSTR(e, eb), e);
-        goto done;
-    }
-    st = LYCO_OK;
-
-done:
-    if (fd >= 0) close(fd);
-    if (tmp_exists) unlinkat(dfd, tmp, 0);
-    if (dfd >= 0) close(dfd);
-    free(dir);
-    free(tmp);
     free(order);
     free(hb.p);
     return st;
 }
 
-/* ============================================================================================
- * API published ahead of its implementation (stubs: LYCO_ERR_UNSUPPORTED)
- * ========================================================================================== */
+/* ---- the streaming writer ---- */
 
-#define ST_STUB(fn) lyco_fail(LYCO_ERR_UNSUPPORTED, "%s: not implemented yet", fn)
+struct lyco_st_writer {
+    st_atomic a;
+    int64_t n;
+    uint64_t *off;        /* per caller index: absolute file offset of the tensor's bytes */
+    uint64_t *size;       /* per caller index: its byte count */
+    uint64_t *done;       /* per caller index: bytes supplied so far */
+    int64_t *by_name;     /* caller indices sorted by name */
+    char **name;          /* per caller index, into names */
+    char *names;
+    uint64_t file_size;
+    unsigned flags;
+    bool failed;          /* an I/O error happened: the temp is gone, only abort/commit remain */
+};
 
-lyco_status lyco_st_open_memory(const void *buf, size_t len, const char *label,
-                                lyco_st_file **out) {
-    (void)buf; (void)len; (void)label;
-    if (out) *out = NULL;
-    return ST_STUB("lyco_st_open_memory");
+static void writer_free(lyco_st_writer *w) {
+    st_atomic_discard(&w->a);
+    free(w->off);
+    free(w->size);
+    free(w->done);
+    free(w->by_name);
+    free(w->name);
+    free(w->names);
+    free(w);
 }
-lyco_status lyco_st_tensor_load(const lyco_st_tensor *t, DLTensor *out, void **owned) {
-    if (owned) *owned = NULL;
-    return lyco_st_tensor_view(t, out);
+
+static _Thread_local const uint64_t *tl_off_base;
+static int cmp_writer_offsets(const void *pa, const void *pb) {
+    uint64_t a = tl_off_base[*(const int64_t *)pa], b = tl_off_base[*(const int64_t *)pb];
+    return a < b ? -1 : a > b;
 }
-lyco_status lyco_st_read(const lyco_st_tensor *t, uint64_t off, void *dst, uint64_t n) {
-    (void)t; (void)off; (void)dst; (void)n;
-    return ST_STUB("lyco_st_read");
+
+static _Thread_local char *const *tl_name_base;
+static int cmp_writer_names(const void *pa, const void *pb) {
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return strcmp(tl_name_base[a], tl_name_base[b]);
 }
-lyco_status lyco_st_layout(const lyco_st_entry *entries, int64_t n, const char *const *meta_kv,
-                           uint64_t *header_size, uint64_t *file_size) {
-    (void)entries; (void)n; (void)meta_kv; (void)header_size; (void)file_size;
-    return ST_STUB("lyco_st_layout");
+
+/* The writer's tables from validated entries and their file order; LYCO_ERR_NOMEM or OK. */
+static lyco_status writer_tables(lyco_st_writer *w, const lyco_st_entry *entries,
+                                 const lyco_st_entry *const *order, uint64_t data_start) {
+    size_t n = (size_t)w->n, nb = 0;
+    for (size_t i = 0; i < n; i++) nb += strlen(entries[i].name) + 1;
+    w->off = calloc(n ? n : 1, sizeof *w->off);
+    w->size = calloc(n ? n : 1, sizeof *w->size);
+    w->done = calloc(n ? n : 1, sizeof *w->done);
+    w->by_name = calloc(n ? n : 1, sizeof *w->by_name);
+    w->name = calloc(n ? n : 1, sizeof *w->name);
+    w->names = malloc(nb ? nb : 1);
+    if (!w->off || !w->size || !w->done || !w->by_name || !w->name || !w->names) {
+        return lyco_fail(LYCO_ERR_NOMEM, "safetensors writer: out of memory for %zu tensors", n);
+    }
+    char *p = w->names;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(entries[i].name) + 1;
+        memcpy(p, entries[i].name, l);
+        w->name[i] = p;
+        p += l;
+        w->size[i] = entries[i].nbytes;
+        w->by_name[i] = (int64_t)i;
+    }
+    uint64_t at = data_start;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (size_t)(order[k] - entries);
+        w->off[i] = at;
+        at += w->size[i];
+    }
+    w->file_size = at;
+    tl_name_base = w->name;
+    qsort(w->by_name, n, sizeof *w->by_name, cmp_writer_names);
+    tl_name_base = NULL;
+    return LYCO_OK;
 }
+
+static lyco_status writer_open(const char *fn, lyco_st_writer **out, const char *path,
+                               const lyco_st_entry *entries, int64_t n,
+                               const char *const *meta_kv, unsigned flags, bool need_data) {
+    if (!out) return lyco_fail(LYCO_ERR_NULL, "%s: out is NULL", fn);
+    *out = NULL;
+    lyco_status st = st_write_args(fn, path, entries, n);
+    if (st != LYCO_OK) return st;
+    if (flags & ~(unsigned)LYCO_ST_NOREPLACE) {
+        return WFAIL(LYCO_ERR_INVALID, "flags 0x%x: unknown bits (expected 0 or "
+                     "LYCO_ST_NOREPLACE)", flags);
+    }
+    const lyco_st_entry **order = malloc((n ? (size_t)n : 1) * sizeof *order);
+    lyco_st_writer *w = calloc(1, sizeof *w);
+    sbuf hb = {NULL, 0, 0, false};
+    if (!order || !w) {
+        free(order);
+        free(w);
+        return WFAIL(LYCO_ERR_NOMEM, "out of memory");
+    }
+    w->a.fd = w->a.dfd = -1;
+    w->n = n;
+    w->flags = flags;
+    st = st_build_header(path, entries, n, meta_kv, need_data, order, &hb);
+    if (st == LYCO_OK) st = writer_tables(w, entries, order, (uint64_t)hb.len);
+    if (st == LYCO_OK) st = st_atomic_create(&w->a, path);
+    if (st == LYCO_OK) {
+        int e = st_pwrite_full(w->a.fd, hb.p, hb.len, 0);
+        if (e != 0) {
+            char eb[128];
+            st = WFAIL(LYCO_ERR_IO, "write failed (the header, into the temp file): %s (errno %d); "
+                       "nothing was written to the target", st_errstr(e, eb, sizeof eb), e);
+        }
+    }
+    free(order);
+    free(hb.p);
+    if (st != LYCO_OK) {
+        writer_free(w);
+        return st;
+    }
+    *out = w;
+    return LYCO_OK;
+}
+
 lyco_status lyco_st_writer_open(lyco_st_writer **out, const char *path,
                                 const lyco_st_entry *entries, int64_t n,
                                 const char *const *meta_kv, unsigned flags) {
-    (void)path; (void)entries; (void)n; (void)meta_kv; (void)flags;
-    if (out) *out = NULL;
-    return ST_STUB("lyco_st_writer_open");
+    return writer_open("lyco_st_writer_open", out, path, entries, n, meta_kv, flags, false);
 }
-lyco_status lyco_st_writer_put(lyco_st_writer *w, int64_t index, const void *data,
-                               uint64_t nbytes) {
-    (void)w; (void)index; (void)data; (void)nbytes;
-    return ST_STUB("lyco_st_writer_put");
-}
+
+#define WWFAIL(w, s, ...) st_fail((s), (w)->a.path, NULL, NULL, 0, __VA_ARGS__)
+#define WTFAIL(w, i, s, ...)                                                                       \
+    st_fail((s), (w)->a.path, "tensor", (w)->name[i], strlen((w)->name[i]), __VA_ARGS__)
+
 lyco_status lyco_st_writer_put_chunk(lyco_st_writer *w, int64_t index, const void *data,
                                      uint64_t nbytes) {
-    (void)w; (void)index; (void)data; (void)nbytes;
-    return ST_STUB("lyco_st_writer_put_chunk");
+    if (!w) return lyco_fail(LYCO_ERR_NULL, "lyco_st_writer_put_chunk: w is NULL");
+    if (w->failed) {
+        return WWFAIL(w, LYCO_ERR_IO, "an earlier write failed; the writer accepts nothing more "
+                      "(commit or abort it)");
+    }
+    if (index < 0 || index >= w->n) {
+        return WWFAIL(w, LYCO_ERR_INVALID, "tensor index %" PRId64 " is outside [0, %" PRId64 ")",
+                      index, w->n);
+    }
+    if (!data && nbytes > 0) return WTFAIL(w, index, LYCO_ERR_NULL, "data is NULL");
+    uint64_t left = w->size[index] - w->done[index];
+    if (nbytes > left) {
+        return WTFAIL(w, index, LYCO_ERR_INVALID, "%" PRIu64 " more bytes would overrun the "
+                      "tensor: %" PRIu64 " of its %" PRIu64 " bytes are already written",
+                      nbytes, w->done[index], w->size[index]);
+    }
+    if (nbytes == 0) return LYCO_OK;
+    int e = st_pwrite_full(w->a.fd, data, nbytes, w->off[index] + w->done[index]);
+    if (e != 0) {
+        char eb[128];
+        lyco_status st = WTFAIL(w, index, LYCO_ERR_IO, "write failed: %s (errno %d); the temp "
+                                "file was removed, nothing was written to the target",
+                                st_errstr(e, eb, sizeof eb), e);
+        w->failed = true;
+        st_atomic_discard(&w->a);
+        return st;
+    }
+    w->done[index] += nbytes;
+    return LYCO_OK;
 }
-lyco_status lyco_st_writer_commit(lyco_st_writer *w) { (void)w; return ST_STUB("commit"); }
-void lyco_st_writer_abort(lyco_st_writer *w) { (void)w; }
+
+lyco_status lyco_st_writer_put(lyco_st_writer *w, int64_t index, const void *data,
+                               uint64_t nbytes) {
+    if (!w) return lyco_fail(LYCO_ERR_NULL, "lyco_st_writer_put: w is NULL");
+    if (index >= 0 && index < w->n && (w->done[index] != 0 || nbytes != w->size[index])) {
+        return WTFAIL(w, index, LYCO_ERR_INVALID, "lyco_st_writer_put takes the whole tensor: "
+                      "got %" PRIu64 " bytes for a tensor of %" PRIu64 " with %" PRIu64 " already "
+                      "written (use lyco_st_writer_put_chunk for pieces)",
+                      nbytes, w->size[index], w->done[index]);
+    }
+    return lyco_st_writer_put_chunk(w, index, data, nbytes);
+}
+
+lyco_status lyco_st_writer_commit(lyco_st_writer *w) {
+    if (!w) return lyco_fail(LYCO_ERR_NULL, "lyco_st_writer_commit: w is NULL");
+    lyco_status st = LYCO_OK;
+    if (w->failed) {
+        st = WWFAIL(w, LYCO_ERR_IO, "commit after a failed write: nothing was written to the "
+                    "target");
+    }
+    for (int64_t k = 0; st == LYCO_OK && k < w->n; k++) {
+        int64_t i = w->by_name[k];
+        if (w->done[i] != w->size[i]) {
+            st = WTFAIL(w, i, LYCO_ERR_INVALID, "incomplete at commit: %" PRIu64 " of %" PRIu64
+                        " bytes written; the temp file was removed, nothing was written to the "
+                        "target", w->done[i], w->size[i]);
+        }
+    }
+    if (st == LYCO_OK) st = st_atomic_commit(&w->a, w->flags);
+    writer_free(w);
+    return st;
+}
+
+void lyco_st_writer_abort(lyco_st_writer *w) {
+    if (w) writer_free(w);
+}
+
 int64_t lyco_st_writer_index(const lyco_st_writer *w, const char *name) {
-    (void)w; (void)name;
+    if (!w || !name) return -1;
+    int64_t lo = 0, hi = w->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(w->name[w->by_name[mid]], name);
+        if (c == 0) return w->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return -1;
 }
+
 int64_t lyco_st_writer_done_bytes(const lyco_st_writer *w, int64_t index) {
-    (void)w; (void)index;
-    return -1;
+    if (!w || index < 0 || index >= w->n) return -1;
+    return (int64_t)w->done[index];
 }
-uint64_t lyco_st_writer_file_size(const lyco_st_writer *w) { (void)w; return 0; }
-const char *lyco_st_writer_temp_path(const lyco_st_writer *w) { (void)w; return NULL; }
+
+uint64_t lyco_st_writer_file_size(const lyco_st_writer *w) { return w ? w->file_size : 0; }
+
+const char *lyco_st_writer_temp_path(const lyco_st_writer *w) {
+    return w && w->a.tmp_exists ? w->a.tmp_path : NULL;
+}
+
+/* ---- the whole-file writer, on top of the streaming one ---- */
+
+lyco_status lyco_st_write(const char *path, const lyco_st_entry *entries, int64_t n,
+                          const char *const *meta_kv) {
+    lyco_st_writer *w = NULL;
+    lyco_status st = writer_open("lyco_st_write", &w, path, entries, n, meta_kv, 0, true);
+    if (st != LYCO_OK) return st;
+    /* file order, so the temp file grows sequentially */
+    int64_t *ord = malloc((n ? (size_t)n : 1) * sizeof *ord);
+    if (!ord) {
+        lyco_st_writer_abort(w);
+        return WFAIL(LYCO_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) ord[i] = i;
+    tl_off_base = w->off;
+    qsort(ord, (size_t)n, sizeof *ord, cmp_writer_offsets);
+    tl_off_base = NULL;
+    for (int64_t k = 0; st == LYCO_OK && k < n; k++) {
+        st = lyco_st_writer_put(w, ord[k], entries[ord[k]].data, entries[ord[k]].nbytes);
+    }
+    free(ord);
+    if (st != LYCO_OK) {
+        lyco_st_writer_abort(w);
+        return st;
+    }
+    return lyco_st_writer_commit(w);
+}
+

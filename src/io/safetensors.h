@@ -8,7 +8,9 @@
  * header is read with pread into an owned buffer, so validation and parsing see the same bytes;
  * the tensor bytes are NOT copied: if another process truncates the file while it is mapped, a
  * later access to a tensor's bytes raises SIGBUS (FORMATS.md §1.4 rule 10; callers that must
- * survive that read through pread instead). Everything returned stays valid until lyco_st_close.
+ * survive that use lyco_st_read, which preads through the descriptor kept open until
+ * lyco_st_close). Everything returned stays valid until lyco_st_close. Views without copies
+ * where the data is aligned (lyco_st_tensor_view), a copy where it is not (lyco_st_tensor_load).
  *
  * Assumptions: POSIX (open/pread/mmap/fsync/rename); a little-endian host for the DLTensor views
  * (tensor bytes are little-endian on disk; on a big-endian host lyco_st_tensor_view refuses with
@@ -18,7 +20,9 @@
  *
  * Writer: lyco_st_write() produces a conformant file ordered like the reference writer and
  * replaces `path` atomically and durably (temp file in the same directory, fsync, rename, fsync
- * of the directory); on failure no temp file and no partial file remain.
+ * of the directory); on failure no temp file and no partial file remain. The streaming writer
+ * (lyco_st_writer_*) does the same with only the header in memory, tensor by tensor or in
+ * chunks; lyco_st_write is built on it. Sharded checkpoints: shards.h.
  *
  * Errors: LYCO_ERR_NULL (a required pointer is NULL), LYCO_ERR_INVALID (writer: an entry or a
  * metadata pair that cannot be written: bad dtype, dims, duplicate or reserved name, invalid
