@@ -1,26 +1,134 @@
 /*
  * dispatch_locon.c — LoRA/LoCon (and DoRA on top) on the CUDA backend: turns a validated call into
- * the kernel argument structs of kern.h and launches locon.cu's kernels. Linear layers in all four
- * directions; conv layers (flattened to O×(I·K)) in the merge directions. Declines, with the
- * reason, what has no kernel yet: Tucker (lora_mid), conv bypass, DoRA in bypass, grouped conv.
+ * the kernel argument structs of kern.h / kern_conv.h and launches locon.cu's and locon_conv.cu's
+ * kernels. Linear layers in all four directions; conv layers (flattened to O×(I·K)) in the merge
+ * directions (locon.cu) and in bypass (locon_conv.cu, activations with any strides); Tucker
+ * (lora_mid) in all four directions (locon_conv.cu). Declines, with the reason: DoRA in bypass,
+ * DoRA with Tucker, grouped conv, batches or sizes beyond the conv kernels' grid limits.
  */
 #include <string.h>
 
 #include "cuda/backend.h"
+#include "cuda/kern_conv.h"
+
+/* Element stride of dim d of t (compact when t has no strides). */
+static int64_t dim_stride(const DLTensor *t, int d) {
+    if (t->strides) return t->strides[d];
+    int64_t s = 1;
+    for (int i = d + 1; i < t->ndim; i++) s *= t->shape[i];
+    return s;
+}
+
+/* N × C × spatial activation t (NULL: absent) as an lkc_act. */
+static void conv_act(const DLTensor *t, int conv_dims, lkc_act *a) {
+    memset(a, 0, sizeof *a);
+    if (!t) return;
+    lyco_dtype d = lyco_dtype_of(t);
+    a->p = (const char *)t->data + t->byte_offset;
+    a->dt = (int32_t)d;
+    a->unal = ((uintptr_t)a->p % lyco_dtype_size(d)) != 0;
+    a->sn = dim_stride(t, 0);
+    a->sc = dim_stride(t, 1);
+    for (int i = 0; i < conv_dims && i < 3; i++) a->ss[i] = dim_stride(t, 2 + i);
+}
+
+/* The factors, scalars, Tucker core and geometry of the call into C (views requested in rq). */
+static void conv_fill(const lyco_call *c, lkc_conv *C, lk_view_req *rq, int *n) {
+    const lyco_layer *l = &c->a->layer;
+    memset(C, 0, sizeof *C);
+    lk_fill_locon(c, &C->L, rq, n);
+    rq[(*n)++] = (lk_view_req){c->dims.tucker ? c->a->tensor[LYCO_LORA_MID] : NULL, "lora_mid", 1, &C->M};
+    C->I = c->dims.I;
+    C->N = c->tokens;
+    for (int i = 0; i < 3; i++) {
+        bool used = i < l->conv_dims;
+        C->g.in[i] = used ? c->sp_in[i] : 1;
+        C->g.out[i] = used ? c->sp_out[i] : 1;
+        C->g.k[i] = used ? l->kernel[i] : 1;
+        C->g.st[i] = used ? l->stride[i] : 1;
+        C->g.pad[i] = used ? l->padding[i] : 0;
+        C->g.dil[i] = used ? l->dilation[i] : 1;
+    }
+    C->g.sin = c->sp_in_n;
+    C->g.sout = c->sp_out_n;
+}
+
+static const DLTensor *want(const lyco_call *c, lyco_slot s) { return lyco_call_wants(c, s) ? c->g->grad[s] : NULL; }
+
+/* Conv bypass (plain or Tucker) and Tucker merge: locon_conv.cu. */
+static lyco_status run_conv(const lyco_call *c, void *st, char *why, size_t why_len) {
+    int nd = c->a->layer.conv_dims;
+    if (c->tokens > 65535 || (c->dims.O + 63) / 64 > 65535 || (c->dims.r + 63) / 64 > 65535)
+        return lk_decline(why, why_len, "conv LoCon with batch %lld, O %lld, rank %lld exceeds the CUDA grid limits (batch ≤ 65535)",
+                          (long long)c->tokens, (long long)c->dims.O, (long long)c->dims.r);
+    lyco_status rc;
+    lk_view_req rq[16];
+    int n = 0;
+    switch (c->dir) {
+    case LYCO_DIR_MERGE_FWD: {
+        lkc_tmerge_fwd_args m;
+        memset(&m, 0, sizeof m);
+        conv_fill(c, &m.C, rq, &n);
+        m.mode = (int32_t)c->merge->mode;
+        rq[n++] = (lk_view_req){c->merge->mode != LYCO_MERGE_DELTA ? c->merge->weight : NULL, "W", 1, &m.W};
+        rq[n++] = (lk_view_req){c->out, "out", 1, &m.out};
+        if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        return (lyco_status)lkc_tucker_merge_fwd(&m, st);
+    }
+    case LYCO_DIR_MERGE_BWD: {
+        lkc_tmerge_bwd_args m;
+        memset(&m, 0, sizeof m);
+        conv_fill(c, &m.C, rq, &n);
+        rq[n++] = (lk_view_req){c->d_out, "d_out", 1, &m.G};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_UP), "grad lora_up", 1, &m.gU};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_DOWN), "grad lora_down", 1, &m.gD};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_MID), "grad lora_mid", 1, &m.gM};
+        rq[n++] = (lk_view_req){want(c, LYCO_SCALAR), "grad scalar", 0, &m.gsigma};
+        if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        if (!m.gU.p && !m.gD.p && !m.gM.p && !m.gsigma.p) return LYCO_OK;
+        return (lyco_status)lkc_tucker_merge_bwd(&m, st);
+    }
+    case LYCO_DIR_BYPASS_FWD: {
+        lkc_bypass_fwd_args b;
+        memset(&b, 0, sizeof b);
+        conv_fill(c, &b.C, rq, &n);
+        if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        conv_act(c->bypass->x, nd, &b.x);
+        conv_act((c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? NULL : c->bypass->y0, nd, &b.y0);
+        conv_act(c->y, nd, &b.y);
+        return (lyco_status)lkc_conv_bypass_fwd(&b, st);
+    }
+    default: {
+        lkc_bypass_bwd_args b;
+        memset(&b, 0, sizeof b);
+        conv_fill(c, &b.C, rq, &n);
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_UP), "grad lora_up", 1, &b.gU};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_DOWN), "grad lora_down", 1, &b.gD};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_MID), "grad lora_mid", 1, &b.gM};
+        rq[n++] = (lk_view_req){want(c, LYCO_SCALAR), "grad scalar", 0, &b.gsigma};
+        if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        conv_act(c->bypass->x, nd, &b.x);
+        conv_act(c->dy, nd, &b.dy);
+        conv_act(c->dx, nd, &b.dx);
+        conv_act(c->dy0, nd, &b.dy0);
+        b.dy0_zero = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? 1 : 0;
+        return (lyco_status)lkc_conv_bypass_bwd(&b, st);
+    }
+    }
+}
 
 lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
     const lyco_adapter *a = c->a;
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (c->dims.tucker)
-        return lk_decline(why, why_len, "Tucker LoCon (lora_mid) %s has no CUDA kernel yet", lyco_direction_name(c->dir));
     if (a->layer.kind != LYCO_LAYER_LINEAR && a->layer.kind != LYCO_LAYER_CONV)
         return lk_decline(why, why_len, "LoCon on a norm layer is not supported");
-    if (bypass && a->layer.kind == LYCO_LAYER_CONV)
-        return lk_decline(why, why_len, "LoCon %s on a conv layer has no CUDA kernel yet (merge directions do)", lyco_direction_name(c->dir));
     if (bypass && c->dims.dora)
         return lk_decline(why, why_len, "DoRA in %s has no CUDA kernel yet (merge directions do)", lyco_direction_name(c->dir));
+    if (c->dims.tucker && c->dims.dora)
+        return lk_decline(why, why_len, "DoRA on Tucker LoCon (lora_mid) has no CUDA kernel yet");
     if (a->layer.kind == LYCO_LAYER_CONV && a->layer.groups != 1)
         return lk_decline(why, why_len, "LoCon on a grouped conv is not supported");
+    if (c->dims.tucker || (bypass && a->layer.kind == LYCO_LAYER_CONV)) return run_conv(c, st, why, why_len);
     lyco_status rc;
     lk_view_req rq[24];
     int n = 0;

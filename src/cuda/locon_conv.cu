@@ -1,0 +1,737 @@
+/*
+ * locon_conv.cu — LoCon on conv layers in bypass (forward, backward; plain and Tucker) and Tucker
+ * LoCon (lora_mid) in the merge directions, on the GPU (ALGORITHMS.md §1.1, §1.4, §2.1).
+ *
+ * Shared precomputation (fp32 scratch, compact; every operand first rounded to the compute dtype
+ * CT, NUMERICS.md §1):
+ *   Ur = RN_CT(U)                                   (O × r)
+ *   P  = RN_CT(D)                                   (r × I·K, plain)
+ *   P[a, c·K+κ] = Σ_b RN_CT(M[a,b,κ]) · RN_CT(D[b,c])  (Tucker, fp32, not rounded:
+ *        conv(conv1x1(x, D), M) = conv(x, P), and ΔW = U·P — the CPU backend's reading)
+ * With c = s·m·RN_CT(σs) and q the rank mask (bypass) or the row mask (merge):
+ *
+ * bypass forward:  H = RN_CT(q ⊙ (P · im2col(x)))   (r × pixels per image; NUMERICS.md §1.6)
+ *                  y = y0 + c·Ur·H                     (1×1 up projection)
+ * bypass backward: GH = c·q ⊙ (Urᵀ · dy) (fp32), H recomputed; dy0 = RN(dy) (0 under DELTA_ONLY)
+ *                  dx[n,ch,ip] = Σ_{κ, op: op·σ−π+κ·δ = ip} Σ_a GH[n,a,op] · P[a, ch·K+κ]
+ *                  (col2im as a gather: one thread per input element, fixed order, no atomics)
+ *                  d_up = c·Σ_t dy·Hᵀ; G_P = Σ_t GH · im2col(x)ᵀ; dσs = s·m·Σ Ur ⊙ (Σ_t dy·Hᵀ)
+ *                  plain: d_down = G_P; Tucker: d_mid[a,b,κ] = Σ_c G_P[a,c·K+κ]·D[b,c],
+ *                  d_down[b,c] = Σ_{a,κ} M[a,b,κ]·G_P[a,c·K+κ]
+ * Tucker merge forward: out = W + m·dW | m·dW | W − m·dW with dW = (s·σs·q_o)·Ur·P
+ * Tucker merge backward: Γ = RN_CT(G);  d_up = s·σs·m·q_o·Γ·Pᵀ;  G_P = s·σs·m·Σ_o q_o·Ur[o,:]ᵀ·Γ[o,:];
+ *                  dσs = s·m·Σ q_o·Ur ⊙ (Γ·Pᵀ); G_P chained to d_mid, d_down as above.
+ *
+ * Tiling: every product is one FFMA tile routine (gemm64): a 64×64 fp32 output tile per block of
+ * 256 threads (4×4 per thread), k consumed 16 a step through two 16×64 fp32 shared tiles (8.5 KB),
+ * operands gathered element by element by small loader structs (im2col on the fly, zero padding
+ * outside the image, conversions in registers). im2col and ΔW never exist.
+ * Reductions over N·pixels (bypass) or over the other axis (merge) are split into Z fixed ranges
+ * (Z a function of the shape only) with fp32 partials, summed in a fixed order by the finalise
+ * kernels: deterministic, no atomics, no host synchronisation.
+ * Extra memory (fp32 scratch, stream-ordered): O·r + r·I·K, bypass + N·r·pixels (H; backward
+ * also GH), backward Z·(O·r + r·I·K) partials + r·I·K + a few σs partials.
+ * Activations: any strides and alignment (lkc_act). Groups must be 1, and N, ⌈O/64⌉, ⌈r/64⌉ at most
+ * 65535 (grid limits): the dispatcher declines the rest.
+ */
+#include <stdio.h>
+
+#include "cuda/common.cuh"
+#include "cuda/kern_conv.h"
+
+#define TT 64   /* output tile edge */
+#define TK 16   /* k step */
+
+/* ---------------------------------------------------------------------------------------------
+ * geometry and activation access
+ * ------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ void split3(i64 p, const int64_t (&d)[3], i64 (&o)[3]) {
+    o[2] = p % d[2];
+    p /= d[2];
+    o[1] = p % d[1];
+    o[0] = p / d[1];
+}
+
+/* input coordinates of output pixel p at kernel offset kk; false inside the zero padding */
+__device__ __forceinline__ bool conv_src(const lkc_geom &g, i64 p, i64 kk, i64 (&q)[3]) {
+    i64 o[3], k[3];
+    split3(p, g.out, o);
+    split3(kk, g.k, k);
+    bool in = true;
+#pragma unroll
+    for (int d = 0; d < 3; d++) {
+        q[d] = o[d] * g.st[d] - g.pad[d] + k[d] * g.dil[d];
+        in = in && q[d] >= 0 && q[d] < g.in[d];
+    }
+    return in;
+}
+
+__device__ __forceinline__ const char *act_addr(const lkc_act &a, i64 n, i64 c, const i64 (&q)[3]) {
+    i64 off = n * a.sn + c * a.sc + q[0] * a.ss[0] + q[1] * a.ss[1] + q[2] * a.ss[2];
+    return (const char *)a.p + off * (i64)dt_size(a.dt);
+}
+__device__ __forceinline__ float act_load(const lkc_act &a, i64 n, i64 c, const i64 (&q)[3]) {
+    return ld_elem(act_addr(a, n, c, q), a.dt, a.unal);
+}
+__device__ __forceinline__ void act_store(const lkc_act &a, i64 n, i64 c, const i64 (&q)[3], float v) {
+    st_elem((char *)act_addr(a, n, c, q), a.dt, a.unal, v);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * loaders: element (a, b) of an operand as fp32 (already in CT), 0 outside it
+ * ------------------------------------------------------------------------------------------- */
+struct ld_rm {          /* compact fp32 rows × cols: (a, b) = p[a·cols + b] */
+    const float *p;
+    i64 rows, cols;
+    __device__ float operator()(i64 a, i64 b) const { return a < rows && b < cols ? p[a * cols + b] : 0.0f; }
+};
+struct ld_tr {          /* transposed compact fp32: (a, b) = p[b·ld + a], a < na, b < nb */
+    const float *p;
+    i64 na, nb, ld;
+    __device__ float operator()(i64 a, i64 b) const { return a < na && b < nb ? p[b * ld + a] : 0.0f; }
+};
+struct ld_uq {          /* (a, o) = Ur[o·r + a] · q_o  (merge: masked rows) */
+    const float *p;
+    i64 r, O;
+    lk_view mask;
+    __device__ float operator()(i64 a, i64 o) const { return a < r && o < O ? p[o * r + a] * vget(mask, o, 1.0f) : 0.0f; }
+};
+template <typename CT> struct ld_view {   /* RN_CT of a 2-D view */
+    lk_view v;
+    __device__ float operator()(i64 a, i64 b) const { return a < v.rows && b < v.cols ? rnd_ct<CT>(vload(v, a, b)) : 0.0f; }
+};
+struct ld_h {           /* H/GH [n][r][sout] as (a, t), t = n·sout + p */
+    const float *p;
+    i64 r, sout, T;
+    __device__ float operator()(i64 a, i64 t) const {
+        return a < r && t < T ? p[((t / sout) * r + a) * sout + t % sout] : 0.0f;
+    }
+};
+struct ld_ht {          /* the same as (t, a) */
+    ld_h h;
+    __device__ float operator()(i64 t, i64 a) const { return h(a, t); }
+};
+template <typename CT> struct ld_act {    /* RN_CT(act(n, c, p)) of one image as (c, p) */
+    lkc_act a;
+    lkc_geom g;
+    i64 n, C;
+    __device__ float operator()(i64 c, i64 p) const {
+        if (c >= C || p >= g.sout) return 0.0f;
+        i64 q[3];
+        split3(p, g.out, q);
+        return rnd_ct<CT>(act_load(a, n, c, q));
+    }
+};
+template <typename CT> struct ld_act_t {  /* RN_CT(act(n, c, p)) as (c, t), t = n·S + p, over all images */
+    lkc_act a;
+    lkc_geom g;
+    i64 C, T;
+    __device__ float operator()(i64 c, i64 t) const {
+        if (c >= C || t >= T) return 0.0f;
+        i64 q[3];
+        split3(t % g.sout, g.out, q);
+        return rnd_ct<CT>(act_load(a, t / g.sout, c, q));
+    }
+};
+template <typename CT> struct ld_x {      /* im2col of image n as (j, p), j = ch·K + κ; zero padding */
+    lkc_act x;
+    lkc_geom g;
+    i64 n, IK, K;
+    __device__ float operator()(i64 j, i64 p) const {
+        if (j >= IK || p >= g.sout) return 0.0f;
+        i64 q[3];
+        if (!conv_src(g, p, j % K, q)) return 0.0f;
+        return rnd_ct<CT>(act_load(x, n, j / K, q));
+    }
+};
+template <typename CT> struct ld_xt {     /* im2col over all images as (t, j), t = n·sout + p */
+    lkc_act x;
+    lkc_geom g;
+    i64 IK, K, T;
+    __device__ float operator()(i64 t, i64 j) const {
+        if (j >= IK || t >= T) return 0.0f;
+        i64 q[3];
+        if (!conv_src(g, t % g.sout, j % K, q)) return 0.0f;
+        return rnd_ct<CT>(act_load(x, t / g.sout, j / K, q));
+    }
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * the tile product: acc += Σ_{k ∈ [kb, ke)} A(m0 + m, k) · B(k, n0 + n) for the 64×64 tile;
+ * thread (tx, ty) = (tid % 16, tid / 16) owns rows m0 + ty + 16·i and columns n0 + tx + 16·j.
+ * Fixed k order: deterministic. Ends with a barrier.
+ * ------------------------------------------------------------------------------------------- */
+template <class LA, class LB>
+__device__ __forceinline__ void gemm64(const LA &la, const LB &lb, i64 m0, i64 n0, i64 kb, i64 ke, float (&acc)[4][4]) {
+    __shared__ float sA[TK][TT + 4], sB[TK][TT + 4];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    for (i64 k0 = kb; k0 < ke; k0 += TK) {
+        for (int e = threadIdx.x; e < TK * TT; e += NT) {
+            int kk = e / TT, mm = e % TT;
+            i64 k = k0 + kk;
+            sA[kk][mm] = k < ke ? la(m0 + mm, k) : 0.0f;
+            sB[kk][mm] = k < ke ? lb(k, n0 + mm) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TK; kk++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                av[i] = sA[kk][ty + 16 * i];
+                bv[i] = sB[kk][tx + 16 * i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+}
+
+__device__ __forceinline__ void acc_clear(float (&acc)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+}
+__device__ __forceinline__ i64 tile_row(int i) { return (threadIdx.x >> 4) + 16 * i; }
+__device__ __forceinline__ i64 tile_col(int j) { return (threadIdx.x & 15) + 16 * j; }
+
+/* c = s·m·RN_CT(σs) */
+template <typename CT> __device__ __forceinline__ float scale_c(const lk_locon &L) {
+    return (float)(L.s * L.m) * sigma_ct<CT>(L.sigma);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * precomputation
+ * ------------------------------------------------------------------------------------------- */
+template <typename CT> __global__ __launch_bounds__(NT) void k_prep_u(lk_locon L, float *Ur) {
+    i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
+    if (idx < L.O * L.r) Ur[idx] = rnd_ct<CT>(vload(L.U, idx / L.r, idx % L.r));
+}
+
+template <typename CT> __global__ __launch_bounds__(NT) void k_prep_p(lkc_conv C, float *P) {
+    const lk_locon &L = C.L;
+    i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
+    if (idx >= L.r * L.IK) return;
+    i64 a = idx / L.IK, j = idx % L.IK;
+    if (!C.M.p) {
+        P[idx] = rnd_ct<CT>(vload(L.D, a, j));
+        return;
+    }
+    i64 ch = j / L.K, k = j % L.K;
+    float acc = 0.0f;
+    for (i64 b = 0; b < L.r; b++) acc = fmaf(rnd_ct<CT>(vload(C.M, a, b * L.K + k)), rnd_ct<CT>(vload(L.D, b, ch)), acc);
+    P[idx] = acc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * bypass
+ * ------------------------------------------------------------------------------------------- */
+/* H[n][a][p] = RN_CT(q_a · Σ_j P[a,j]·im2col(x)[j,p]); grid (pixel tiles, rank tiles, N) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_h(lkc_conv C, lkc_act x, const float *P, float *H) {
+    const lk_locon &L = C.L;
+    const i64 p0 = (i64)blockIdx.x * TT, a0 = (i64)blockIdx.y * TT, n = blockIdx.z;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_rm{P, L.r, L.IK}, ld_x<CT>{x, C.g, n, L.IK, L.K}, a0, p0, 0, L.IK, acc);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        i64 a = a0 + tile_row(i);
+        if (a >= L.r) continue;
+        float q = vget(L.mask, a, 1.0f);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 p = p0 + tile_col(j);
+            if (p < C.g.sout) H[(n * L.r + a) * C.g.sout + p] = rnd_ct<CT>(q * acc[i][j]);
+        }
+    }
+}
+
+/* y = y0 + c·Ur·H (or c·Ur·H); grid (pixel tiles, output-channel tiles, N) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_y(lkc_conv C, const float *Ur, const float *H, lkc_act y0, lkc_act y) {
+    const lk_locon &L = C.L;
+    const i64 p0 = (i64)blockIdx.x * TT, o0 = (i64)blockIdx.y * TT, n = blockIdx.z, S = C.g.sout;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_rm{Ur, L.O, L.r}, ld_rm{H + n * L.r * S, L.r, S}, o0, p0, 0, L.r, acc);
+    const float c = scale_c<CT>(L);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        i64 o = o0 + tile_row(i);
+        if (o >= L.O) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 p = p0 + tile_col(j);
+            if (p >= S) continue;
+            i64 q[3];
+            split3(p, C.g.out, q);
+            float v = y0.p ? fmaf(c, acc[i][j], rnd_ct<CT>(act_load(y0, n, o, q))) : c * acc[i][j];
+            act_store(y, n, o, q, v);
+        }
+    }
+}
+
+/* GH[n][a][p] = c·q_a·Σ_o Ur[o,a]·RN_CT(dy[n,o,p]); grid (pixel tiles, rank tiles, N) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_gh(lkc_conv C, lkc_act dy, const float *Ur, float *GH) {
+    const lk_locon &L = C.L;
+    const i64 p0 = (i64)blockIdx.x * TT, a0 = (i64)blockIdx.y * TT, n = blockIdx.z, S = C.g.sout;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_tr{Ur, L.r, L.O, L.r}, ld_act<CT>{dy, C.g, n, L.O}, a0, p0, 0, L.O, acc);
+    const float c = scale_c<CT>(L);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        i64 a = a0 + tile_row(i);
+        if (a >= L.r) continue;
+        float q = vget(L.mask, a, 1.0f);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 p = p0 + tile_col(j);
+            if (p < S) GH[(n * L.r + a) * S + p] = c * q * acc[i][j];
+        }
+    }
+}
+
+/* dy0 = RN(RN_CT(dy)), or 0 (DELTA_ONLY), elementwise over N·O·pixels */
+template <typename CT> __global__ __launch_bounds__(NT) void k_dy0(lkc_conv C, lkc_act dy, lkc_act dy0, int zero) {
+    const i64 S = C.g.sout, total = C.N * C.L.O * S;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < total; idx += (i64)gridDim.x * NT) {
+        i64 p = idx % S, o = (idx / S) % C.L.O, n = idx / (S * C.L.O), q[3];
+        split3(p, C.g.out, q);
+        act_store(dy0, n, o, q, zero ? 0.0f : rnd_ct<CT>(act_load(dy, n, o, q)));
+    }
+}
+
+/* dx[n,ch,ip] = Σ_κ Σ_a GH[n,a,op(ip,κ)] · P[a, ch·K+κ] over the output pixels op that read ip */
+template <typename CT> __global__ __launch_bounds__(NT) void k_dx(lkc_conv C, const float *P, const float *GH, lkc_act dx) {
+    const lk_locon &L = C.L;
+    const lkc_geom &g = C.g;
+    const i64 total = C.N * C.I * g.sin;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < total; idx += (i64)gridDim.x * NT) {
+        i64 ip = idx % g.sin, ch = (idx / g.sin) % C.I, n = idx / (g.sin * C.I), q[3];
+        split3(ip, g.in, q);
+        float acc = 0.0f;
+        for (i64 kk = 0; kk < L.K; kk++) {
+            i64 k[3], op = 0;
+            split3(kk, g.k, k);
+            bool hit = true;
+#pragma unroll
+            for (int d = 0; d < 3; d++) {
+                i64 t = q[d] + g.pad[d] - k[d] * g.dil[d];
+                if (t < 0 || t % g.st[d] != 0 || t / g.st[d] >= g.out[d]) hit = false;
+                op = op * g.out[d] + (hit ? t / g.st[d] : 0);
+            }
+            if (!hit) continue;
+            const float *gh = GH + n * L.r * g.sout + op, *pc = P + ch * L.K + kk;
+            for (i64 a = 0; a < L.r; a++) acc = fmaf(gh[a * g.sout], pc[a * L.IK], acc);
+        }
+        act_store(dx, n, ch, q, acc);
+    }
+}
+
+/* partials of Σ_t dy[o,t]·H[a,t]: part[z][o][a]; grid (rank tiles, channel tiles, Z) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_red_dup(lkc_conv C, lkc_act dy, const float *H, float *part, i64 kper) {
+    const lk_locon &L = C.L;
+    const i64 a0 = (i64)blockIdx.x * TT, o0 = (i64)blockIdx.y * TT, T = C.N * C.g.sout;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < T ? kb + kper : T;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_act_t<CT>{dy, C.g, L.O, T}, ld_ht{ld_h{H, L.r, C.g.sout, T}}, o0, a0, kb, ke, acc);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 o = o0 + tile_row(i), a = a0 + tile_col(j);
+            if (o < L.O && a < L.r) part[((i64)blockIdx.z * L.O + o) * L.r + a] = acc[i][j];
+        }
+}
+
+/* partials of G_P[a,j] = Σ_t GH[a,t]·im2col(x)[t,j]: part[z][a][j]; grid (column tiles, rank tiles, Z) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_red_dp(lkc_conv C, lkc_act x, const float *GH, float *part, i64 kper) {
+    const lk_locon &L = C.L;
+    const i64 j0 = (i64)blockIdx.x * TT, a0 = (i64)blockIdx.y * TT, T = C.N * C.g.sout;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < T ? kb + kper : T;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_h{GH, L.r, C.g.sout, T}, ld_xt<CT>{x, C.g, L.IK, L.K, T}, a0, j0, kb, ke, acc);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 a = a0 + tile_row(i), jj = j0 + tile_col(j);
+            if (a < L.r && jj < L.IK) part[((i64)blockIdx.z * L.r + a) * L.IK + jj] = acc[i][j];
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tucker merge
+ * ------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ float tm_merge_elem(float w, float dw, int mode, float mf) {
+    if (mode == 0) return fmaf(mf, dw, w);
+    if (mode == 1) return mf * dw;
+    return fmaf(-mf, dw, w);
+}
+
+/* out = W ± m·dW (or m·dW), dW = (s·σs·q_o)·Ur·P; grid (column tiles, row tiles) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_tm_fwd(lkc_conv C, const float *Ur, const float *P, lk_view W, lk_view out, int mode) {
+    const lk_locon &L = C.L;
+    const i64 j0 = (i64)blockIdx.x * TT, o0 = (i64)blockIdx.y * TT;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_rm{Ur, L.O, L.r}, ld_rm{P, L.r, L.IK}, o0, j0, 0, L.r, acc);
+    const float sig = sigma_ct<CT>(L.sigma), mf = (float)L.m;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        i64 o = o0 + tile_row(i);
+        if (o >= L.O) continue;
+        float rowc = (float)L.s * sig * vget(L.mask, o, 1.0f);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 jj = j0 + tile_col(j);
+            if (jj >= L.IK) continue;
+            float w = W.p ? rnd_ct<CT>(vload(W, o, jj)) : 0.0f;
+            vstore(out, o, jj, tm_merge_elem(w, acc[i][j] * rowc, mode, mf));
+        }
+    }
+}
+
+/* partials of Σ_j Γ[o,j]·P[a,j]: part[z][o][a]; grid (rank tiles, row tiles, Z over columns) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_tm_dup(lkc_conv C, lk_view G, const float *P, float *part, i64 kper) {
+    const lk_locon &L = C.L;
+    const i64 a0 = (i64)blockIdx.x * TT, o0 = (i64)blockIdx.y * TT;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < L.IK ? kb + kper : L.IK;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_view<CT>{G}, ld_tr{P, L.IK, L.r, L.IK}, o0, a0, kb, ke, acc);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 o = o0 + tile_row(i), a = a0 + tile_col(j);
+            if (o < L.O && a < L.r) part[((i64)blockIdx.z * L.O + o) * L.r + a] = acc[i][j];
+        }
+}
+
+/* partials of Σ_o q_o·Ur[o,a]·Γ[o,j]: part[z][a][j]; grid (column tiles, rank tiles, Z over rows) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_tm_dp(lkc_conv C, lk_view G, const float *Ur, float *part, i64 kper) {
+    const lk_locon &L = C.L;
+    const i64 j0 = (i64)blockIdx.x * TT, a0 = (i64)blockIdx.y * TT;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < L.O ? kb + kper : L.O;
+    float acc[4][4];
+    acc_clear(acc);
+    gemm64(ld_uq{Ur, L.r, L.O, L.mask}, ld_view<CT>{G}, a0, j0, kb, ke, acc);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            i64 a = a0 + tile_row(i), jj = j0 + tile_col(j);
+            if (a < L.r && jj < L.IK) part[((i64)blockIdx.z * L.r + a) * L.IK + jj] = acc[i][j];
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * finalise (fixed order over the Z partials)
+ * ------------------------------------------------------------------------------------------- */
+/* d_up[o,a] = v·coef_o·σ' with v = Σ_z part; σs partial Σ Ur·v·coef_o of this block.
+   bypass: coef_o = s·m (H is masked); merge: coef_o = s·q_o·m */
+__global__ __launch_bounds__(NT) void k_fin_dup(lk_locon L, int merge, const float *part, int Z, const float *Ur, lk_view gU,
+                                                float *sigpart) {
+    __shared__ float red[NT / 32];
+    const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
+    float sp = 0.0f;
+    if (idx < L.O * L.r) {
+        i64 o = idx / L.r, a = idx % L.r;
+        float v = 0.0f;
+        for (int z = 0; z < Z; z++) v += part[((i64)z * L.O + o) * L.r + a];
+        float coef = merge ? (float)L.s * vget(L.mask, o, 1.0f) * (float)L.m : (float)(L.s * L.m);
+        float sig = L.sigma.p ? round_to(vload(L.sigma, 0, 0), L.ct) : 1.0f;
+        if (gU.p) vstore(gU, o, a, v * coef * sig);
+        sp = Ur[idx] * v * coef;
+    }
+    if (sigpart) {
+        float s = block_sum(sp, red);
+        if (threadIdx.x == 0) sigpart[blockIdx.x] = s;
+    }
+}
+
+/* Σ parts (fixed order) → out (1 element) */
+__global__ __launch_bounds__(NT) void k_fin_sum(const float *parts, i64 n, lk_view out) {
+    __shared__ float red[NT / 32];
+    float v = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += NT) v += parts[i];
+    float s = block_sum(v, red);
+    if (threadIdx.x == 0) vstore(out, 0, 0, s);
+}
+
+/* G_P[a,j] = coef·σ'·Σ_z part (σ' = RN_CT(σs) when use_sigma) → gD view (plain) or compact fp32 Gp */
+__global__ __launch_bounds__(NT) void k_fin_dp(lk_locon L, const float *part, int Z, float coef, int use_sigma, lk_view gD, float *Gp) {
+    const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
+    if (idx >= L.r * L.IK) return;
+    float v = 0.0f;
+    for (int z = 0; z < Z; z++) v += part[(i64)z * L.r * L.IK + idx];
+    float sig = use_sigma && L.sigma.p ? round_to(vload(L.sigma, 0, 0), L.ct) : 1.0f;
+    v = v * coef * sig;
+    if (Gp) Gp[idx] = v;
+    else vstore(gD, idx / L.IK, idx % L.IK, v);
+}
+
+/* Tucker chain of G_P: d_mid[a, b·K+κ] = Σ_c G_P[a, c·K+κ]·D[b,c] (first r·r·K threads),
+   d_down[b,c] = Σ_{a,κ} M[a, b·K+κ]·G_P[a, c·K+κ] (next r·I threads) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_chain(lkc_conv C, const float *Gp, lk_view gD, lk_view gM) {
+    const lk_locon &L = C.L;
+    const i64 nm = L.r * L.r * L.K, nd = L.r * C.I;
+    const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
+    if (idx < nm) {
+        if (!gM.p) return;
+        i64 a = idx / (L.r * L.K), b = (idx / L.K) % L.r, k = idx % L.K;
+        float acc = 0.0f;
+        for (i64 c = 0; c < C.I; c++) acc = fmaf(Gp[a * L.IK + c * L.K + k], rnd_ct<CT>(vload(L.D, b, c)), acc);
+        vstore(gM, a, b * L.K + k, acc);
+    } else if (idx < nm + nd) {
+        if (!gD.p) return;
+        i64 b = (idx - nm) / C.I, c = (idx - nm) % C.I;
+        float acc = 0.0f;
+        for (i64 a = 0; a < L.r; a++)
+            for (i64 k = 0; k < L.K; k++) acc = fmaf(rnd_ct<CT>(vload(C.M, a, b * L.K + k)), Gp[a * L.IK + c * L.K + k], acc);
+        vstore(gD, b, c, acc);
+    }
+}
+
+/* =============================================================================================
+ * launchers
+ * =========================================================================================== */
+static unsigned nblk(i64 n) { return (unsigned)cdiv(n > 0 ? n : 1, NT); }
+static unsigned nblk_grid(i64 n) {  /* grid-stride kernels: capped */
+    i64 b = cdiv(n > 0 ? n : 1, NT);
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+
+/* Split of a reduction of length len into Z ranges of kper (a multiple of TK): a function of the
+   shape only; the partials (Z·cells floats) stay under 2^24 floats where Z > 1. */
+static void red_split(i64 len, i64 cells, int *Z, i64 *kper) {
+    i64 z = cdiv(len, 512);
+    i64 zmax = ((i64)1 << 24) / (cells > 0 ? cells : 1);
+    if (z > 64) z = 64;
+    if (z > zmax) z = zmax;
+    if (z < 1) z = 1;
+    i64 k = cdiv(cdiv(len > 0 ? len : 1, z), TK) * TK;
+    *kper = k;
+    *Z = (int)cdiv(len > 0 ? len : 1, k);
+}
+
+/* scratch carve: consecutive fp32 arrays from one allocation */
+typedef struct {
+    char *base;
+    size_t off;
+} lkc_carve;
+static float *carve_f(lkc_carve *cv, i64 n) {
+    float *p = (float *)(cv->base + cv->off);
+    cv->off += ((size_t)(n > 0 ? n : 1) * sizeof(float) + 255) / 256 * 256;
+    return p;
+}
+static size_t carve_bytes(i64 n) { return ((size_t)(n > 0 ? n : 1) * sizeof(float) + 255) / 256 * 256; }
+
+template <typename CT> static int prep(const lkc_conv &C, float *Ur, float *P, cudaStream_t s) {
+    k_prep_u<CT><<<nblk(C.L.O * C.L.r), NT, 0, s>>>(C.L, Ur);
+    LK_LAUNCHED("conv locon prep U");
+    k_prep_p<CT><<<nblk(C.L.r * C.L.IK), NT, 0, s>>>(C, P);
+    LK_LAUNCHED("conv locon prep P");
+    return LYCO_OK;
+}
+
+template <typename CT> static int launch_h(const lkc_conv &C, const lkc_act &x, const float *P, float *H, cudaStream_t s) {
+    dim3 grid((unsigned)cdiv(C.g.sout, TT), (unsigned)cdiv(C.L.r, TT), (unsigned)C.N);
+    k_h<CT><<<grid, NT, 0, s>>>(C, x, P, H);
+    LK_LAUNCHED("conv locon h");
+    return LYCO_OK;
+}
+
+template <typename CT> static int bypass_fwd_t(const lkc_bypass_fwd_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    int rc = LYCO_OK;
+    if (C.N == 0 || C.g.sout == 0 || C.L.O == 0) return rc;
+    void *mem = NULL;
+    size_t bytes = carve_bytes(C.L.O * C.L.r) + carve_bytes(C.L.r * C.L.IK) + carve_bytes(C.N * C.L.r * C.g.sout);
+    if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
+    lkc_carve cv = {(char *)mem, 0};
+    float *Ur = carve_f(&cv, C.L.O * C.L.r), *P = carve_f(&cv, C.L.r * C.L.IK), *H = carve_f(&cv, C.N * C.L.r * C.g.sout);
+    if (!(rc = prep<CT>(C, Ur, P, s)) && !(rc = launch_h<CT>(C, a->x, P, H, s))) {
+        dim3 grid((unsigned)cdiv(C.g.sout, TT), (unsigned)cdiv(C.L.O, TT), (unsigned)C.N);
+        k_y<CT><<<grid, NT, 0, s>>>(C, Ur, H, a->y0, a->y);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon y failed: %s", cudaGetErrorString(e));
+    }
+    int rf = lk_scratch_free(mem, s);
+    return rc ? rc : rf;
+}
+
+/* G_P (r × I·K, fp32 partial sums in part) → d_down (plain) or d_mid / d_down (Tucker, via Gp) */
+template <typename CT>
+static int finish_gp(const lkc_conv &C, const float *part, int Z, float coef, int use_sigma, lk_view gD, lk_view gM, float *Gp,
+                     cudaStream_t s) {
+    const bool tucker = C.M.p != NULL;
+    if (!gD.p && !gM.p) return LYCO_OK;
+    k_fin_dp<<<nblk(C.L.r * C.L.IK), NT, 0, s>>>(C.L, part, Z, coef, use_sigma, gD, tucker ? Gp : NULL);
+    LK_LAUNCHED("conv locon d_down finalise");
+    if (!tucker) return LYCO_OK;
+    k_chain<CT><<<nblk(C.L.r * C.L.r * C.L.K + C.L.r * C.I), NT, 0, s>>>(C, Gp, gD, gM);
+    LK_LAUNCHED("tucker locon chain");
+    return LYCO_OK;
+}
+
+/* d_up and dσs from partials part[z][o][a] */
+static int finish_dup(const lk_locon &L, int merge, const float *part, int Z, const float *Ur, lk_view gU, lk_view gsig,
+                      float *sigpart, cudaStream_t s) {
+    if (!gU.p && !gsig.p) return LYCO_OK;
+    unsigned nb = nblk(L.O * L.r);
+    k_fin_dup<<<nb, NT, 0, s>>>(L, merge, part, Z, Ur, gU, gsig.p ? sigpart : NULL);
+    LK_LAUNCHED("locon d_up finalise");
+    if (!gsig.p) return LYCO_OK;
+    k_fin_sum<<<1, NT, 0, s>>>(sigpart, (i64)nb, gsig);
+    LK_LAUNCHED("locon dσs finalise");
+    return LYCO_OK;
+}
+
+template <typename CT> static int bypass_bwd_body(const lkc_bypass_bwd_args *a, lkc_carve *cv, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S;
+    const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
+    int Zu, Zp;
+    i64 ku, kp;
+    red_split(T, L.O * L.r, &Zu, &ku);
+    red_split(T, L.r * L.IK, &Zp, &kp);
+    float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
+    float *pu = carve_f(cv, (i64)Zu * L.O * L.r), *pp = carve_f(cv, (i64)Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
+    float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
+    int rc;
+    if ((rc = prep<CT>(C, Ur, P, s))) return rc;
+    if (a->dy0.p && T > 0) {
+        k_dy0<CT><<<nblk_grid(T * L.O), NT, 0, s>>>(C, a->dy, a->dy0, a->dy0_zero);
+        LK_LAUNCHED("conv locon dy0");
+    }
+    if (T > 0 && (a->dx.p || want_p)) {
+        dim3 grid((unsigned)cdiv(S, TT), (unsigned)cdiv(L.r, TT), (unsigned)C.N);
+        k_gh<CT><<<grid, NT, 0, s>>>(C, a->dy, Ur, GH);
+        LK_LAUNCHED("conv locon gh");
+    }
+    if (a->dx.p && C.N * C.I * C.g.sin > 0) {
+        k_dx<CT><<<nblk_grid(C.N * C.I * C.g.sin), NT, 0, s>>>(C, P, GH, a->dx);
+        LK_LAUNCHED("conv locon dx");
+    }
+    if (want_up) {
+        if (T > 0 && (rc = launch_h<CT>(C, a->x, P, H, s))) return rc;
+        dim3 grid((unsigned)cdiv(L.r, TT), (unsigned)cdiv(L.O, TT), (unsigned)Zu);
+        k_red_dup<CT><<<grid, NT, 0, s>>>(C, a->dy, H, pu, ku);
+        LK_LAUNCHED("conv locon d_up partials");
+        if ((rc = finish_dup(L, 0, pu, Zu, Ur, a->gU, a->gsigma, sigpart, s))) return rc;
+    }
+    if (want_p) {
+        dim3 grid((unsigned)cdiv(L.IK, TT), (unsigned)cdiv(L.r, TT), (unsigned)Zp);
+        k_red_dp<CT><<<grid, NT, 0, s>>>(C, a->x, GH, pp, kp);
+        LK_LAUNCHED("conv locon d_down partials");
+        if ((rc = finish_gp<CT>(C, pp, Zp, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
+    }
+    return LYCO_OK;
+}
+
+template <typename CT> static int bypass_bwd_t(const lkc_bypass_bwd_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    int rc;
+    const i64 T = C.N * C.g.sout;
+    int Zu, Zp;
+    i64 ku, kp;
+    red_split(T, L.O * L.r, &Zu, &ku);
+    red_split(T, L.r * L.IK, &Zp, &kp);
+    size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
+                   carve_bytes((i64)Zu * L.O * L.r) + carve_bytes((i64)Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r));
+    void *mem = NULL;
+    if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
+    lkc_carve cv = {(char *)mem, 0};
+    rc = bypass_bwd_body<CT>(a, &cv, s);
+    int rf = lk_scratch_free(mem, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT> static int tmerge_fwd_t(const lkc_tmerge_fwd_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    int rc = LYCO_OK;
+    if (C.L.O * C.L.IK == 0) return rc;
+    void *mem = NULL;
+    if ((rc = lk_scratch_alloc(&mem, carve_bytes(C.L.O * C.L.r) + carve_bytes(C.L.r * C.L.IK), s))) return rc;
+    lkc_carve cv = {(char *)mem, 0};
+    float *Ur = carve_f(&cv, C.L.O * C.L.r), *P = carve_f(&cv, C.L.r * C.L.IK);
+    if (!(rc = prep<CT>(C, Ur, P, s))) {
+        dim3 grid((unsigned)cdiv(C.L.IK, TT), (unsigned)cdiv(C.L.O, TT));
+        k_tm_fwd<CT><<<grid, NT, 0, s>>>(C, Ur, P, a->W, a->out, a->mode);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of tucker merge failed: %s", cudaGetErrorString(e));
+    }
+    int rf = lk_scratch_free(mem, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT> static int tmerge_bwd_body(const lkc_tmerge_bwd_args *a, lkc_carve *cv, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    int Zu, Zp;
+    i64 ku, kp;
+    red_split(L.IK, L.O * L.r, &Zu, &ku);
+    red_split(L.O, L.r * L.IK, &Zp, &kp);
+    float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK);
+    float *pu = carve_f(cv, (i64)Zu * L.O * L.r), *pp = carve_f(cv, (i64)Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
+    float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
+    int rc;
+    if ((rc = prep<CT>(C, Ur, P, s))) return rc;
+    if (a->gU.p || a->gsigma.p) {
+        dim3 grid((unsigned)cdiv(L.r, TT), (unsigned)cdiv(L.O, TT), (unsigned)Zu);
+        k_tm_dup<CT><<<grid, NT, 0, s>>>(C, a->G, P, pu, ku);
+        LK_LAUNCHED("tucker merge d_up partials");
+        if ((rc = finish_dup(L, 1, pu, Zu, Ur, a->gU, a->gsigma, sigpart, s))) return rc;
+    }
+    if (a->gD.p || a->gM.p) {
+        dim3 grid((unsigned)cdiv(L.IK, TT), (unsigned)cdiv(L.r, TT), (unsigned)Zp);
+        k_tm_dp<CT><<<grid, NT, 0, s>>>(C, a->G, Ur, pp, kp);
+        LK_LAUNCHED("tucker merge G_P partials");
+        if ((rc = finish_gp<CT>(C, pp, Zp, (float)(L.s * L.m), 1, a->gD, a->gM, Gp, s))) return rc;
+    }
+    return LYCO_OK;
+}
+
+template <typename CT> static int tmerge_bwd_t(const lkc_tmerge_bwd_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    int rc;
+    int Zu, Zp;
+    i64 ku, kp;
+    red_split(L.IK, L.O * L.r, &Zu, &ku);
+    red_split(L.O, L.r * L.IK, &Zp, &kp);
+    size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + carve_bytes((i64)Zu * L.O * L.r) +
+                   carve_bytes((i64)Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r));
+    void *mem = NULL;
+    if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
+    lkc_carve cv = {(char *)mem, 0};
+    rc = tmerge_bwd_body<CT>(a, &cv, s);
+    int rf = lk_scratch_free(mem, s);
+    return rc ? rc : rf;
+}
+
+#define LKC_DISPATCH(fn, a, s)                                   \
+    switch ((a)->C.L.ct) {                                       \
+    case DT_BF16: return fn<bf16_t>(a, (cudaStream_t)(s));       \
+    case DT_F16: return fn<f16_t>(a, (cudaStream_t)(s));         \
+    default: return fn<float>(a, (cudaStream_t)(s));             \
+    }
+
+extern "C" int lkc_conv_bypass_fwd(const lkc_bypass_fwd_args *a, void *stream) { LKC_DISPATCH(bypass_fwd_t, a, stream) }
+extern "C" int lkc_conv_bypass_bwd(const lkc_bypass_bwd_args *a, void *stream) { LKC_DISPATCH(bypass_bwd_t, a, stream) }
+extern "C" int lkc_tucker_merge_fwd(const lkc_tmerge_fwd_args *a, void *stream) { LKC_DISPATCH(tmerge_fwd_t, a, stream) }
+extern "C" int lkc_tucker_merge_bwd(const lkc_tmerge_bwd_args *a, void *stream) { LKC_DISPATCH(tmerge_bwd_t, a, stream) }
