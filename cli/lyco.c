@@ -22,6 +22,8 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "check")) return lyco_cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return lyco_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return lyco_cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge")) return lyco_cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) return usage(stdout);
     fprintf(stderr, "lyco: unknown command \"%s\"\n", cmd);
     return usage(stderr);
