@@ -1,0 +1,22 @@
+/*
+ * dispatch_simple.h — host helpers shared by the IA3, Full and Norm dispatchers
+ * (dispatch_ia3.c, dispatch_full.c, dispatch_norm.c; kernels in kern_simple.h).
+ */
+#ifndef LYCO_CUDA_DISPATCH_SIMPLE_H
+#define LYCO_CUDA_DISPATCH_SIMPLE_H
+
+#include "cuda/backend.h"
+#include "cuda/kern_simple.h"
+
+/* Split of an activation-shaped tensor (x, y, y0, dy, dx, dy0): channels-first layouts (conv,
+   GroupNorm) view as (N·C) × spatial (split 2), the rest as tokens × features (split ndim − 1). */
+int lk_act_split(const lyco_call *c, const DLTensor *t);
+/* The base layer's geometry (linear: nd = 0 and unit spatial sizes). */
+void lk_conv_geom_of(const lyco_call *c, lk_conv_geom *g);
+/* A compact fp32 rows × cols view of device scratch. */
+lk_view lk_f32_view(float *p, int64_t rows, int64_t cols);
+/* dst = RN_dst(RN_ct(src)), or 0 when src is NULL; both viewed with dst's split. */
+lyco_status lk_copy_or_zero(const DLTensor *dst, const char *name, const DLTensor *src, int split, int ct, void *st,
+                            char *why, size_t why_len);
+
+#endif

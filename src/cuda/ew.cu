@@ -1,0 +1,211 @@
+/*
+ * ew.cu — the memory-bound building blocks of IA3, Full and Norm on the CUDA backend
+ * (kern_simple.h has the exact formulas):
+ *
+ *   lk_ew_merge  out = W ⊕ m·(src ⊙ vec) over an R×C matrix (merge of IA3 / Full / Norm, bias
+ *                deltas, merge-backward gradient copies, IA3's output-mode row map).
+ *                One pass; each thread owns 8 consecutive columns of one row (16-byte vector
+ *                loads/stores where the view has LK_VEC, element-wise otherwise, so strided and
+ *                unaligned views work); conversions happen in registers; grid-stride loop.
+ *                Extra memory: none. In-place (out == W) is safe: same thread, same element.
+ *   lk_chan_sum  per-channel Σ A·B (gradients of IA3 w, Full diff_b, Norm w_norm/b_norm).
+ *                Deterministic, no float atomics:
+ *                  channels along columns: S fixed row slices (S a function of the shape
+ *                  only), one thread per 8-column chunk and slice, fp32 partials S×C;
+ *                  channels along rows: one warp per row (fixed-order shuffle sum), partials R;
+ *                then a finalise kernel sums the partials of each channel in a fixed order,
+ *                scales, and rounds once into the gradient's dtype.
+ *                Extra memory: S·C or R floats of stream-ordered scratch (lk_scratch_alloc).
+ */
+#include "cuda/common.cuh"
+#include "cuda/kern_simple.h"
+
+#define EW_MAX_BLOCKS 65536
+#define CS_TARGET_THREADS 32768
+
+static unsigned ew_blocks(i64 work) {
+    i64 b = cdiv(work, NT);
+    if (b < 1) b = 1;
+    return (unsigned)(b > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : b);
+}
+
+/* ---- elementwise merge ---- */
+
+__global__ __launch_bounds__(NT) void k_ew_merge(lk_ew_args a) {
+    const i64 cpr = cdiv(a.out.cols, 8), n = a.out.rows * cpr;
+    const float m = (float)a.m;
+    const bool small = n <= 0x7fffffffLL && a.vec_mod <= 0x7fffffffLL;   /* 32-bit index arithmetic */
+    const bool vec_cols8 = a.vec.p && !a.vec_on_rows && a.K == 1;         /* w along columns: 8 at once */
+    for (i64 q = (i64)blockIdx.x * NT + threadIdx.x; q < n; q += (i64)gridDim.x * NT) {
+        i64 r, c0;
+        if (small) {
+            r = (unsigned)q / (unsigned)cpr;
+            c0 = ((unsigned)q % (unsigned)cpr) * 8;
+        } else {
+            r = q / cpr;
+            c0 = (q % cpr) * 8;
+        }
+        float w[8], d[8], res[8], fv[8];
+        if (a.W.p) {
+            vload8(w, a.W, r, c0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) w[e] = 0.0f;
+        }
+        if (vec_cols8) vload8(fv, a.vec, 0, c0);
+        if (a.src_is_W) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) d[e] = w[e];
+        } else if (a.D.p) {
+            vload8(d, a.D, r, c0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) d[e] = 0.0f;
+        }
+        float frow = 1.0f;
+        if (a.vec.p && a.vec_on_rows) {
+            frow = vload(a.vec, 0, small ? (i64)((unsigned)r % (unsigned)a.vec_mod) : r % a.vec_mod);
+            if (!a.vec_exact) frow = round_to(frow, a.ct);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float wv = round_to(w[e], a.ct), dv = round_to(d[e], a.ct), f = frow;
+            if (vec_cols8) {
+                f = a.vec_exact ? fv[e] : round_to(fv[e], a.ct);
+            } else if (a.vec.p && !a.vec_on_rows) {
+                i64 c = c0 + e;
+                f = c < a.out.cols ? vload(a.vec, 0, c / a.K) : 0.0f;
+                if (!a.vec_exact) f = round_to(f, a.ct);
+            }
+            float ev = m * (dv * f);
+            res[e] = a.mode == LYCO_MERGE_DELTA ? ev : a.mode == LYCO_MERGE_UNMERGE ? wv - ev : wv + ev;
+        }
+        vstore8(a.out, r, c0, res);
+    }
+}
+
+extern "C" int lk_ew_merge(const lk_ew_args *a, void *stream) {
+    i64 n = a->out.rows * cdiv(a->out.cols, 8);
+    if (!a->out.p || n == 0) return LYCO_OK;
+    k_ew_merge<<<ew_blocks(n), NT, 0, (cudaStream_t)stream>>>(*a);
+    LK_LAUNCHED("ew_merge");
+    return LYCO_OK;
+}
+
+/* ---- per-channel sums ---- */
+
+/* A(r, c..c+7)·B(r, c..c+7) as 8 fp32 products (zero outside the matrix). */
+__device__ __forceinline__ void prod8(float (&p)[8], const lk_chan_args &a, i64 r, i64 c0) {
+    float x[8], y[8];
+    vload8(x, a.A, r, c0);
+    if (a.B.p) vload8(y, a.B, r, c0);
+    float mu = 0.0f, rs = 1.0f;
+    if (a.stats) {
+        i64 g = r / a.rows_per_stat;
+        mu = a.stats[2 * g];
+        rs = a.stats[2 * g + 1];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        float av = a.A_exact ? x[e] : round_to(x[e], a.ct);
+        float bv = 1.0f;
+        if (a.B.p) {
+            bv = round_to(y[e], a.ct);
+            if (a.stats) bv = (bv - mu) * rs;
+        }
+        p[e] = (c0 + e < a.A.cols) ? av * bv : 0.0f;
+    }
+}
+
+/* channels along columns: part[s·C + c] = Σ_{r in slice s} A·B */
+__global__ __launch_bounds__(NT) void k_chan_cols(lk_chan_args a, i64 rows_per_slice, float *part) {
+    const i64 C = a.A.cols, cpr = cdiv(C, 8), j = (i64)blockIdx.x * NT + threadIdx.x, s = blockIdx.y;
+    if (j >= cpr) return;
+    const i64 c0 = j * 8, r0 = s * rows_per_slice;
+    i64 r1 = r0 + rows_per_slice;
+    if (r1 > a.A.rows) r1 = a.A.rows;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (i64 r = r0; r < r1; r++) {
+        float p[8];
+        prod8(p, a, r, c0);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] += p[e];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (c0 + e < C) part[s * C + c0 + e] = acc[e];
+}
+
+/* channels along rows: part[r] = Σ_c A·B, one warp per row */
+__global__ __launch_bounds__(NT) void k_chan_rows(lk_chan_args a, float *part) {
+    const int lane = threadIdx.x & 31;
+    const i64 cpr = cdiv(a.A.cols, 8), warps = (i64)gridDim.x * (NT / 32);
+    for (i64 r = (i64)blockIdx.x * (NT / 32) + (threadIdx.x >> 5); r < a.A.rows; r += warps) {
+        float acc = 0.0f;
+        for (i64 j = lane; j < cpr; j += 32) {
+            float p[8];
+            prod8(p, a, r, j * 8);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc += p[e];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) part[r] = acc;
+    }
+}
+
+/* out[ch] = scale · vec[ch] · Σ partials of ch (fixed order) */
+__global__ __launch_bounds__(NT) void k_chan_final(lk_chan_args a, const float *part, i64 S) {
+    for (i64 ch = (i64)blockIdx.x * NT + threadIdx.x; ch < a.nch; ch += (i64)gridDim.x * NT) {
+        float s = 0.0f;
+        if (a.by_col) {
+            const i64 C = a.A.cols;
+            for (i64 sl = 0; sl < S; sl++)
+                for (i64 k = 0; k < a.K; k++) s += part[sl * C + ch * a.K + k];
+        } else {
+            for (i64 r = ch; r < a.A.rows; r += a.nch) s += part[r];
+        }
+        float v = (float)a.scale * s;
+        if (a.vec.p) v *= vload(a.vec, 0, ch);
+        vstore(a.out, 0, ch, v);
+    }
+}
+
+extern "C" int lk_chan_sum(const lk_chan_args *a, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    if (!a->out.p || a->nch == 0) return LYCO_OK;
+    const i64 R = a->A.rows, C = a->A.cols;
+    if (R * C == 0) {   /* nothing to sum: zero gradient */
+        lk_view none = {};
+        return lk_copy_round(&a->out, &none, a->ct, stream);
+    }
+    i64 S = 1, rps = R, nparts = R;
+    if (a->by_col) {
+        const i64 cpr = cdiv(C, 8);
+        S = cdiv(CS_TARGET_THREADS, cpr);
+        if (S > R) S = R;
+        if (S > 65535) S = 65535;
+        if (S < 1) S = 1;
+        rps = cdiv(R, S);
+        S = cdiv(R, rps);
+        nparts = S * C;
+    }
+    void *part = NULL;
+    int rc = lk_scratch_alloc(&part, sizeof(float) * (size_t)nparts, stream);
+    if (rc) return rc;
+    if (a->by_col) {
+        dim3 grid((unsigned)cdiv(cdiv(C, 8), NT), (unsigned)S);
+        k_chan_cols<<<grid, NT, 0, st>>>(*a, rps, (float *)part);
+    } else {
+        k_chan_rows<<<ew_blocks(R * 32), NT, 0, st>>>(*a, (float *)part);
+    }
+    cudaError_t e1 = cudaGetLastError();
+    if (e1 == cudaSuccess) {
+        k_chan_final<<<ew_blocks(a->nch), NT, 0, st>>>(*a, (const float *)part, S);
+        e1 = cudaGetLastError();
+    }
+    rc = lk_scratch_free(part, stream);
+    if (e1 != cudaSuccess)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of chan_sum failed: %s (%s)", cudaGetErrorName(e1), cudaGetErrorString(e1));
+    return rc;
+}
