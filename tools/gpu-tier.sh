@@ -167,5 +167,25 @@ else
     fi
 fi
 
+# ---- 7. optional: an A/B binary and a kernel profile ----
+# LYCO_AB_BINARY=path: the same bench rows (LYCO_AB_ARGS, default the LoRA family) with another
+# build, for a side-by-side of a kernel change (bench-ab.txt beside bench-a.txt from this build).
+if [ -n "${LYCO_AB_BINARY:-}" ]; then
+    AB_ARGS="${LYCO_AB_ARGS:---algo lora}"
+    say "A/B: $LYCO vs $LYCO_AB_BINARY, bench $AB_ARGS"
+    "$LYCO" bench --backend cuda --seed "$SEED" $AB_ARGS >"$OUT/bench-a.txt" 2>&1
+    "$LYCO_AB_BINARY" bench --backend cuda --seed "$SEED" $AB_ARGS >"$OUT/bench-ab.txt" 2>&1
+    sed -n '/^geomean/,$p' "$OUT/bench-a.txt" | sed 's/^/   A /' | tee -a "$LOG"
+    sed -n '/^geomean/,$p' "$OUT/bench-ab.txt" | sed 's/^/   B /' | tee -a "$LOG"
+fi
+# LYCO_PROFILE=regex: Nsight Compute on the first launch of the matching kernel in the bench rows
+# LYCO_PROFILE_ARGS selects (clocks left alone, METHOD.md).
+if [ -n "${LYCO_PROFILE:-}" ] && command -v ncu >/dev/null 2>&1; then
+    say "ncu: kernel ~ $LYCO_PROFILE, bench ${LYCO_PROFILE_ARGS:-}"
+    ncu --clock-control none --set full -k "regex:$LYCO_PROFILE" -s 3 -c 1 \
+        "$LYCO" bench --backend cuda --seed "$SEED" --reps 20 ${LYCO_PROFILE_ARGS:-} >"$OUT/ncu.txt" 2>&1 || fail "ncu failed (see ncu.txt)"
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Shared Memory Configuration Size|Block Limit|Bank Conflicts|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc" "$OUT/ncu.txt" | head -30 | tee -a "$LOG"
+fi
+
 say "done: status $status"
 exit $status
