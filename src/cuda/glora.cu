@@ -1,0 +1,623 @@
+/*
+ * glora.cu — GLoRA (ALGORITHMS.md §2.7, lyco's semantics: s·m·σs applied once) on the GPU:
+ * merge forward/backward for linear and conv layers (W flattened to O×(I·K), column j = c·K + κ),
+ * bypass forward/backward for linear layers.
+ *
+ *   ΔW[o, c·K+κ] = s·σs·( Σ_i B1[o,i]·B2[i, c·K+κ] + Σ_j P_κ[o,j]·A2[j,c] ),
+ *   P_κ[o,j]     = Σ_c' W[o, c'·K+κ]·A1[c',j]                     (W ×_in A1, per kernel position)
+ *
+ * Per kernel position κ, ΔW's columns {c·K+κ} are one rank-2r product [B1 | P_κ]·[B2_κ ; A2]
+ * (B2_κ = B2's columns c·K+κ): every step below is a small GEMM over strided views of the
+ * operands, batched over κ (grid z) or summed over κ (the reduction's outer loop). One kernel
+ * does them all (k_gemm): C = Σ_terms Σ_κ A_t·B_t, FFMA in fp32 from operands rounded to the
+ * compute dtype CT in registers (fp32 scratch operands — P, the rank activations — are used as
+ * they are, never rounded), with an epilogue that either stores coef·σs·acc (optionally
+ * RN_CT(acc)·q first, the bypass rank activation) rounded once to the destination's dtype, or
+ * applies the merge epilogue of merge_ep.cuh (out = w + m·dw | m·dw | w − m·dw, w = RN_CT(base)).
+ *
+ * merge fwd : P (fp32 scratch, K·O·r), then out_κ = merge(W_κ, s·σs·(B1·B2_κ + P_κ·A2)).
+ * merge bwd : (Γ = RN_CT(∂L/∂W''), c = s·m·σs)
+ *             G_B1 = c·Γ·B2ᵀ,  G_B2 = c·B1ᵀ·Γ,  G_A2 = c·Σ_κ P_κᵀ·Γ_κ,
+ *             GP_κ = Γ_κ·A2ᵀ (fp32 scratch),  G_A1 = c·Σ_κ W_κᵀ·GP_κ,
+ *             G_σs = s·m·(⟨B1, Γ·B2ᵀ⟩ + ⟨P, GP⟩).
+ * bypass fwd (linear; the A path's x·A2ᵀ·A1ᵀ·Wᵀ is reassociated through P = W·A1, O×r):
+ *             hA = RN_CT(x·A2ᵀ)⊙q_a, hB = RN_CT(x·B2ᵀ)⊙q_b  (T×r, rounded like the eager chain),
+ *             y = y0 + s·m·σs·(hA·Pᵀ + hB·B1ᵀ).
+ * bypass bwd (linear; g = RN_CT(dy)):
+ *             gA = (g·P)⊙q_a, gB = (g·B1)⊙q_b (T×r),  dx = c·(gA·A2 + gB·B2),
+ *             G_B1 = c·(gᵀ·hB)⊙q_b, G_B2 = c·gBᵀ·x, G_A2 = c·gAᵀ·x,
+ *             G_A1 = c·Wᵀ·((gᵀ·hA)⊙q_a)  (no T×I intermediate),  dy0 = RN(dy),
+ *             G_σs = s·m·(⟨gA, hA⟩ + ⟨gB, hB⟩)  (hA, hB unmasked here).
+ * Tiling: 64×64 output tiles, 256 threads × 4×4 accumulators, reduction in steps of 16 staged
+ * through shared memory (fp32, ~8.5 KB); grid x = row tiles, y = column tiles, z = κ batch.
+ * Accumulation: each step's 16 products are summed in fp32 (FFMA), the step partials are added
+ * in fp64. P = W·A1 and the rank activations are reductions over I (1280+ terms) feeding a second
+ * product: one fp32 running sum over I put the fp32-output rows ~40 ULP off (the sum's error
+ * grows like √I·u relative); the two-level sum bounds it by the 16-term step.
+ * Deterministic: each output element is one thread's fixed-order sum; the σs dot products are one
+ * block's fixed-order tree. No atomics, no host synchronisation.
+ * Extra memory (fp32 scratch, stream-ordered): merge fwd K·O·r; merge bwd up to 2·K·O·r + O·r;
+ * bypass fwd O·r + 2·T·r; bypass bwd 2·O·r + 4·T·r.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/kern_glora.h"
+#include "cuda/merge_ep.cuh"
+
+#define GBM 64
+#define GBN 64
+#define GBK 16
+
+/* Operand kinds. PLAIN: element (r, c) of a 2-stride view (+ z·zs + zz·zr). The activation
+   kinds read an lk_act-shaped tensor whose rows are (n, p) = (row / SP, row % SP) and columns
+   channels: ACT reads position p itself; IM2COL (rows over output positions) reads the input
+   position p·σ − π + κ·δ of kernel offset κ (0 outside the input); GATHER (rows over input
+   positions) reads the output position q with q·σ − π + κ·δ = p (0 when there is none). */
+enum { GK_PLAIN = 0, GK_ACT, GK_IM2COL, GK_GATHER };
+
+typedef struct {
+    lk_view v;          /* PLAIN: the view; activation kinds: p, dt, flags */
+    i64 zs, zr;         /* PLAIN: element offsets per batch / reduction index */
+    int raw;            /* 1: fp32 scratch, used as is; 0: a tensor, rounded to CT */
+    int kind, trans;    /* trans: the activation is used transposed (channels × positions) */
+    int kz;             /* IM2COL / GATHER: κ = the batch index z (1) or the reduction index (0) */
+    i64 sn, sc, sp, SP; /* activation strides; positions per sample of the row axis */
+} gop;
+
+typedef struct {
+    int nt;                 /* terms (1 or 2) */
+    gop A[2], B[2];         /* A_t M×Kd_t, B_t Kd_t×N */
+    i64 Kd[2], ZR[2];       /* ZR: reduction over κ (1 = none) */
+    i64 M, N;
+    int ct;
+    gop C, base;            /* output; merge epilogue base (p NULL = 0) */
+    int mode;               /* −1: store coef·σs·v; ≥ 0: merge_elem mode */
+    float coef, m;
+    lk_view sigma, colq;    /* σs (p NULL = 1), per-column scale (p NULL = 1) */
+    int rnd_first;          /* v = RN_CT(acc) before colq */
+    lk_geo geo;
+} ggemm;
+
+/* The source position of IM2COL / GATHER for row position p and kernel offset kap; false: zero. */
+__device__ __forceinline__ bool src_pos(const lk_geo &G, int kind, i64 p, i64 kap, i64 &q) {
+    i64 c[3], kk[3];
+    const int64_t *rowdim = kind == GK_IM2COL ? G.out : G.in, *srcdim = kind == GK_IM2COL ? G.in : G.out;
+    for (int d = G.nd - 1; d >= 0; d--) {
+        c[d] = p % rowdim[d];
+        p /= rowdim[d];
+        kk[d] = kap % G.k[d];
+        kap /= G.k[d];
+    }
+    q = 0;
+    for (int d = 0; d < G.nd; d++) {
+        i64 t;
+        if (kind == GK_IM2COL) {
+            t = c[d] * G.st[d] - G.pad[d] + kk[d] * G.dil[d];
+        } else {
+            i64 u = c[d] + G.pad[d] - kk[d] * G.dil[d];
+            if (u < 0 || u % G.st[d]) return false;
+            t = u / G.st[d];
+        }
+        if (t < 0 || t >= srcdim[d]) return false;
+        q = q * srcdim[d] + t;
+    }
+    return true;
+}
+
+/* Byte address of element (r, c) of operand o; NULL when an activation kind reads a zero. */
+__device__ __forceinline__ const char *gaddr(const gop &o, const lk_geo &G, i64 z, i64 zz, i64 r, i64 c) {
+    if (o.kind == GK_PLAIN) return (const char *)o.v.p + (z * o.zs + zz * o.zr + r * o.v.s0 + c * o.v.s1) * (i64)dt_size(o.v.dt);
+    if (o.trans) {
+        i64 t = r;
+        r = c;
+        c = t;
+    }
+    i64 n = r / o.SP, p = r % o.SP;
+    if (o.kind != GK_ACT && !src_pos(G, o.kind, p, o.kz ? z : zz, p)) return NULL;
+    return (const char *)o.v.p + (n * o.sn + c * o.sc + p * o.sp) * (i64)dt_size(o.v.dt);
+}
+
+__device__ __forceinline__ float gld(const gop &o, const lk_geo &G, i64 z, i64 zz, i64 r, i64 c, int ct) {
+    const char *a = gaddr(o, G, z, zz, r, c);
+    if (!a) return 0.0f;
+    float v = ld_elem(a, o.v.dt, o.v.flags & LK_UNALIGNED);
+    return o.raw ? v : round_to(v, ct);
+}
+
+__global__ __launch_bounds__(NT) void k_gemm(ggemm g) {
+    __shared__ float As[GBK][GBM + 1];
+    __shared__ float Bs[GBK][GBN + 1];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const i64 m0 = (i64)blockIdx.x * GBM, n0 = (i64)blockIdx.y * GBN, z = blockIdx.z;
+    double acc[4][4];   /* sum of the fp32 step partials (see the header) */
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[p][q] = 0.0;
+    for (int t = 0; t < g.nt; t++)
+        for (i64 zz = 0; zz < g.ZR[t]; zz++) {
+            const gop &A = g.A[t], &B = g.B[t];
+            /* the fastest-varying axis of each tile load: m / n where the operand is stored that way */
+            const bool amaj = A.kind == GK_PLAIN ? (A.v.s0 == 1 && A.v.s1 != 1) : A.trans ? A.sc == 1 : A.sp == 1;
+            const bool bmaj = B.kind == GK_PLAIN ? B.v.s1 == 1 : B.trans ? B.sp == 1 : B.sc == 1;
+            for (i64 k0 = 0; k0 < g.Kd[t]; k0 += GBK) {
+#pragma unroll
+                for (int e = 0; e < GBM * GBK / NT; e++) {
+                    int idx = threadIdx.x + e * NT;
+                    int mm = amaj ? idx % GBM : idx / GBK, kk = amaj ? idx / GBM : idx % GBK;
+                    i64 mr = m0 + mm, kc = k0 + kk;
+                    As[kk][mm] = (mr < g.M && kc < g.Kd[t]) ? gld(A, g.geo, z, zz, mr, kc, g.ct) : 0.0f;
+                    int nn = bmaj ? idx % GBN : idx / GBK, kb = bmaj ? idx / GBN : idx % GBK;
+                    i64 nc = n0 + nn, kr = k0 + kb;
+                    Bs[kb][nn] = (nc < g.N && kr < g.Kd[t]) ? gld(B, g.geo, z, zz, kr, nc, g.ct) : 0.0f;
+                }
+                __syncthreads();
+                float part[4][4];
+#pragma unroll
+                for (int p = 0; p < 4; p++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) part[p][q] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < GBK; kk++) {
+                    float av[4], bv[4];
+#pragma unroll
+                    for (int p = 0; p < 4; p++) av[p] = As[kk][ty + 16 * p];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) bv[q] = Bs[kk][tx + 16 * q];
+#pragma unroll
+                    for (int p = 0; p < 4; p++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) part[p][q] = fmaf(av[p], bv[q], part[p][q]);
+                }
+#pragma unroll
+                for (int p = 0; p < 4; p++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[p][q] += (double)part[p][q];
+                __syncthreads();
+            }
+        }
+    const float scale = g.coef * (g.sigma.p ? round_to(vload(g.sigma, 0, 0), g.ct) : 1.0f);
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            i64 mr = m0 + ty + 16 * p, nc = n0 + tx + 16 * q;
+            if (mr >= g.M || nc >= g.N) continue;
+            float v = g.rnd_first ? round_to((float)acc[p][q], g.ct) : (float)acc[p][q];
+            if (g.colq.p) v *= vload(g.colq, 0, nc);
+            float dw = v * scale;
+            if (g.mode >= 0) {
+                float w = g.base.v.p ? gld(g.base, g.geo, z, 0, mr, nc, g.ct) : 0.0f;
+                dw = merge_elem(w, dw, g.mode, g.m, false, NULL);
+            }
+            st_elem((char *)gaddr(g.C, g.geo, z, 0, mr, nc), g.C.v.dt, g.C.v.flags & LK_UNALIGNED, dw);
+        }
+}
+
+/* out = RN(coef·σs·src) elementwise (src fp32 scratch, same shape as out). */
+__global__ __launch_bounds__(NT) void k_scale(lk_view out, lk_view src, float coef, lk_view sigma, int ct) {
+    const float scale = coef * (sigma.p ? round_to(vload(sigma, 0, 0), ct) : 1.0f);
+    i64 n = out.rows * out.cols;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        i64 r = idx / out.cols, c = idx % out.cols;
+        vstore(out, r, c, vload(src, r, c) * scale);
+    }
+}
+
+/* out(0,0) = RN(coef·Σ_t ⟨X_t, Y_t⟩): one block, fixed per-thread strides and a fixed tree. */
+__global__ __launch_bounds__(NT) void k_dot2(gop X0, gop Y0, gop X1, gop Y1, int nt, float coef, int ct, lk_view out, lk_geo G) {
+    __shared__ float red[NT];
+    float s = 0.0f;
+    for (int t = 0; t < nt; t++) {
+        const gop &X = t ? X1 : X0, &Y = t ? Y1 : Y0;
+        i64 n = X.v.rows * X.v.cols;
+        for (i64 idx = threadIdx.x; idx < n; idx += NT) {
+            i64 r = idx / X.v.cols, c = idx % X.v.cols;
+            s = fmaf(gld(X, G, 0, 0, r, c, ct), gld(Y, G, 0, 0, r, c, ct), s);
+        }
+    }
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = NT / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) vstore(out, 0, 0, coef * red[0]);
+}
+
+/* ---- host side ---- */
+
+static gop op(const lk_view &v, i64 zs, i64 zr, int raw) {
+    gop o;
+    memset(&o, 0, sizeof o);
+    o.v = v;
+    o.zs = zs;
+    o.zr = zr;
+    o.raw = raw;
+    return o;
+}
+
+static lk_view tr(const lk_view &v) {
+    lk_view t = v;
+    t.rows = v.cols;
+    t.cols = v.rows;
+    t.s0 = v.s1;
+    t.s1 = v.s0;
+    return t;
+}
+
+/* Columns c·K (+κ through the operand's z offset v.s1) of an O×(I·K) view: O×I, column stride K. */
+static lk_view kslice(const lk_view &v, i64 K) {
+    lk_view t = v;
+    t.cols = v.cols / K;
+    t.s1 = v.s1 * K;
+    return t;
+}
+
+static lk_view scr(const float *p, i64 rows, i64 cols) {
+    lk_view v;
+    v.p = p;
+    v.s0 = cols;
+    v.s1 = 1;
+    v.rows = rows;
+    v.cols = cols;
+    v.dt = DT_F32;
+    v.flags = 0;
+    return v;
+}
+
+static lk_view none_view() {
+    lk_view v;
+    memset(&v, 0, sizeof v);
+    return v;
+}
+
+static ggemm gemm1(const gop &A, const gop &B, i64 M, i64 N, i64 Kd, int ct, const gop &C) {
+    ggemm g;
+    memset(&g, 0, sizeof g);
+    g.nt = 1;
+    g.A[0] = A;
+    g.B[0] = B;
+    g.Kd[0] = Kd;
+    g.ZR[0] = g.ZR[1] = 1;
+    g.M = M;
+    g.N = N;
+    g.ct = ct;
+    g.C = C;
+    g.mode = -1;
+    g.coef = 1.0f;
+    g.m = 1.0f;
+    return g;
+}
+
+static int run_gemm(const ggemm &g, i64 Z, cudaStream_t s) {
+    if (g.M <= 0 || g.N <= 0 || Z <= 0) return LYCO_OK;
+    i64 gx = cdiv(g.M, GBM), gy = cdiv(g.N, GBN);
+    if (gx > 2147483647LL || gy > 65535 || Z > 65535)
+        return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda glora: a %lld×%lld (×%lld) product exceeds the grid limits", (long long)g.M,
+                         (long long)g.N, (long long)Z);
+    k_gemm<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)Z), NT, 0, s>>>(g);
+    LK_LAUNCHED("glora gemm");
+    return LYCO_OK;
+}
+
+static int run_scale(const lk_view &out, const lk_view &src, float coef, const lk_view &sigma, int ct, cudaStream_t s) {
+    i64 n = out.rows * out.cols;
+    if (!out.p || n == 0) return LYCO_OK;
+    i64 blocks = cdiv(n, NT);
+    if (blocks > 65536) blocks = 65536;
+    k_scale<<<(unsigned)blocks, NT, 0, s>>>(out, src, coef, sigma, ct);
+    LK_LAUNCHED("glora scale");
+    return LYCO_OK;
+}
+
+static int run_dot2(const gop &X0, const gop &Y0, const gop &X1, const gop &Y1, float coef, int ct, const lk_view &out, cudaStream_t s) {
+    lk_geo G;
+    memset(&G, 0, sizeof G);
+    k_dot2<<<1, NT, 0, s>>>(X0, Y0, X1, Y1, 2, coef, ct, out, G);
+    LK_LAUNCHED("glora dot");
+    return LYCO_OK;
+}
+
+/* P_κ = W_κ·A1 (O×r per κ) into fp32 scratch P (K·O·r, [κ][o][j]). */
+static int w_times_a1(const lk_glora_args *a, float *P, cudaStream_t s) {
+    ggemm g = gemm1(op(kslice(a->W, a->K), a->W.s1, 0, 0), op(a->A1, 0, 0, 0), a->O, a->r, a->I, a->ct,
+                    op(scr(P, a->O, a->r), a->O * a->r, 0, 1));
+    return run_gemm(g, a->K, s);
+}
+
+static int alloc_f32(float **p, i64 n, cudaStream_t s) { return lk_scratch_alloc((void **)p, (size_t)(n > 0 ? n : 1) * 4, s); }
+
+/* ---- merge forward ---- */
+
+static int merge_fwd_body(const lk_glora_args *a, float *P, cudaStream_t s) {
+    int rc = w_times_a1(a, P, s);
+    if (rc) return rc;
+    const i64 O = a->O, r = a->r, K = a->K;
+    ggemm g = gemm1(op(a->B1, 0, 0, 0), op(kslice(a->B2, K), a->B2.s1, 0, 0), O, a->I, r, a->ct,
+                    op(kslice(a->out, K), a->out.s1, 0, 0));
+    g.nt = 2;
+    g.A[1] = op(scr(P, O, r), O * r, 0, 1);
+    g.B[1] = op(a->A2, 0, 0, 0);
+    g.Kd[1] = r;
+    g.mode = a->mode;
+    g.coef = (float)a->s;
+    g.m = (float)a->m;
+    g.sigma = a->sigma;
+    if (a->mode != 1) g.base = op(kslice(a->W, K), a->W.s1, 0, 0);
+    return run_gemm(g, K, s);
+}
+
+extern "C" int lk_glora_merge_fwd(const lk_glora_args *a, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (a->out.rows * a->out.cols == 0) return LYCO_OK;
+    float *P = NULL;
+    int rc = alloc_f32(&P, a->K * a->O * a->r, s);
+    if (rc) return rc;
+    rc = merge_fwd_body(a, P, s);
+    int rf = lk_scratch_free(P, s);
+    return rc ? rc : rf;
+}
+
+/* ---- merge backward ---- */
+
+/* A gradient c·(A·B) (c = s·m·σs) straight into its view, κ summed by the reduction. */
+static ggemm grad_gemm(const lk_glora_args *a, const gop &A, const gop &B, i64 M, i64 N, i64 Kd, i64 ZR, const lk_view &out) {
+    ggemm g = gemm1(A, B, M, N, Kd, a->ct, op(out, 0, 0, 0));
+    g.ZR[0] = ZR;
+    g.coef = (float)(a->s * a->m);
+    g.sigma = a->sigma;
+    return g;
+}
+
+static int merge_bwd_body(const lk_glora_args *a, float *X1, float *P, float *GP, cudaStream_t s) {
+    const i64 O = a->O, I = a->I, r = a->r, K = a->K, IK = I * K, OR = O * r;
+    const int ct = a->ct;
+    const gop Gk = op(kslice(a->G, K), 0, a->G.s1, 0);   /* Γ_κ, summed over κ */
+    int rc;
+    if (a->gB1.p || a->gsigma.p) { /* Γ·B2ᵀ */
+        if (a->gsigma.p) {
+            if ((rc = run_gemm(gemm1(op(a->G, 0, 0, 0), op(tr(a->B2), 0, 0, 0), O, r, IK, ct, op(scr(X1, O, r), 0, 0, 1)), 1, s))) return rc;
+            if ((rc = run_scale(a->gB1, scr(X1, O, r), (float)(a->s * a->m), a->sigma, ct, s))) return rc;
+        } else if ((rc = run_gemm(grad_gemm(a, op(a->G, 0, 0, 0), op(tr(a->B2), 0, 0, 0), O, r, IK, 1, a->gB1), 1, s))) {
+            return rc;
+        }
+    }
+    if (a->gB2.p && (rc = run_gemm(grad_gemm(a, op(tr(a->B1), 0, 0, 0), op(a->G, 0, 0, 0), r, IK, O, 1, a->gB2), 1, s))) return rc;
+    if ((a->gA2.p || a->gsigma.p) && (rc = w_times_a1(a, P, s))) return rc;
+    if (a->gA2.p && (rc = run_gemm(grad_gemm(a, op(tr(scr(P, O, r)), 0, OR, 1), Gk, r, I, O, K, a->gA2), 1, s))) return rc;
+    if (a->gA1.p || a->gsigma.p) { /* GP_κ = Γ_κ·A2ᵀ */
+        ggemm g = gemm1(op(kslice(a->G, K), a->G.s1, 0, 0), op(tr(a->A2), 0, 0, 0), O, r, I, ct, op(scr(GP, O, r), OR, 0, 1));
+        if ((rc = run_gemm(g, K, s))) return rc;
+    }
+    if (a->gA1.p &&
+        (rc = run_gemm(grad_gemm(a, op(tr(kslice(a->W, K)), 0, a->W.s1, 0), op(scr(GP, O, r), 0, OR, 1), I, r, O, K, a->gA1), 1, s)))
+        return rc;
+    if (a->gsigma.p)
+        return run_dot2(op(a->B1, 0, 0, 0), op(scr(X1, O, r), 0, 0, 1), op(scr(P, K * O, r), 0, 0, 1), op(scr(GP, K * O, r), 0, 0, 1),
+                        (float)(a->s * a->m), ct, a->gsigma, s);
+    return LYCO_OK;
+}
+
+extern "C" int lk_glora_merge_bwd(const lk_glora_args *a, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    const i64 OR = a->O * a->r, KOR = a->K * OR;
+    float *buf = NULL;
+    int rc = alloc_f32(&buf, OR + 2 * KOR, s);
+    if (rc) return rc;
+    rc = merge_bwd_body(a, buf, buf + OR, buf + OR + KOR, s);
+    int rf = lk_scratch_free(buf, s);
+    return rc ? rc : rf;
+}
+
+/* ---- bypass (linear, and conv through IM2COL / GATHER operands) ---- */
+
+/* The activation operand of a (geometry-less) lk_act; rows = (n, position) with SP positions. */
+static gop act(const lk_act &x, int kind, i64 SP, int raw) {
+    gop o;
+    memset(&o, 0, sizeof o);
+    o.v.p = x.p;
+    o.v.dt = x.dt;
+    o.v.flags = x.flags;
+    o.raw = raw;
+    o.kind = kind;
+    o.sn = x.sn;
+    o.sc = x.sc;
+    o.sp = x.sp;
+    o.SP = SP;
+    return o;
+}
+
+static gop act_t(const lk_act &x, i64 SP) {
+    gop o = act(x, GK_ACT, SP, 0);
+    o.trans = 1;
+    return o;
+}
+
+/* An fp32 scratch activation (N·SP)×ch, row-major, as an lk_act. */
+static lk_act scr_act(const float *p, i64 SP, i64 ch) {
+    lk_act a;
+    a.p = p;
+    a.sn = SP * ch;
+    a.sc = 1;
+    a.sp = ch;
+    a.dt = DT_F32;
+    a.flags = 0;
+    return a;
+}
+
+/* hA = RN_CT(x·A2ᵀ) on x's grid, hB = RN_CT(Σ_κ im2col_κ(x)·B2_κᵀ) on y's grid (⊙ q when given). */
+static int rank_act(const lk_glora_args *a, bool bpath, const lk_view &q, float *h, cudaStream_t s) {
+    const lk_geo &G = a->geo;
+    const i64 K = a->K, rows = a->T * (bpath ? G.spout : G.spin);
+    ggemm g;
+    if (bpath) {
+        g = gemm1(act(a->x, GK_IM2COL, G.spout, 0), op(tr(kslice(a->B2, K)), 0, a->B2.s1, 0), rows, a->r, a->I, a->ct,
+                  op(scr(h, rows, a->r), 0, 0, 1));
+        g.ZR[0] = K;
+    } else {
+        g = gemm1(act(a->x, GK_ACT, G.spin, 0), op(tr(a->A2), 0, 0, 0), rows, a->r, a->I, a->ct, op(scr(h, rows, a->r), 0, 0, 1));
+    }
+    g.geo = G;
+    g.rnd_first = 1;
+    g.colq = q;
+    return run_gemm(g, 1, s);
+}
+
+static int bypass_fwd_body(const lk_glora_args *a, float *P, float *hA, float *hB, cudaStream_t s) {
+    const lk_geo &G = a->geo;
+    const i64 O = a->O, r = a->r, K = a->K, rows = a->T * G.spout;
+    int rc;
+    if ((rc = w_times_a1(a, P, s)) || (rc = rank_act(a, false, a->qa, hA, s)) || (rc = rank_act(a, true, a->qb, hB, s))) return rc;
+    /* y = y0 + s·m·σs·(Σ_κ im2col_κ(hA)·P_κᵀ + hB·B1ᵀ) */
+    ggemm g = gemm1(act(scr_act(hA, G.spin, r), GK_IM2COL, G.spout, 1), op(tr(scr(P, O, r)), 0, O * r, 1), rows, O, r, a->ct,
+                    act(a->y, GK_ACT, G.spout, 0));
+    g.ZR[0] = K;
+    g.nt = 2;
+    g.A[1] = op(scr(hB, rows, r), 0, 0, 1);
+    g.B[1] = op(tr(a->B1), 0, 0, 0);
+    g.Kd[1] = r;
+    g.mode = a->y0.p ? 0 : 1;
+    g.base = act(a->y0, GK_ACT, G.spout, 0);
+    g.coef = (float)a->s;
+    g.m = (float)a->m;
+    g.sigma = a->sigma;
+    g.geo = G;
+    return run_gemm(g, 1, s);
+}
+
+extern "C" int lk_glora_bypass_fwd(const lk_glora_args *a, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (a->T == 0 || a->O == 0 || a->geo.spout == 0) return LYCO_OK;
+    const i64 KOR = a->K * a->O * a->r, TA = a->T * a->geo.spin * a->r, TB = a->T * a->geo.spout * a->r;
+    float *buf = NULL;
+    int rc = alloc_f32(&buf, KOR + TA + TB, s);
+    if (rc) return rc;
+    rc = bypass_fwd_body(a, buf, buf + KOR, buf + KOR + TA, s);
+    int rf = lk_scratch_free(buf, s);
+    return rc ? rc : rf;
+}
+
+/* dst = RN(RN_CT(src)) elementwise over N×C×SP activations. */
+__global__ __launch_bounds__(NT) void k_copy_act(lk_act dst, lk_act src, i64 C, i64 SP, i64 n, int ct) {
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        i64 p = idx % SP, c = (idx / SP) % C, b = idx / SP / C;
+        float v = round_to(ld_elem((const char *)src.p + (b * src.sn + c * src.sc + p * src.sp) * (i64)dt_size(src.dt), src.dt,
+                                   src.flags & LK_UNALIGNED), ct);
+        st_elem((char *)dst.p + (b * dst.sn + c * dst.sc + p * dst.sp) * (i64)dt_size(dst.dt), dst.dt, dst.flags & LK_UNALIGNED, v);
+    }
+}
+
+static int copy_act(const lk_act &dst, const lk_act &src, i64 N, i64 C, i64 SP, int ct, cudaStream_t s) {
+    i64 n = N * C * SP;
+    if (!dst.p || n == 0) return LYCO_OK;
+    i64 blocks = cdiv(n, NT);
+    if (blocks > 65536) blocks = 65536;
+    k_copy_act<<<(unsigned)blocks, NT, 0, s>>>(dst, src, C, SP, n, ct);
+    LK_LAUNCHED("glora copy");
+    return LYCO_OK;
+}
+
+typedef struct {
+    float *P, *Y, *hA, *hB, *gA, *gB;
+} bwd_scratch;
+
+/* gA = (Σ_κ gather_κ(dy)·P_κ)⊙q_a (x's grid), gB = (dy·B1)⊙q_b (y's grid). */
+static int rank_grads(const lk_glora_args *a, const bwd_scratch &w, cudaStream_t s) {
+    const lk_geo &G = a->geo;
+    const i64 O = a->O, r = a->r, ra = a->T * G.spin, rb = a->T * G.spout;
+    ggemm t = gemm1(act(a->dy, GK_GATHER, G.spin, 0), op(scr(w.P, O, r), 0, O * r, 1), ra, r, O, a->ct, op(scr(w.gA, ra, r), 0, 0, 1));
+    t.ZR[0] = a->K;
+    t.colq = a->qa;
+    t.geo = G;
+    int rc = run_gemm(t, 1, s);
+    if (rc) return rc;
+    t = gemm1(act(a->dy, GK_ACT, G.spout, 0), op(a->B1, 0, 0, 0), rb, r, O, a->ct, op(scr(w.gB, rb, r), 0, 0, 1));
+    t.colq = a->qb;
+    t.geo = G;
+    return run_gemm(t, 1, s);
+}
+
+/* dx = c·(gA·A2 + Σ_κ gather_κ(gB)·B2_κ) */
+static int input_grad(const lk_glora_args *a, const bwd_scratch &w, cudaStream_t s) {
+    const lk_geo &G = a->geo;
+    const i64 r = a->r, ra = a->T * G.spin;
+    ggemm t = gemm1(op(scr(w.gA, ra, r), 0, 0, 1), op(a->A2, 0, 0, 0), ra, a->I, r, a->ct, act(a->dx, GK_ACT, G.spin, 0));
+    t.nt = 2;
+    t.A[1] = act(scr_act(w.gB, G.spout, r), GK_GATHER, G.spin, 1);
+    t.B[1] = op(kslice(a->B2, a->K), 0, a->B2.s1, 0);
+    t.Kd[1] = r;
+    t.ZR[1] = a->K;
+    t.coef = (float)(a->s * a->m);
+    t.sigma = a->sigma;
+    t.geo = G;
+    return run_gemm(t, 1, s);
+}
+
+/* G_A2 = c·gAᵀ·x, G_B2_κ = c·gBᵀ·im2col_κ(x), G_B1 = c·(dyᵀ·hB)⊙q_b,
+   G_A1 = c·Σ_κ W_κᵀ·Y_κ with Y_κ = (dyᵀ·im2col_κ(hA))⊙q_a. */
+static int factor_grads(const lk_glora_args *a, const bwd_scratch &w, cudaStream_t s) {
+    const lk_geo &G = a->geo;
+    const i64 O = a->O, I = a->I, r = a->r, K = a->K, ra = a->T * G.spin, rb = a->T * G.spout;
+    int rc;
+    ggemm t;
+    if (a->gA2.p) {
+        t = grad_gemm(a, op(tr(scr(w.gA, ra, r)), 0, 0, 1), act(a->x, GK_ACT, G.spin, 0), r, I, ra, 1, a->gA2);
+        t.geo = G;
+        if ((rc = run_gemm(t, 1, s))) return rc;
+    }
+    if (a->gB2.p) {
+        gop xk = act(a->x, GK_IM2COL, G.spout, 0);
+        xk.kz = 1;
+        t = grad_gemm(a, op(tr(scr(w.gB, rb, r)), 0, 0, 1), xk, r, I, rb, 1, kslice(a->gB2, K));
+        t.C.zs = a->gB2.s1;
+        t.geo = G;
+        if ((rc = run_gemm(t, K, s))) return rc;
+    }
+    if (a->gB1.p) {
+        t = grad_gemm(a, act_t(a->dy, G.spout), op(scr(w.hB, rb, r), 0, 0, 1), O, r, rb, 1, a->gB1);
+        t.colq = a->qb;
+        t.geo = G;
+        if ((rc = run_gemm(t, 1, s))) return rc;
+    }
+    if (a->gA1.p) {
+        gop hk = act(scr_act(w.hA, G.spin, r), GK_IM2COL, G.spout, 1);
+        hk.kz = 1;
+        t = gemm1(act_t(a->dy, G.spout), hk, O, r, rb, a->ct, op(scr(w.Y, O, r), O * r, 0, 1));
+        t.colq = a->qa;
+        t.geo = G;
+        if ((rc = run_gemm(t, K, s))) return rc;
+        if ((rc = run_gemm(grad_gemm(a, op(tr(kslice(a->W, K)), 0, a->W.s1, 0), op(scr(w.Y, O, r), 0, O * r, 1), I, r, O, K, a->gA1), 1, s)))
+            return rc;
+    }
+    return LYCO_OK;
+}
+
+static int bypass_bwd_body(const lk_glora_args *a, const bwd_scratch &w, cudaStream_t s) {
+    const i64 r = a->r, ra = a->T * a->geo.spin, rb = a->T * a->geo.spout;
+    const lk_view none = none_view();
+    int rc;
+    if ((rc = w_times_a1(a, w.P, s)) || (rc = rank_grads(a, w, s))) return rc;
+    if ((a->gA1.p || a->gsigma.p) && (rc = rank_act(a, false, none, w.hA, s))) return rc;
+    if ((a->gB1.p || a->gsigma.p) && (rc = rank_act(a, true, none, w.hB, s))) return rc;
+    if (a->dx.p && (rc = input_grad(a, w, s))) return rc;
+    if ((rc = factor_grads(a, w, s))) return rc;
+    if (a->gsigma.p &&
+        (rc = run_dot2(op(scr(w.gA, ra, r), 0, 0, 1), op(scr(w.hA, ra, r), 0, 0, 1), op(scr(w.gB, rb, r), 0, 0, 1),
+                       op(scr(w.hB, rb, r), 0, 0, 1), (float)(a->s * a->m), a->ct, a->gsigma, s)))
+        return rc;
+    return copy_act(a->dy0, a->dy, a->T, a->O, a->geo.spout, a->ct, s); /* last: dy0 may be dy itself */
+}
+
+extern "C" int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    const i64 KOR = a->K * a->O * a->r, TA = a->T * a->geo.spin * a->r, TB = a->T * a->geo.spout * a->r;
+    float *buf = NULL;
+    int rc = alloc_f32(&buf, 2 * KOR + 2 * TA + 2 * TB, s);
+    if (rc) return rc;
+    bwd_scratch w = {buf, buf + KOR, buf + 2 * KOR, buf + 2 * KOR + TA, buf + 2 * KOR + TA + TB, buf + 2 * KOR + 2 * TA + TB};
+    rc = bypass_bwd_body(a, w, s);
+    int rf = lk_scratch_free(buf, s);
+    return rc ? rc : rf;
+}

@@ -1,0 +1,60 @@
+/*
+ * kern_glora.h — the plain-C interface of GLoRA's CUDA kernels (glora.cu), used by
+ * dispatch_glora.c. Operands are kern.h's 2-D strided views; GLoRA's factors (ALGORITHMS.md §2.7):
+ *   A1 I×r, A2 r×I, B1 O×r, B2 r×(I·K), W O×(I·K) (column j = c·K + κ), K kernel positions
+ *   (1 for linear); bypass activations x N×I×sp_in, y / y0 / dy N×O×sp_out (lk_act; linear:
+ *   N = tokens, no spatial dims).
+ * Scalars: s (scale), m (multiplier), σs on the device (p NULL = 1, rounded to the compute dtype).
+ * Rank masks q_a (1×r, on the A path) and q_b (1×r, on the B path): bypass only, p NULL = 1.
+ */
+#ifndef LYCO_CUDA_KERN_GLORA_H
+#define LYCO_CUDA_KERN_GLORA_H
+
+#include "cuda/kern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An activation: element (n, ch, p) at byte p + (n·sn + ch·sc + p·sp)·elem_size, p = the
+   row-major spatial position (linear layers: n = token, sp unused). */
+typedef struct {
+    const void *p;            /* NULL = absent */
+    int64_t sn, sc, sp;       /* strides in elements */
+    int32_t dt, flags;        /* lyco_dtype, LK_UNALIGNED */
+} lk_act;
+
+/* Conv geometry (nd = 0 for linear): input / output spatial sizes, kernel, stride, padding,
+   dilation per spatial dim (row-major positions and kernel offsets). */
+typedef struct {
+    int32_t nd;
+    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
+    int64_t spin, spout;      /* products of in / out (1 for linear) */
+} lk_geo;
+
+typedef struct {
+    int32_t ct;               /* compute dtype */
+    int64_t O, I, K, r, T;    /* T: tokens (bypass; conv: the batch N) */
+    lk_geo geo;               /* bypass */
+    lk_view A1, A2, B1, B2;
+    lk_view qa, qb;           /* bypass rank masks (1×r); p NULL = none */
+    lk_view sigma;            /* σs (1×1); p NULL = 1 */
+    double s, m;
+    int32_t mode;             /* merge forward: lyco_merge_mode */
+    lk_view W;                /* base weight O×(I·K) */
+    lk_view out;              /* merge forward: W'' or ΔW */
+    lk_view G;                /* merge backward: ∂L/∂W'' (O×I·K) */
+    lk_act x, y, y0;          /* bypass: x (N×I×sp_in), y, y0 (N×O×sp_out; y0 p NULL = write Δ alone) */
+    lk_act dy, dx, dy0;       /* bypass backward (dx / dy0 p NULL = not wanted) */
+    lk_view gA1, gA2, gB1, gB2, gsigma;  /* gradients (p NULL = not wanted) */
+} lk_glora_args;
+
+int lk_glora_merge_fwd(const lk_glora_args *a, void *stream);
+int lk_glora_merge_bwd(const lk_glora_args *a, void *stream);
+int lk_glora_bypass_fwd(const lk_glora_args *a, void *stream);
+int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
