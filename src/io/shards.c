@@ -765,6 +765,12 @@ lyco_status lyco_st_shard_writer_put_chunk(lyco_st_shard_writer *s, int64_t inde
         return SWFAIL(s, LYCO_ERR_INVALID, "tensor index %" PRId64 " is outside [0, %" PRId64 ")",
                       index, s->n);
     }
+    if (!data && nbytes > 0) {
+        const char *nm = s->ents[index].name;
+        return st_fail(LYCO_ERR_NULL, s->dir, "tensor", nm, strlen(nm), "data is NULL");
+    }
+    /* nothing to write (e.g. an empty tensor of a shard already committed): a no-op */
+    if (nbytes == 0) return LYCO_OK;
     int64_t k = s->shard_of[index];
     if (s->state[k] == SH_DONE || s->state[k] == SH_SKIPPED) {
         const char *nm = s->ents[index].name;

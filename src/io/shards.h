@@ -77,7 +77,8 @@ lyco_status lyco_st_shard_writer_open(lyco_st_shard_writer **out, const char *di
                                       const char *prefix, const lyco_st_entry *entries,
                                       int64_t n, const char *const *meta_kv,
                                       uint64_t max_shard_bytes, unsigned flags);
-/* As lyco_st_writer_put / _put_chunk; `index` is the position in the entries given to open. */
+/* As lyco_st_writer_put / _put_chunk; `index` is the position in the entries given to open.
+   A put of 0 bytes is a no-op (an empty tensor needs no put; its shard may already be done). */
 lyco_status lyco_st_shard_writer_put(lyco_st_shard_writer *w, int64_t index, const void *data,
                                      uint64_t nbytes);
 lyco_status lyco_st_shard_writer_put_chunk(lyco_st_shard_writer *w, int64_t index,

@@ -8,13 +8,20 @@
  *   - the broken-file corpus: one file per rejection rule of FORMATS.md §1.4, each asserting
  *     its status, a distinctive substring of the message, the file path and (where there is
  *     one) the tensor name in the message; plus valid seeds that must open;
+ *   - the same verdicts and messages through lyco_st_open_memory (the fuzz entry point);
+ *   - views of aligned data, copies of misaligned data (lyco_st_tensor_load), pread reads
+ *     (lyco_st_read) that survive a file truncated underneath;
  *   - writer argument errors, and atomic-write fault injection (write/fsync/close/rename/
  *     directory fsync): clean failure, no temp left, target untouched;
+ *   - the streaming writer: any tensor order, chunks, byte-identical to lyco_st_write, umask,
+ *     incomplete commits, abort, no-replace, ENOSPC/EIO on writes and fsync;
  *   - randomized round trips and a byte-mutation smoke test (run it under ASan/UBSan).
  *
- * Usage: test_safetensors            run every check in a fresh temp dir (removed on success)
- *        test_safetensors --corpus D write the corpus (broken files + valid seeds) into the
- *                                    existing directory D and exit: seeds for the fuzz target.
+ * Usage: test_safetensors                   every check in a fresh temp dir (removed on success)
+ *        test_safetensors --check-corpus D  the same, plus: the committed corpus in D equals
+ *                                           what the table generates (tests/CMakeLists.txt)
+ *        test_safetensors --corpus D        write the corpus (broken files + valid seeds +
+ *                                           MANIFEST.tsv) into the existing directory D, exit
  * Prints one line per check and ends with "N passed, M failed"; exits non-zero on failure.
  * The random parts print their seed (LYCO_SEED reproduces a run).
  * Assumptions: POSIX (mkdtemp, opendir), a writable TMPDIR (or /tmp), a little-endian host.
@@ -36,107 +43,7 @@
 
 #include "core.h"
 #include "io/safetensors.h"
-
-/* ============================================================================================
- * check plumbing
- * ========================================================================================== */
-
-static int g_pass, g_fail;
-static char g_dir[512];
-
-static void check(bool ok, const char *fmt, ...) LYCO_PRINTF(2, 3);
-static void check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (!ok) printf("  [last error: %s]", lyco_last_error());
-    printf("\n");
-    if (ok) g_pass++;
-    else g_fail++;
-}
-
-/* Test-only allocation: out of memory ends the run as a failure. */
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        printf("FAIL: out of memory (%zu bytes)\n%d passed, %d failed\n", n, g_pass, g_fail + 1);
-        exit(1);
-    }
-    return p;
-}
-
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = xmalloc(n * sz);
-    memset(p, 0, n * sz);
-    return p;
-}
-
-static void path_in(char *buf, size_t n, const char *dir, const char *name) {
-    snprintf(buf, n, "%s/%s", dir, name);
-}
-
-static bool write_bytes(const char *path, const void *p, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return false;
-    bool ok = (n == 0 || fwrite(p, 1, n, fp) == n);
-    return fclose(fp) == 0 && ok;
-}
-
-/* Reads a whole file into a malloc'ed buffer (NULL on failure). */
-static uint8_t *read_bytes(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    size_t cap = 4096, len = 0;
-    uint8_t *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + len, 1, cap - len, fp);
-        len += r;
-        if (len < cap) break;
-        uint8_t *nb = realloc(b, cap * 2);
-        if (!nb) { free(b); b = NULL; break; }
-        b = nb;
-        cap *= 2;
-    }
-    fclose(fp);
-    *n = len;
-    return b;
-}
-
-static bool file_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-/* Number of leftover writer temp files in dir. */
-static int count_temps(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    if (!d) return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strstr(e->d_name, ".lyco-tmp.")) n++;
-    }
-    closedir(d);
-    return n;
-}
-
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        path_in(p, sizeof p, dir, e->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
-        else unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+#include "st_testlib.h"
 
 /* ============================================================================================
  * the broken-file corpus (one file per rejection rule of FORMATS.md §1.4) and valid seeds.
@@ -429,7 +336,15 @@ static bool corpus_write(const corpus_case *c, const char *path) {
     return ok;
 }
 
-/* The reusable generator: every case as <dir>/<id>.safetensors. Returns files written. */
+/* The manifest line of one case: "<id>.safetensors\t<STATUS>\t<needle|->\t<tensor|->\n". */
+static void corpus_manifest_line(FILE *fp, const corpus_case *c) {
+    fprintf(fp, "%s.safetensors\t%s\t%s\t%s\n", c->id, lyco_status_name(c->want),
+            c->needle ? c->needle : "-", c->tensor ? c->tensor : "-");
+}
+
+/* The reusable generator: every case as <dir>/<id>.safetensors plus <dir>/MANIFEST.tsv (the
+   expected status, message substring and tensor of each file, read by tests/fuzz/replay.c).
+   Returns the number of files written (cases + manifest). */
 static int corpus_write_all(const char *dir) {
     int n = 0;
     char p[1024];
@@ -437,7 +352,53 @@ static int corpus_write_all(const char *dir) {
         snprintf(p, sizeof p, "%s/%s.safetensors", dir, corpus[i].id);
         if (corpus_write(&corpus[i], p)) n++;
     }
+    snprintf(p, sizeof p, "%s/MANIFEST.tsv", dir);
+    FILE *fp = fopen(p, "w");
+    if (!fp) return n;
+    fprintf(fp, "# FORMATS.md section 1.4: one file per rejection rule (r<rule>_...) plus valid seeds "
+                "(ok_...).\n# Generated by `test_safetensors --corpus DIR`; checked by "
+                "`test_safetensors --check-corpus DIR` and `fuzz_replay --manifest`.\n"
+                "# file\tstatus\tmessage substring\ttensor named in the message\n");
+    for (size_t i = 0; i < N_CORPUS; i++) corpus_manifest_line(fp, &corpus[i]);
+    if (fclose(fp) == 0) n++;
     return n;
+}
+
+/* The committed corpus (tests/data/safetensors-corpus) must equal what the table generates:
+   same files, same bytes, same manifest, nothing else. */
+static void test_corpus_on_disk(const char *committed) {
+    char gen[600], a[1024], b[1024];
+    path_in(gen, sizeof gen, g_dir, "corpus-gen");
+    mkdir(gen, 0700);
+    int written = corpus_write_all(gen);
+    int same = 0, extra = 0;
+    DIR *d = opendir(committed);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        path_in(a, sizeof a, gen, e->d_name);
+        if (!file_exists(a)) {
+            printf("  committed corpus has a file the table does not generate: %s\n", e->d_name);
+            extra++;
+        }
+    }
+    if (d) closedir(d);
+    d = opendir(gen);
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        path_in(a, sizeof a, gen, e->d_name);
+        path_in(b, sizeof b, committed, e->d_name);
+        size_t na = 0, nb = 0;
+        uint8_t *x = read_bytes(a, &na), *y = read_bytes(b, &nb);
+        if (x && y && na == nb && memcmp(x, y, na) == 0) same++;
+        else printf("  committed corpus differs from the table: %s\n", e->d_name);
+        free(x);
+        free(y);
+    }
+    if (d) closedir(d);
+    check(written == (int)N_CORPUS + 1 && same == written && extra == 0,
+          "corpus on disk (%s): %d of %d files equal the generated ones, %d extra (regenerate "
+          "with `test_safetensors --corpus DIR`)", committed, same, written, extra);
 }
 
 static void test_corpus(void) {
@@ -445,7 +406,7 @@ static void test_corpus(void) {
     path_in(dir, sizeof dir, g_dir, "corpus");
     mkdir(dir, 0700);
     int written = corpus_write_all(dir);
-    check(written == (int)N_CORPUS, "corpus: %d of %zu files written", written, N_CORPUS);
+    check(written == (int)N_CORPUS + 1, "corpus: %d of %zu files written", written, N_CORPUS + 1);
     for (size_t i = 0; i < N_CORPUS; i++) {
         const corpus_case *c = &corpus[i];
         snprintf(p, sizeof p, "%s/%s.safetensors", dir, c->id);
@@ -912,6 +873,325 @@ static void test_writer_faults(void) {
 }
 
 /* ============================================================================================
+ * the same validation over memory (lyco_st_open_memory, the fuzz target's entry point)
+ * ========================================================================================== */
+
+static void test_memory(void) {
+    char dir[600], p[1024];
+    path_in(dir, sizeof dir, g_dir, "corpus-mem");
+    mkdir(dir, 0700);
+    int same = 0;
+    for (size_t i = 0; i < N_CORPUS; i++) {
+        const corpus_case *c = &corpus[i];
+        snprintf(p, sizeof p, "%s/%s.safetensors", dir, c->id);
+        size_t n = 0;
+        uint8_t *b = corpus_write(c, p) ? read_bytes(p, &n) : NULL;
+        if (!b) continue;
+        lyco_st_file *f = NULL;
+        lyco_status s = lyco_st_open_memory(b, n, c->id, &f);
+        bool ok = s == c->want;
+        if (c->want != LYCO_OK) {
+            ok = ok && f == NULL && strstr(lyco_last_error(), c->needle) &&
+                 strstr(lyco_last_error(), c->id);
+        }
+        if (c->want == LYCO_OK) {
+            lyco_st_file *g = NULL;
+            ok = ok && lyco_st_open(p, &g) == LYCO_OK && lyco_st_count(f) == lyco_st_count(g);
+            for (int64_t k = 0; ok && k < lyco_st_count(f); k++) {
+                const lyco_st_tensor *a = lyco_st_get(f, k), *z = lyco_st_get(g, k);
+                ok = strcmp(a->name, z->name) == 0 && a->nbytes == z->nbytes &&
+                     (const uint8_t *)a->data >= b && (const uint8_t *)a->data + a->nbytes <= b + n &&
+                     (a->nbytes == 0 || memcmp(a->data, z->data, (size_t)a->nbytes) == 0);
+            }
+            lyco_st_close(g);
+        }
+        if (ok) same++;
+        else printf("  memory open differs on %s: %s\n", c->id, lyco_last_error());
+        lyco_st_close(f);
+        free(b);
+    }
+    check(same == (int)N_CORPUS, "memory: all %d of %zu corpus cases give the same verdict and "
+          "message as files (views point into the caller's buffer)", same, N_CORPUS);
+    lyco_st_file *f = (lyco_st_file *)(uintptr_t)1;
+    check(lyco_st_open_memory(NULL, 0, NULL, &f) == LYCO_ERR_FORMAT && f == NULL &&
+              strstr(lyco_last_error(), "<memory>"),
+          "memory: empty buffer -> LYCO_ERR_FORMAT naming <memory> (%s)", lyco_last_error());
+    check(lyco_st_open_memory(NULL, 8, NULL, &f) == LYCO_ERR_NULL, "memory: NULL buf, len 8 -> "
+          "LYCO_ERR_NULL");
+    check(lyco_st_open_memory("x", 1, NULL, NULL) == LYCO_ERR_NULL, "memory: NULL out -> "
+          "LYCO_ERR_NULL");
+}
+
+/* ============================================================================================
+ * views, aligned copies, pread reads (FORMATS.md §1.4 rules 9 and 10)
+ * ========================================================================================== */
+
+static void test_load_read(void) {
+    char p[1024];
+    path_in(p, sizeof p, g_dir, "misaligned.safetensors");
+    /* N = 112 keeps the data section 8-aligned; the F32 tensor starts at data byte 3 */
+    const char *h = "{\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                    "\"f\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[3,11]}}";
+    char hdr[113];
+    memset(hdr, ' ', 112);
+    memcpy(hdr, h, strlen(h));
+    uint8_t file[8 + 112 + 11];
+    for (int k = 0; k < 8; k++) file[k] = (uint8_t)((uint64_t)112 >> (8 * k));
+    memcpy(file + 8, hdr, 112);
+    const float fv[2] = {1.5f, -2.25f};
+    file[120] = 7; file[121] = 8; file[122] = 9;
+    memcpy(file + 123, fv, 8);
+    write_bytes(p, file, sizeof file);
+    lyco_st_file *f = NULL;
+    lyco_status s = lyco_st_open(p, &f);
+    check(s == LYCO_OK, "load: misaligned fixture opens (%s)", lyco_status_name(s));
+    if (s != LYCO_OK) return;
+    const lyco_st_tensor *t = lyco_st_find(f, "f");
+    DLTensor v;
+    void *owned = NULL;
+    s = lyco_st_tensor_view(t, &v);
+    check(s == LYCO_ERR_UNSUPPORTED && strstr(lyco_last_error(), "not aligned") &&
+              strstr(lyco_last_error(), "\"f\""),
+          "view: misaligned F32 data -> LYCO_ERR_UNSUPPORTED naming the tensor (%s)",
+          lyco_last_error());
+    s = lyco_st_tensor_load(t, &v, &owned);
+    check(s == LYCO_OK && owned != NULL && v.data == owned && (uintptr_t)v.data % 4 == 0 &&
+              memcmp(v.data, fv, 8) == 0 && v.ndim == 1 && v.shape[0] == 2,
+          "load: misaligned F32 data -> an aligned copy with the right values");
+    free(owned);
+    lyco_st_close(f);
+
+    /* an aligned file (our writer's): the view is the mapping itself, no copy */
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sh[2] = {2, 3};
+    lyco_st_entry e = {"w", LYCO_ST_F32, 2, sh, a, sizeof a};
+    s = lyco_st_write(p, &e, 1, NULL);
+    s = s == LYCO_OK ? lyco_st_open(p, &f) : s;
+    if (s != LYCO_OK) { check(false, "load: aligned fixture (%s)", lyco_last_error()); return; }
+    t = lyco_st_find(f, "w");
+    owned = (void *)(uintptr_t)1;
+    s = lyco_st_tensor_load(t, &v, &owned);
+    check(s == LYCO_OK && owned == NULL && v.data == t->data, "load: aligned data -> a view, "
+          "no copy");
+    check(lyco_st_tensor_load(t, &v, NULL) == LYCO_ERR_NULL, "load: NULL owned -> LYCO_ERR_NULL");
+
+    /* lyco_st_read: pread through the kept descriptor */
+    float got[6] = {0};
+    s = lyco_st_read(t, 4, got, 20);
+    check(s == LYCO_OK && memcmp(got, a + 1, 20) == 0, "read: bytes [4, 24) of the tensor");
+    s = lyco_st_read(t, 20, got, 8);
+    check(s == LYCO_ERR_INVALID && strstr(lyco_last_error(), "outside the tensor's 24 bytes"),
+          "read: past the end -> LYCO_ERR_INVALID (%s)", lyco_last_error());
+    s = lyco_st_read(t, UINT64_MAX, got, 2);
+    check(s == LYCO_ERR_INVALID, "read: offset overflow -> LYCO_ERR_INVALID");
+    /* the file is truncated under the open file: pread reports it, no SIGBUS */
+    check(truncate(p, 40) == 0, "read: truncate the file under the reader");
+    s = lyco_st_read(t, 0, got, 24);
+    check(s == LYCO_ERR_IO && strstr(lyco_last_error(), "changed underneath"),
+          "read: truncated underneath -> LYCO_ERR_IO, not SIGBUS (%s)", lyco_last_error());
+    lyco_st_close(f);
+    unlink(p);
+
+    /* memory files: read is a memcpy from the caller's buffer */
+    uint8_t *b = NULL;
+    size_t n = 0;
+    s = lyco_st_write(p, &e, 1, NULL);
+    b = s == LYCO_OK ? read_bytes(p, &n) : NULL;
+    s = b ? lyco_st_open_memory(b, n, "mem", &f) : LYCO_ERR_IO;
+    memset(got, 0, sizeof got);
+    s = s == LYCO_OK ? lyco_st_read(lyco_st_find(f, "w"), 0, got, 24) : s;
+    check(s == LYCO_OK && memcmp(got, a, 24) == 0, "read: memory file");
+    lyco_st_close(f);
+    free(b);
+    unlink(p);
+}
+
+/* ============================================================================================
+ * the streaming writer
+ * ========================================================================================== */
+
+static uint8_t *pattern(size_t n, unsigned salt) {
+    uint8_t *b = xmalloc(n);
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(i * 131u + salt * 17u + (i >> 8));
+    return b;
+}
+
+static void test_stream(void) {
+    char p[1024], q[1024];
+    path_in(p, sizeof p, g_dir, "stream.safetensors");
+    path_in(q, sizeof q, g_dir, "whole.safetensors");
+    int64_t s0[2] = {64, 33}, s1[1] = {7}, s2[1] = {0}, s3[3] = {3, 5, 2};
+    lyco_st_entry e[4] = {{"big", LYCO_ST_F32, 2, s0, NULL, 64 * 33 * 4},
+                          {"small.u8", LYCO_ST_U8, 1, s1, NULL, 7},
+                          {"empty", LYCO_ST_BF16, 1, s2, NULL, 0},
+                          {"mid", LYCO_ST_F16, 3, s3, NULL, 60}};
+    uint8_t *d[4];
+    for (int i = 0; i < 4; i++) d[i] = pattern((size_t)e[i].nbytes + 1, (unsigned)i);
+    const char *meta[] = {"format", "pt", "tool", "lyco", NULL};
+    uint64_t hs = 0, fs = 0;
+    lyco_status s = lyco_st_layout(e, 4, meta, &hs, &fs);
+    check(s == LYCO_OK && hs % 8 == 0 && fs == 8 + hs + 64 * 33 * 4 + 7 + 60,
+          "layout: header %" PRIu64 " bytes (multiple of 8), file %" PRIu64 " bytes", hs, fs);
+
+    /* the reference: lyco_st_write with the data in place */
+    lyco_st_entry full[4];
+    for (int i = 0; i < 4; i++) { full[i] = e[i]; full[i].data = d[i]; }
+    s = lyco_st_write(q, full, 4, meta);
+
+    lyco_st_writer *w = NULL;
+    s = lyco_st_writer_open(&w, p, e, 4, meta, 0);
+    check(s == LYCO_OK && w && lyco_st_writer_file_size(w) == fs && !file_exists(p) &&
+              count_temps(g_dir) == 1,
+          "stream: open creates only a temp (%s)", lyco_last_error());
+    if (s != LYCO_OK) return;
+    const char *tp = lyco_st_writer_temp_path(w);
+    struct stat sb;
+    mode_t um = umask(0);
+    umask(um);
+    check(tp && stat(tp, &sb) == 0 && (sb.st_mode & 0777) == (0666 & ~um),
+          "stream: temp mode honours the umask (%o)", tp ? (unsigned)(sb.st_mode & 0777) : 0u);
+    check(lyco_st_writer_index(w, "mid") == 3 && lyco_st_writer_index(w, "nope") == -1,
+          "stream: name -> caller index");
+    /* any tensor order; the big one in uneven chunks */
+    s = lyco_st_writer_put(w, 3, d[3], 60);
+    s = s == LYCO_OK ? lyco_st_writer_put(w, 1, d[1], 7) : s;
+    uint64_t off = 0, chunk = 1;
+    while (s == LYCO_OK && off < e[0].nbytes) {
+        uint64_t c = chunk < e[0].nbytes - off ? chunk : e[0].nbytes - off;
+        s = lyco_st_writer_put_chunk(w, 0, d[0] + off, c);
+        off += c;
+        chunk = chunk * 3 + 1;
+    }
+    check(s == LYCO_OK && lyco_st_writer_done_bytes(w, 0) == (int64_t)e[0].nbytes,
+          "stream: puts in any order, chunks (%s)", lyco_last_error());
+    /* argument errors leave the writer usable */
+    s = lyco_st_writer_put_chunk(w, 1, d[1], 1);
+    check(s == LYCO_ERR_INVALID && strstr(lyco_last_error(), "would overrun the tensor") &&
+              strstr(lyco_last_error(), "\"small.u8\""),
+          "stream: overrun -> LYCO_ERR_INVALID naming the tensor (%s)", lyco_last_error());
+    s = lyco_st_writer_put(w, 3, d[3], 60);
+    check(s == LYCO_ERR_INVALID && strstr(lyco_last_error(), "takes the whole tensor"),
+          "stream: put of an already written tensor -> LYCO_ERR_INVALID");
+    check(lyco_st_writer_put(w, 4, d[0], 1) == LYCO_ERR_INVALID &&
+              lyco_st_writer_put(w, -1, d[0], 1) == LYCO_ERR_INVALID,
+          "stream: index out of range -> LYCO_ERR_INVALID");
+    check(lyco_st_writer_put_chunk(w, 0, NULL, 0) == LYCO_OK &&
+              lyco_st_writer_put_chunk(w, 1, NULL, 0) == LYCO_OK,
+          "stream: zero-byte chunks are no-ops");
+    s = lyco_st_writer_commit(w);
+    size_t n1 = 0, n2 = 0;
+    uint8_t *b1 = read_bytes(p, &n1), *b2 = read_bytes(q, &n2);
+    check(s == LYCO_OK && b1 && b2 && n1 == n2 && n1 == fs && memcmp(b1, b2, n1) == 0 &&
+              count_temps(g_dir) == 0,
+          "stream: committed file is byte-identical to lyco_st_write's (%zu bytes; %s)", n1,
+          lyco_last_error());
+    free(b1);
+    free(b2);
+
+    /* incomplete at commit: nothing at the path, temp removed */
+    unlink(p);
+    s = lyco_st_writer_open(&w, p, e, 4, NULL, 0);
+    if (s == LYCO_OK) s = lyco_st_writer_put(w, 0, d[0], e[0].nbytes);
+    if (s == LYCO_OK) s = lyco_st_writer_put_chunk(w, 3, d[3], 10);
+    s = s == LYCO_OK ? lyco_st_writer_commit(w) : s;
+    check(s == LYCO_ERR_INVALID && strstr(lyco_last_error(), "incomplete at commit") &&
+              !file_exists(p) && count_temps(g_dir) == 0,
+          "stream: incomplete commit -> LYCO_ERR_INVALID, no file, no temp (%s)",
+          lyco_last_error());
+    /* abort */
+    s = lyco_st_writer_open(&w, p, e, 4, NULL, 0);
+    if (s == LYCO_OK) lyco_st_writer_put(w, 1, d[1], 7);
+    lyco_st_writer_abort(w);
+    lyco_st_writer_abort(NULL);
+    check(s == LYCO_OK && !file_exists(p) && count_temps(g_dir) == 0,
+          "stream: abort leaves nothing");
+    /* open rejects what lyco_st_write rejects, before touching the disk; data may be NULL */
+    lyco_st_entry dup[2] = {e[0], e[0]};
+    s = lyco_st_writer_open(&w, p, dup, 2, NULL, 0);
+    check(s == LYCO_ERR_INVALID && w == NULL && count_temps(g_dir) == 0,
+          "stream: open validates the entries (duplicate name)");
+    check(lyco_st_writer_open(&w, p, e, 4, NULL, 8) == LYCO_ERR_INVALID &&
+              strstr(lyco_last_error(), "unknown bits"),
+          "stream: unknown flag bits -> LYCO_ERR_INVALID");
+    check(lyco_st_writer_open(NULL, p, e, 4, NULL, 0) == LYCO_ERR_NULL &&
+              lyco_st_writer_put(NULL, 0, d[0], 1) == LYCO_ERR_NULL &&
+              lyco_st_writer_commit(NULL) == LYCO_ERR_NULL,
+          "stream: NULL writer / out -> LYCO_ERR_NULL");
+
+    /* LYCO_ST_NOREPLACE: refuses an existing target, leaves it and no temp */
+    size_t nq = 0;
+    uint8_t *orig = read_bytes(q, &nq);
+    s = lyco_st_writer_open(&w, q, e + 1, 1, NULL, LYCO_ST_NOREPLACE);
+    if (s == LYCO_OK) s = lyco_st_writer_put(w, 0, d[1], 7);
+    if (s == LYCO_OK) s = lyco_st_writer_commit(w);
+    size_t nq2 = 0;
+    uint8_t *now = read_bytes(q, &nq2);
+    check(s == LYCO_ERR_IO && strstr(lyco_last_error(), "replacing it was not allowed") &&
+              orig && now && nq == nq2 && memcmp(orig, now, nq) == 0 && count_temps(g_dir) == 0,
+          "stream: NOREPLACE on an existing target -> LYCO_ERR_IO, target unchanged, no temp "
+          "(%s)", lyco_last_error());
+    free(orig);
+    free(now);
+    s = lyco_st_writer_open(&w, p, e + 1, 1, NULL, LYCO_ST_NOREPLACE);
+    if (s == LYCO_OK) s = lyco_st_writer_put(w, 0, d[1], 7);
+    if (s == LYCO_OK) s = lyco_st_writer_commit(w);
+    lyco_st_file *f = NULL;
+    check(s == LYCO_OK && lyco_st_open(p, &f) == LYCO_OK && lyco_st_count(f) == 1 &&
+              count_temps(g_dir) == 0,
+          "stream: NOREPLACE on a fresh path works, no temp left");
+    lyco_st_close(f);
+    unlink(p);
+    unlink(q);
+    for (int i = 0; i < 4; i++) free(d[i]);
+}
+
+/* ENOSPC / EIO on the nth write and on fsync/close/rename/dirsync of the streaming writer:
+   clean failure, the temp removed at once, no partial final file (FORMATS.md §2.6). */
+static void test_stream_faults(void) {
+    char p[1024];
+    path_in(p, sizeof p, g_dir, "sfault.safetensors");
+    int64_t sa[1] = {1000}, sb[1] = {300};
+    lyco_st_entry e[2] = {{"a", LYCO_ST_F32, 1, sa, NULL, 4000}, {"b", LYCO_ST_U8, 1, sb, NULL, 300}};
+    uint8_t *da = pattern(4000, 1), *db = pattern(300, 2);
+    /* writes: 1 = header, 2..5 = four chunks of a, 6 = b */
+    static const struct { lyco_st_fault_op op; int64_t nth; int err; } faults[] = {
+        {LYCO_ST_FAULT_WRITE, 1, ENOSPC}, {LYCO_ST_FAULT_WRITE, 3, ENOSPC},
+        {LYCO_ST_FAULT_WRITE, 6, EIO},    {LYCO_ST_FAULT_FSYNC, 1, EIO},
+        {LYCO_ST_FAULT_FSYNC, 1, ENOSPC}, {LYCO_ST_FAULT_CLOSE, 1, EIO},
+        {LYCO_ST_FAULT_RENAME, 1, EIO},
+    };
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+        lyco_st_fault_inject(faults[i].op, faults[i].nth, faults[i].err);
+        lyco_st_writer *w = NULL;
+        lyco_status s = lyco_st_writer_open(&w, p, e, 2, NULL, 0);
+        lyco_status first = s;
+        int temps_after_fail = -1;
+        for (int c = 0; s == LYCO_OK && c < 4; c++) {
+            s = lyco_st_writer_put_chunk(w, 0, da + 1000 * c, 1000);
+        }
+        if (s == LYCO_OK) s = lyco_st_writer_put(w, 1, db, 300);
+        if (s != LYCO_OK) {
+            temps_after_fail = count_temps(g_dir);
+            /* a failed writer accepts nothing more */
+            lyco_status again = w ? lyco_st_writer_put(w, 1, db, 300) : LYCO_ERR_IO;
+            s = w ? lyco_st_writer_commit(w) : s;
+            s = again == LYCO_ERR_IO ? s : LYCO_OK;
+        } else {
+            s = lyco_st_writer_commit(w);
+            temps_after_fail = 0;
+        }
+        lyco_st_fault_inject(faults[i].op, 0, 0);
+        bool ok = s == LYCO_ERR_IO && temps_after_fail == 0 && !file_exists(p) &&
+                  count_temps(g_dir) == 0 && (first == LYCO_OK || w == NULL);
+        check(ok, "stream faults: op %d #%" PRId64 " errno %d -> LYCO_ERR_IO, temp removed at "
+                  "once, no file (%s)", (int)faults[i].op, faults[i].nth, faults[i].err,
+              lyco_last_error());
+    }
+    free(da);
+    free(db);
+}
+
+/* ============================================================================================
  * randomized round trips and byte mutation
  * ========================================================================================== */
 
@@ -1039,29 +1319,30 @@ static void test_mutation(uint64_t seed) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--corpus") == 0) {
         int n = corpus_write_all(argv[2]);
-        printf("wrote %d of %zu corpus files to %s\n", n, N_CORPUS, argv[2]);
-        return n == (int)N_CORPUS ? 0 : 1;
+        printf("wrote %d of %zu corpus files to %s\n", n, N_CORPUS + 1, argv[2]);
+        return n == (int)N_CORPUS + 1 ? 0 : 1;
     }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/lyco-st-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        printf("FAIL: cannot create a temp dir under %s\n0 passed, 1 failed\n", tmp ? tmp : "/tmp");
-        return 1;
+    const char *committed = NULL;
+    if (argc == 3 && strcmp(argv[1], "--check-corpus") == 0) committed = argv[2];
+    else if (argc != 1) {
+        fprintf(stderr, "usage: test_safetensors [--corpus DIR | --check-corpus DIR]\n");
+        return 2;
     }
-    uint64_t seed = lyco_seed_from_env();
-    printf("test_safetensors: temp dir %s, seed %" PRIu64 "\n", g_dir, seed);
+    uint64_t seed = st_test_begin("test_safetensors");
 
     test_corpus();
+    if (committed) test_corpus_on_disk(committed);
     test_open_io();
     test_roundtrip();
     test_reference_vectors();
     test_writer_errors();
     test_writer_faults();
+    test_memory();
+    test_load_read();
+    test_stream();
+    test_stream_faults();
     test_random(seed);
     test_mutation(seed);
 
-    if (g_fail == 0) remove_tree(g_dir);
-    else printf("temp dir kept for inspection: %s\n", g_dir);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail == 0 ? 0 : 1;
+    return st_test_end();
 }
