@@ -134,6 +134,7 @@ lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, cha
     }
     default: {
         act_req ar[] = {{c->bypass->x, "x", &g.x}, {c->dy, "dy", &g.dy}, {c->dx, "dx", &g.dx}, {c->dy0, "dy0", &g.dy0}};
+        g.dy0_zero = c->bypass->y0 && (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? 1 : 0;
         fill_geo(c, &g.geo);
         fill_grads(c, &g, rq, &n);
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 4, why, why_len))) return rc;

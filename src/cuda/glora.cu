@@ -1,7 +1,7 @@
 /*
  * glora.cu — GLoRA (ALGORITHMS.md §2.7, lyco's semantics: s·m·σs applied once) on the GPU:
- * merge forward/backward for linear and conv layers (W flattened to O×(I·K), column j = c·K + κ),
- * bypass forward/backward for linear layers.
+ * all four directions for linear and conv layers (W flattened to O×(I·K), column j = c·K + κ;
+ * bypass activations N×C×spatial, linear = no spatial dims).
  *
  *   ΔW[o, c·K+κ] = s·σs·( Σ_i B1[o,i]·B2[i, c·K+κ] + Σ_j P_κ[o,j]·A2[j,c] ),
  *   P_κ[o,j]     = Σ_c' W[o, c'·K+κ]·A1[c',j]                     (W ×_in A1, per kernel position)
@@ -20,14 +20,18 @@
  *             G_B1 = c·Γ·B2ᵀ,  G_B2 = c·B1ᵀ·Γ,  G_A2 = c·Σ_κ P_κᵀ·Γ_κ,
  *             GP_κ = Γ_κ·A2ᵀ (fp32 scratch),  G_A1 = c·Σ_κ W_κᵀ·GP_κ,
  *             G_σs = s·m·(⟨B1, Γ·B2ᵀ⟩ + ⟨P, GP⟩).
- * bypass fwd (linear; the A path's x·A2ᵀ·A1ᵀ·Wᵀ is reassociated through P = W·A1, O×r):
- *             hA = RN_CT(x·A2ᵀ)⊙q_a, hB = RN_CT(x·B2ᵀ)⊙q_b  (T×r, rounded like the eager chain),
- *             y = y0 + s·m·σs·(hA·Pᵀ + hB·B1ᵀ).
- * bypass bwd (linear; g = RN_CT(dy)):
- *             gA = (g·P)⊙q_a, gB = (g·B1)⊙q_b (T×r),  dx = c·(gA·A2 + gB·B2),
- *             G_B1 = c·(gᵀ·hB)⊙q_b, G_B2 = c·gBᵀ·x, G_A2 = c·gAᵀ·x,
- *             G_A1 = c·Wᵀ·((gᵀ·hA)⊙q_a)  (no T×I intermediate),  dy0 = RN(dy),
- *             G_σs = s·m·(⟨gA, hA⟩ + ⟨gB, hB⟩)  (hA, hB unmasked here).
+ * bypass fwd (the A path's op(A1·A2·x, W) is reassociated through P: conv(hA, P) — the base
+ *             weight's contraction over I is done once, on W, not per token):
+ *             hA = RN_CT(x·A2ᵀ)⊙q_a (x's grid), hB = RN_CT(op(x, B2))⊙q_b (y's grid), rounded like
+ *             the eager chain (NUMERICS.md §1.6);  y = y0 + s·m·σs·(Σ_κ im2col_κ(hA)·P_κᵀ + hB·B1ᵀ).
+ * bypass bwd (g = RN_CT(dy), c = s·m·σs):
+ *             gA = (Σ_κ gather_κ(g)·P_κ)⊙q_a,  gB = (g·B1)⊙q_b,  dx = c·(gA·A2 + Σ_κ gather_κ(gB)·B2_κ),
+ *             G_A2 = c·gAᵀ·x,  G_B2_κ = c·gBᵀ·im2col_κ(x),  G_B1 = c·(gᵀ·hB)⊙q_b,
+ *             G_A1 = c·Σ_κ W_κᵀ·Y_κ, Y_κ = (gᵀ·im2col_κ(hA))⊙q_a  (no N×I×spatial intermediate),
+ *             G_σs = s·m·(⟨gA, hA⟩ + ⟨gB, hB⟩)  (hA, hB unmasked here);  dy0 = RN(dy), or 0 when
+ *             y0 was given with LYCO_BYPASS_DELTA_ONLY.
+ *             im2col_κ / gather_κ: operands read through the conv geometry (k_gemm's GK_IM2COL /
+ *             GK_GATHER), never materialised; linear layers are the 1-position, K = 1 case.
  * Tiling: 64×64 output tiles, 256 threads × 4×4 accumulators, reduction in steps of 16 staged
  * through shared memory (fp32, ~8.5 KB); grid x = row tiles, y = column tiles, z = κ batch.
  * Accumulation: each step's 16 products are summed in fp32 (FFMA), the step partials are added
@@ -36,8 +40,8 @@
  * grows like √I·u relative); the two-level sum bounds it by the 16-term step.
  * Deterministic: each output element is one thread's fixed-order sum; the σs dot products are one
  * block's fixed-order tree. No atomics, no host synchronisation.
- * Extra memory (fp32 scratch, stream-ordered): merge fwd K·O·r; merge bwd up to 2·K·O·r + O·r;
- * bypass fwd O·r + 2·T·r; bypass bwd 2·O·r + 4·T·r.
+ * Extra memory (fp32 scratch, stream-ordered): merge fwd K·O·r; merge bwd 2·K·O·r + O·r;
+ * bypass fwd K·O·r + N·r·(sp_in + sp_out); bypass bwd 2·K·O·r + 2·N·r·(sp_in + sp_out).
  */
 #include <stdio.h>
 #include <string.h>
@@ -499,12 +503,13 @@ extern "C" int lk_glora_bypass_fwd(const lk_glora_args *a, void *stream) {
     return rc ? rc : rf;
 }
 
-/* dst = RN(RN_CT(src)) elementwise over N×C×SP activations. */
+/* dst = RN(RN_CT(src)) elementwise over N×C×SP activations (src p NULL: dst = 0). */
 __global__ __launch_bounds__(NT) void k_copy_act(lk_act dst, lk_act src, i64 C, i64 SP, i64 n, int ct) {
     for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
         i64 p = idx % SP, c = (idx / SP) % C, b = idx / SP / C;
-        float v = round_to(ld_elem((const char *)src.p + (b * src.sn + c * src.sc + p * src.sp) * (i64)dt_size(src.dt), src.dt,
-                                   src.flags & LK_UNALIGNED), ct);
+        float v = src.p ? round_to(ld_elem((const char *)src.p + (b * src.sn + c * src.sc + p * src.sp) * (i64)dt_size(src.dt), src.dt,
+                                           src.flags & LK_UNALIGNED), ct)
+                        : 0.0f;
         st_elem((char *)dst.p + (b * dst.sn + c * dst.sc + p * dst.sp) * (i64)dt_size(dst.dt), dst.dt, dst.flags & LK_UNALIGNED, v);
     }
 }
@@ -607,7 +612,9 @@ static int bypass_bwd_body(const lk_glora_args *a, const bwd_scratch &w, cudaStr
         (rc = run_dot2(op(scr(w.gA, ra, r), 0, 0, 1), op(scr(w.hA, ra, r), 0, 0, 1), op(scr(w.gB, rb, r), 0, 0, 1),
                        op(scr(w.hB, rb, r), 0, 0, 1), (float)(a->s * a->m), a->ct, a->gsigma, s)))
         return rc;
-    return copy_act(a->dy0, a->dy, a->T, a->O, a->geo.spout, a->ct, s); /* last: dy0 may be dy itself */
+    lk_act zero;
+    memset(&zero, 0, sizeof zero);
+    return copy_act(a->dy0, a->dy0_zero ? zero : a->dy, a->T, a->O, a->geo.spout, a->ct, s); /* last: dy0 may be dy itself */
 }
 
 extern "C" int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream) {

@@ -46,6 +46,7 @@ typedef struct {
     lk_view G;                /* merge backward: ∂L/∂W'' (O×I·K) */
     lk_act x, y, y0;          /* bypass: x (N×I×sp_in), y, y0 (N×O×sp_out; y0 p NULL = write Δ alone) */
     lk_act dy, dx, dy0;       /* bypass backward (dx / dy0 p NULL = not wanted) */
+    int32_t dy0_zero;         /* y0 given with LYCO_BYPASS_DELTA_ONLY: y did not read y0, dy0 = 0 */
     lk_view gA1, gA2, gB1, gB2, gsigma;  /* gradients (p NULL = not wanted) */
 } lk_glora_args;
 
