@@ -10,6 +10,8 @@
  *     index, no temp;
  *   - the broken-index corpus: one index per rule (JSON, duplicates, structure, shard-name path
  *     safety, cross-checks), each asserting its status and message (index path, tensor, rule);
+ *   - SIGKILL of a writing child at random points: no index, the shards present valid, the
+ *     stale temp swept, a resumed run (skipping the shards present) byte-identical;
  *   - lyco_st_write_text_atomic and lyco_st_remove_stale_temps (dead vs live pids).
  * Prints one line per check and "N passed, M failed"; random parts print their seed (LYCO_SEED).
  * Assumptions: POSIX (fork, waitpid, mkdtemp), a writable TMPDIR (or /tmp).
@@ -19,6 +21,7 @@
 #endif
 
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -324,6 +327,109 @@ static void test_faults(uint64_t seed) {
 }
 
 /* ============================================================================================
+ * SIGKILL at random points (FORMATS.md §2.6): the output is either absent or complete, the
+ * leftover temp is swept as stale, and a resumed run produces identical bytes
+ * ========================================================================================== */
+
+/* Writes the fixture in entry order, whole tensors; in a child, SIGKILLs itself after `kill_after`
+   puts (-1: never). Returns the status (the parent's runs). */
+static lyco_status write_in_order(const char *dir, const fixture *fx, int kill_after,
+                                  const bool *skip) {
+    lyco_st_shard_writer *w = NULL;
+    lyco_status s = lyco_st_shard_writer_open(&w, dir, "m", fx->e, NT, NULL, 1000, 0);
+    for (int k = 0; skip && s == LYCO_OK && k < lyco_st_shard_writer_shard_count(w); k++) {
+        if (skip[k]) s = lyco_st_shard_writer_skip(w, k);
+    }
+    for (int i = 0; s == LYCO_OK && i < NT; i++) {
+        if (kill_after == i) raise(SIGKILL);
+        if (skip && skip[lyco_st_shard_writer_shard_of(w, i)]) continue;
+        s = lyco_st_shard_writer_put(w, i, fx->data[i], fx->e[i].nbytes);
+    }
+    if (s == LYCO_OK) return lyco_st_shard_writer_commit(w);
+    lyco_st_shard_writer_abort(w);
+    return s;
+}
+
+/* True when every file of dir a equals the same-named file of dir b (and b has no others). */
+static bool dirs_equal(const char *a, const char *b) {
+    DIR *d = opendir(a);
+    int na = 0, nb = 0;
+    bool ok = d != NULL;
+    struct dirent *e;
+    char pa[1024], pb[1024];
+    while (ok && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        na++;
+        path_in(pa, sizeof pa, a, e->d_name);
+        path_in(pb, sizeof pb, b, e->d_name);
+        size_t x = 0, y = 0;
+        uint8_t *u = read_bytes(pa, &x), *v = read_bytes(pb, &y);
+        ok = u && v && x == y && memcmp(u, v, x) == 0;
+        free(u);
+        free(v);
+    }
+    if (d) closedir(d);
+    d = opendir(b);
+    while (d && (e = readdir(d)) != NULL) nb += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return ok && na == nb;
+}
+
+static void test_kill(uint64_t seed) {
+    lyco_rng r;
+    lyco_rng_seed(&r, seed ^ 0x2545f4914f6cdd1du);
+    fixture fx;
+    fixture_make(&fx, &r);
+    char ref[600], dir[600], ip[1024];
+    path_in(ref, sizeof ref, g_dir, "kill-ref");
+    path_in(dir, sizeof dir, g_dir, "kill");
+    mkdir(ref, 0700);
+    check(write_in_order(ref, &fx, -1, NULL) == LYCO_OK, "kill: reference output written");
+    path_in(ip, sizeof ip, dir, "m.safetensors.index.json");
+    int64_t want_of[NT];
+    int64_t ns = expected_shards(&fx, 1000, want_of);
+    for (int round = 0; round < 4; round++) {
+        int kill_after = 1 + (int)(lyco_rng_next(&r) % (NT - 1));
+        remove_tree(dir);
+        mkdir(dir, 0700);
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            write_in_order(dir, &fx, kill_after, NULL);
+            _exit(3);   /* not reached: killed */
+        }
+        int status = 0;
+        bool killed = child > 0 && waitpid(child, &status, 0) == child && WIFSIGNALED(status) &&
+                      WTERMSIG(status) == SIGKILL;
+        /* every final shard present is complete and valid; the index is absent */
+        bool skip[16] = {false}, valid = !file_exists(ip);
+        char sp[1024], name[128];
+        for (int64_t k = 0; k < ns; k++) {
+            snprintf(name, sizeof name, "m-%05" PRId64 "-of-%05" PRId64 ".safetensors", k + 1, ns);
+            path_in(sp, sizeof sp, dir, name);
+            if (!file_exists(sp)) continue;
+            lyco_st_file *f = NULL;
+            valid = valid && lyco_st_open(sp, &f) == LYCO_OK;
+            lyco_st_close(f);
+            skip[k] = true;
+        }
+        int left = count_temps(dir);
+        int64_t swept = 0;
+        for (int64_t k = 0; k < ns; k++) {
+            int64_t one = 0;
+            snprintf(name, sizeof name, "m-%05" PRId64 "-of-%05" PRId64 ".safetensors", k + 1, ns);
+            if (lyco_st_remove_stale_temps(dir, name, &one) == LYCO_OK) swept += one;
+        }
+        lyco_status s = write_in_order(dir, &fx, -1, skip);
+        check(killed && valid && swept == left && count_temps(dir) == 0 && s == LYCO_OK &&
+                  dirs_equal(dir, ref),
+              "kill after %d puts: no index, shards present are valid, %d stale temp(s) swept, "
+              "resume gives byte-identical output", kill_after, left);
+    }
+    fixture_free(&fx);
+}
+
+/* ============================================================================================
  * the broken-index corpus: one index per rule
  * ========================================================================================== */
 
@@ -531,6 +637,7 @@ int main(void) {
     uint64_t seed = st_test_begin("test_shards");
     test_write_read(seed);
     test_faults(seed);
+    test_kill(seed);
     test_index_corpus();
     test_text_and_stale();
     return st_test_end();
