@@ -677,7 +677,7 @@ static lyco_status merge_tensor(plan *p, out_writer *w, int64_t i, progress *pg)
 }
 
 static int stream_all(plan *p, out_writer *w, const bool *skip) {
-    progress pg = {p->o->progress, now_s(), 0, 0, 0, 0, p->nbase};
+    progress pg = {.mode = p->o->progress, .t0 = now_s(), .n_total = p->nbase};
     if (pg.mode == PROG_AUTO) pg.mode = isatty(2) ? PROG_TTY : PROG_NONE;
     for (int64_t i = 0; i < p->nbase; i++) pg.bytes_total += lyco_st_model_get(p->base, i)->nbytes;
     for (int64_t i = 0; i < p->nbase; i++) {
@@ -919,7 +919,7 @@ static int run_sharded(plan *p) {
     out_writer ow = {NULL, w};
     /* stream, recording each shard in the manifest as it commits */
     if (rc < 0) {
-        progress pg = {o->progress, now_s(), 0, 0, 0, 0, p->nbase};
+        progress pg = {.mode = o->progress, .t0 = now_s(), .n_total = p->nbase};
         if (pg.mode == PROG_AUTO) pg.mode = isatty(2) ? PROG_TTY : PROG_NONE;
         for (int64_t i = 0; i < p->nbase; i++) pg.bytes_total += lyco_st_model_get(p->base, i)->nbytes;
         for (int64_t i = 0; i < p->nbase && rc < 0; i++) {
@@ -989,6 +989,10 @@ static int run_single(plan *p) {
     char dir[4096];
     dir_of(p->o->out_path, dir, sizeof dir);
     if ((rc = check_space(dir, fsize)) >= 0) return rc;
+    const char *slash = strrchr(p->o->out_path, '/');
+    int64_t removed = 0;
+    if (lyco_st_remove_stale_temps(dir, slash ? slash + 1 : p->o->out_path, &removed) == LYCO_OK && removed)
+        fprintf(stderr, "lyco merge: removed %lld stale temp file(s) of an interrupted run\n", (long long)removed);
     out_writer w = {NULL, NULL};
     st = lyco_st_writer_open(&w.one, p->o->out_path, p->entries, p->nbase, (const char *const *)p->meta, 0);
     if (st) {
