@@ -58,20 +58,20 @@ fail() { echo "!! $*" | tee -a "$LOG"; status=1; }
 say "lyco gpu tier: commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+local changes'), seed $SEED"
 
 # ---- 1. build ----
+if ! pkg-config --exists jansson 2>/dev/null; then
+    if [ -f build-deps/lib/pkgconfig/jansson.pc ]; then
+        export PKG_CONFIG_PATH="$PWD/build-deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+        export LD_LIBRARY_PATH="$PWD/build-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "jansson from build-deps/"
+    else
+        fail "jansson is missing: run 'bash tools/gpu-tier.sh --stage-deps' where libjansson-dev is installed and carry build-deps/"
+        exit 1
+    fi
+fi
 if [ -n "${LYCO_PREBUILT:-}" ]; then
     LYCO="$LYCO_PREBUILT"
     say "using prebuilt $LYCO"
 else
-    if ! pkg-config --exists jansson 2>/dev/null; then
-        if [ -f build-deps/lib/pkgconfig/jansson.pc ]; then
-            export PKG_CONFIG_PATH="$PWD/build-deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-            export LD_LIBRARY_PATH="$PWD/build-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-            say "jansson from build-deps/"
-        else
-            fail "jansson is missing: run 'bash tools/gpu-tier.sh --stage-deps' where libjansson-dev is installed and carry build-deps/"
-            exit 1
-        fi
-    fi
     say "configure $BUILD (CUDA arch $ARCH, -DLYCO_WERROR=ON)"
     if ! cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DLYCO_WERROR=ON -DLYCO_CUDA=ON >>"$LOG" 2>&1; then
         fail "configure failed (see $LOG)"
