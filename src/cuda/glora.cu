@@ -38,10 +38,14 @@
  * in fp64. P = W·A1 and the rank activations are reductions over I (1280+ terms) feeding a second
  * product: one fp32 running sum over I put the fp32-output rows ~40 ULP off (the sum's error
  * grows like √I·u relative); the two-level sum bounds it by the 16-term step.
- * Deterministic: each output element is one thread's fixed-order sum; the σs dot products are one
- * block's fixed-order tree. No atomics, no host synchronisation.
+ * Skinny products (few output tiles, long reduction: P = W·A1, the factor gradients) are split
+ * over the reduction into S fp64 partials (S from the shape only: ≥ 512 blocks, ≥ 256 elements per
+ * split), summed in split order by k_gemm_fin, which applies the same epilogue.
+ * Deterministic: each output element is a fixed-order sum; the σs dot products are one block's
+ * fixed-order tree. No atomics, no host synchronisation.
  * Extra memory (fp32 scratch, stream-ordered): merge fwd K·O·r; merge bwd 2·K·O·r + O·r;
- * bypass fwd K·O·r + N·r·(sp_in + sp_out); bypass bwd 2·K·O·r + 2·N·r·(sp_in + sp_out).
+ * bypass fwd K·O·r + N·r·(sp_in + sp_out); bypass bwd 2·K·O·r + 2·N·r·(sp_in + sp_out); plus,
+ * while a split product runs, its fp64 partials (S·Z·M·N doubles, S ≤ 64).
  */
 #include <stdio.h>
 #include <string.h>
@@ -81,6 +85,8 @@ typedef struct {
     lk_view sigma, colq;    /* σs (p NULL = 1), per-column scale (p NULL = 1) */
     int rnd_first;          /* v = RN_CT(acc) before colq */
     lk_geo geo;
+    i64 Z, kper;            /* batch count; split-K: reduction elements per split */
+    double *part;           /* split-K partials S×Z×M×N (NULL: no split, epilogue in k_gemm) */
 } ggemm;
 
 /* The source position of IM2COL / GATHER for row position p and kernel offset kap; false: zero. */
@@ -129,11 +135,24 @@ __device__ __forceinline__ float gld(const gop &o, const lk_geo &G, i64 z, i64 z
     return o.raw ? v : round_to(v, ct);
 }
 
+/* The epilogue of element (z, mr, nc) of a product whose sum is acc. */
+__device__ __forceinline__ void gemm_epi(const ggemm &g, i64 z, i64 mr, i64 nc, double acc) {
+    const float scale = g.coef * (g.sigma.p ? round_to(vload(g.sigma, 0, 0), g.ct) : 1.0f);
+    float v = g.rnd_first ? round_to((float)acc, g.ct) : (float)acc;
+    if (g.colq.p) v *= vload(g.colq, 0, nc);
+    float dw = v * scale;
+    if (g.mode >= 0) {
+        float w = g.base.v.p ? gld(g.base, g.geo, z, 0, mr, nc, g.ct) : 0.0f;
+        dw = merge_elem(w, dw, g.mode, g.m, false, NULL);
+    }
+    st_elem((char *)gaddr(g.C, g.geo, z, 0, mr, nc), g.C.v.dt, g.C.v.flags & LK_UNALIGNED, dw);
+}
+
 __global__ __launch_bounds__(NT) void k_gemm(ggemm g) {
     __shared__ float As[GBK][GBM + 1];
     __shared__ float Bs[GBK][GBN + 1];
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const i64 m0 = (i64)blockIdx.x * GBM, n0 = (i64)blockIdx.y * GBN, z = blockIdx.z;
+    const i64 m0 = (i64)blockIdx.x * GBM, n0 = (i64)blockIdx.y * GBN, z = blockIdx.z % g.Z, split = blockIdx.z / g.Z;
     double acc[4][4];   /* sum of the fp32 step partials (see the header) */
 #pragma unroll
     for (int p = 0; p < 4; p++)
@@ -145,16 +164,17 @@ __global__ __launch_bounds__(NT) void k_gemm(ggemm g) {
             /* the fastest-varying axis of each tile load: m / n where the operand is stored that way */
             const bool amaj = A.kind == GK_PLAIN ? (A.v.s0 == 1 && A.v.s1 != 1) : A.trans ? A.sc == 1 : A.sp == 1;
             const bool bmaj = B.kind == GK_PLAIN ? B.v.s1 == 1 : B.trans ? B.sp == 1 : B.sc == 1;
-            for (i64 k0 = 0; k0 < g.Kd[t]; k0 += GBK) {
+            const i64 klo = g.part ? split * g.kper : 0, khi = g.part && klo + g.kper < g.Kd[t] ? klo + g.kper : g.Kd[t];
+            for (i64 k0 = klo; k0 < khi; k0 += GBK) {
 #pragma unroll
                 for (int e = 0; e < GBM * GBK / NT; e++) {
                     int idx = threadIdx.x + e * NT;
                     int mm = amaj ? idx % GBM : idx / GBK, kk = amaj ? idx / GBM : idx % GBK;
                     i64 mr = m0 + mm, kc = k0 + kk;
-                    As[kk][mm] = (mr < g.M && kc < g.Kd[t]) ? gld(A, g.geo, z, zz, mr, kc, g.ct) : 0.0f;
+                    As[kk][mm] = (mr < g.M && kc < khi) ? gld(A, g.geo, z, zz, mr, kc, g.ct) : 0.0f;
                     int nn = bmaj ? idx % GBN : idx / GBK, kb = bmaj ? idx / GBN : idx % GBK;
                     i64 nc = n0 + nn, kr = k0 + kb;
-                    Bs[kb][nn] = (nc < g.N && kr < g.Kd[t]) ? gld(B, g.geo, z, zz, kr, nc, g.ct) : 0.0f;
+                    Bs[kb][nn] = (nc < g.N && kr < khi) ? gld(B, g.geo, z, zz, kr, nc, g.ct) : 0.0f;
                 }
                 __syncthreads();
                 float part[4][4];
@@ -181,22 +201,26 @@ __global__ __launch_bounds__(NT) void k_gemm(ggemm g) {
                 __syncthreads();
             }
         }
-    const float scale = g.coef * (g.sigma.p ? round_to(vload(g.sigma, 0, 0), g.ct) : 1.0f);
 #pragma unroll
     for (int p = 0; p < 4; p++)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             i64 mr = m0 + ty + 16 * p, nc = n0 + tx + 16 * q;
             if (mr >= g.M || nc >= g.N) continue;
-            float v = g.rnd_first ? round_to((float)acc[p][q], g.ct) : (float)acc[p][q];
-            if (g.colq.p) v *= vload(g.colq, 0, nc);
-            float dw = v * scale;
-            if (g.mode >= 0) {
-                float w = g.base.v.p ? gld(g.base, g.geo, z, 0, mr, nc, g.ct) : 0.0f;
-                dw = merge_elem(w, dw, g.mode, g.m, false, NULL);
-            }
-            st_elem((char *)gaddr(g.C, g.geo, z, 0, mr, nc), g.C.v.dt, g.C.v.flags & LK_UNALIGNED, dw);
+            if (g.part) g.part[((split * g.Z + z) * g.M + mr) * g.N + nc] = acc[p][q];
+            else gemm_epi(g, z, mr, nc, acc[p][q]);
         }
+}
+
+/* Split-K finish: the S partials of each element summed in split order, then the epilogue. */
+__global__ __launch_bounds__(NT) void k_gemm_fin(ggemm g, int S) {
+    const i64 n = g.Z * g.M * g.N;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        double acc = 0.0;
+        for (int sp = 0; sp < S; sp++) acc += g.part[sp * n + idx];
+        i64 nc = idx % g.N, mr = (idx / g.N) % g.M, z = idx / g.N / g.M;
+        gemm_epi(g, z, mr, nc, acc);
+    }
 }
 
 /* out = RN(coef·σs·src) elementwise (src fp32 scratch, same shape as out). */
@@ -295,15 +319,49 @@ static ggemm gemm1(const gop &A, const gop &B, i64 M, i64 N, i64 Kd, int ct, con
     return g;
 }
 
-static int run_gemm(const ggemm &g, i64 Z, cudaStream_t s) {
-    if (g.M <= 0 || g.N <= 0 || Z <= 0) return LYCO_OK;
-    i64 gx = cdiv(g.M, GBM), gy = cdiv(g.N, GBN);
-    if (gx > 2147483647LL || gy > 65535 || Z > 65535)
+/* Split count of a product: enough blocks to fill the GPU (≥ 512 in all) while each split keeps
+   ≥ 256 reduction elements; a function of the shape only (results never depend on the device).
+   Merge epilogues (mode ≥ 0) are wide products and never split. */
+static i64 kd_max(const ggemm &g) { return g.nt > 1 && g.Kd[1] > g.Kd[0] ? g.Kd[1] : g.Kd[0]; }
+
+static int split_of(const ggemm &g, i64 blocks) {
+    if (g.mode >= 0) return 1;
+    i64 kmax = kd_max(g);
+    i64 S = cdiv(512, blocks), Smax = kmax / 256;
+    if (S > Smax) S = Smax;
+    if (S > 64) S = 64;
+    return S < 1 ? 1 : (int)S;
+}
+
+static int run_gemm(const ggemm &g0, i64 Z, cudaStream_t s) {
+    if (g0.M <= 0 || g0.N <= 0 || Z <= 0) return LYCO_OK;
+    ggemm g = g0;
+    g.Z = Z;
+    const i64 gx = cdiv(g.M, GBM), gy = cdiv(g.N, GBN);
+    const int S = split_of(g, gx * gy * Z);
+    if (gx > 2147483647LL || gy > 65535 || Z * S > 65535)
         return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda glora: a %lld×%lld (×%lld) product exceeds the grid limits", (long long)g.M,
                          (long long)g.N, (long long)Z);
-    k_gemm<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)Z), NT, 0, s>>>(g);
-    LK_LAUNCHED("glora gemm");
-    return LYCO_OK;
+    if (S == 1) {
+        g.part = NULL;
+        k_gemm<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)Z), NT, 0, s>>>(g);
+        LK_LAUNCHED("glora gemm");
+        return LYCO_OK;
+    }
+    g.kper = cdiv(cdiv(kd_max(g), S), GBK) * GBK;
+    int rc = lk_scratch_alloc((void **)&g.part, (size_t)(S * Z * g.M * g.N) * sizeof(double), s);
+    if (rc) return rc;
+    k_gemm<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)(Z * S)), NT, 0, s>>>(g);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        i64 blocks = cdiv(Z * g.M * g.N, NT);
+        k_gemm_fin<<<(unsigned)(blocks > 65536 ? 65536 : blocks), NT, 0, s>>>(g, S);
+        e = cudaGetLastError();
+    }
+    int rf = lk_scratch_free(g.part, s);
+    if (e != cudaSuccess)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of glora gemm failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return rf;
 }
 
 static int run_scale(const lk_view &out, const lk_view &src, float coef, const lk_view &sigma, int ct, cudaStream_t s) {
