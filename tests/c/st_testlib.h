@@ -127,6 +127,31 @@ static inline void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* True when every file of dir a equals the same-named file of dir b (and b has no others). */
+static inline bool st_dirs_equal(const char *a, const char *b) {
+    DIR *d = opendir(a);
+    int na = 0, nb = 0;
+    bool ok = d != NULL;
+    struct dirent *e;
+    char pa[1024], pb[1024];
+    while (ok && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        na++;
+        path_in(pa, sizeof pa, a, e->d_name);
+        path_in(pb, sizeof pb, b, e->d_name);
+        size_t x = 0, y = 0;
+        uint8_t *u = read_bytes(pa, &x), *v = read_bytes(pb, &y);
+        ok = u && v && x == y && memcmp(u, v, x) == 0;
+        free(u);
+        free(v);
+    }
+    if (d) closedir(d);
+    d = opendir(b);
+    while (d && (e = readdir(d)) != NULL) nb += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return ok && na == nb;
+}
+
 /* Creates the scratch directory g_dir under $TMPDIR (or /tmp), prints it and the seed
    (LYCO_SEED reproduces a run) and returns the seed; exits on failure. */
 static inline uint64_t st_test_begin(const char *prog) {

@@ -13,6 +13,9 @@
  *   - SIGKILL of a writing child at random points: no index, the shards present valid, the
  *     stale temp swept, a resumed run (skipping the shards present) byte-identical;
  *   - lyco_st_write_text_atomic and lyco_st_remove_stale_temps (dead vs live pids).
+ * Usage: test_shards [--check-corpus DIR]  (also: the committed index seeds in DIR equal the
+ *        table's) | test_shards --corpus DIR (write the index cases as DIR/<id>.json and exit:
+ *        the seed corpus of tests/fuzz/fuzz_index.c).
  * Prints one line per check and "N passed, M failed"; random parts print their seed (LYCO_SEED).
  * Assumptions: POSIX (fork, waitpid, mkdtemp), a writable TMPDIR (or /tmp).
  */
@@ -350,31 +353,6 @@ static lyco_status write_in_order(const char *dir, const fixture *fx, int kill_a
     return s;
 }
 
-/* True when every file of dir a equals the same-named file of dir b (and b has no others). */
-static bool dirs_equal(const char *a, const char *b) {
-    DIR *d = opendir(a);
-    int na = 0, nb = 0;
-    bool ok = d != NULL;
-    struct dirent *e;
-    char pa[1024], pb[1024];
-    while (ok && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        na++;
-        path_in(pa, sizeof pa, a, e->d_name);
-        path_in(pb, sizeof pb, b, e->d_name);
-        size_t x = 0, y = 0;
-        uint8_t *u = read_bytes(pa, &x), *v = read_bytes(pb, &y);
-        ok = u && v && x == y && memcmp(u, v, x) == 0;
-        free(u);
-        free(v);
-    }
-    if (d) closedir(d);
-    d = opendir(b);
-    while (d && (e = readdir(d)) != NULL) nb += e->d_name[0] != '.';
-    if (d) closedir(d);
-    return ok && na == nb;
-}
-
 static void test_kill(uint64_t seed) {
     lyco_rng r;
     lyco_rng_seed(&r, seed ^ 0x2545f4914f6cdd1du);
@@ -422,7 +400,7 @@ static void test_kill(uint64_t seed) {
         }
         lyco_status s = write_in_order(dir, &fx, -1, skip);
         check(killed && valid && swept == left && count_temps(dir) == 0 && s == LYCO_OK &&
-                  dirs_equal(dir, ref),
+                  st_dirs_equal(dir, ref),
               "kill after %d puts: no index, shards present are valid, %d stale temp(s) swept, "
               "resume gives byte-identical output", kill_after, left);
     }
@@ -495,6 +473,29 @@ static const index_case index_corpus[] = {
      "appears in two shards", "x"},
 };
 #define N_INDEX (sizeof index_corpus / sizeof index_corpus[0])
+
+/* Seeds for the index fuzz target: every case's text as <dir>/<id>.json; files written. */
+static int index_corpus_write_all(const char *dir) {
+    int n = 0;
+    char p[1024], name[128];
+    for (size_t i = 0; i < N_INDEX; i++) {
+        snprintf(name, sizeof name, "%s.json", index_corpus[i].id);
+        path_in(p, sizeof p, dir, name);
+        n += write_bytes(p, index_corpus[i].index, strlen(index_corpus[i].index));
+    }
+    return n;
+}
+
+/* The committed seeds (tests/data/index-corpus) equal what the table generates. */
+static void test_index_corpus_on_disk(const char *committed) {
+    char gen[600];
+    path_in(gen, sizeof gen, g_dir, "index-corpus-gen");
+    mkdir(gen, 0700);
+    int n = index_corpus_write_all(gen);
+    check(n == (int)N_INDEX && st_dirs_equal(gen, committed),
+          "index corpus on disk (%s) equals the table (regenerate with `test_shards --corpus "
+          "DIR`)", committed);
+}
 
 static void test_index_corpus(void) {
     char dir[600], p[1024];
@@ -633,12 +634,24 @@ static void test_text_and_stale(void) {
 
 /* ============================================================================================ */
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--corpus") == 0) {
+        int n = index_corpus_write_all(argv[2]);
+        printf("wrote %d of %zu index corpus files to %s\n", n, N_INDEX, argv[2]);
+        return n == (int)N_INDEX ? 0 : 1;
+    }
+    const char *committed = NULL;
+    if (argc == 3 && strcmp(argv[1], "--check-corpus") == 0) committed = argv[2];
+    else if (argc != 1) {
+        fprintf(stderr, "usage: test_shards [--corpus DIR | --check-corpus DIR]\n");
+        return 2;
+    }
     uint64_t seed = st_test_begin("test_shards");
     test_write_read(seed);
     test_faults(seed);
     test_kill(seed);
     test_index_corpus();
+    if (committed) test_index_corpus_on_disk(committed);
     test_text_and_stale();
     return st_test_end();
 }

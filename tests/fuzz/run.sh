@@ -1,9 +1,10 @@
 #!/bin/sh
-# tests/fuzz/run.sh — runs the safetensors libFuzzer target time-boxed (FORMATS.md §1.5, CI).
+# tests/fuzz/run.sh — runs one libFuzzer target time-boxed (FORMATS.md §1.5, CI).
 #
 # Usage: tests/fuzz/run.sh FUZZ_BINARY [SECONDS]   (default 60 s)
-# Builds nothing: FUZZ_BINARY is fuzz_safetensors from a LYCO_FUZZ=ON clang build (see
-# tests/fuzz/README.md). The committed corpus (tests/data/safetensors-corpus) seeds a scratch
+# Builds nothing: FUZZ_BINARY is fuzz_safetensors or fuzz_index from a LYCO_FUZZ=ON clang build
+# (see tests/fuzz/README.md). Its committed seeds (tests/data/safetensors-corpus/*.safetensors or
+# tests/data/index-corpus/*.json) and dictionary (safetensors.dict or index.dict) seed a scratch
 # corpus directory, so the repository is never written; crashes, leaks, timeouts and invariant
 # violations make it exit non-zero, leaving the reproducer as crash-*/leak-*/timeout-* in
 # $LYCO_FUZZ_ARTIFACTS (default: a scratch directory, printed). Needs: sh, mktemp, cp.
@@ -15,11 +16,14 @@ root=$(cd "$here/../.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/lyco-fuzz.XXXXXX")
 art=${LYCO_FUZZ_ARTIFACTS:-$work/artifacts}
 mkdir -p "$work/corpus" "$art"
-cp "$root"/tests/data/safetensors-corpus/*.safetensors "$work/corpus/"
+case "$(basename "$bin")" in
+    fuzz_index*) cp "$root"/tests/data/index-corpus/*.json "$work/corpus/"; dict=index.dict ;;
+    *) cp "$root"/tests/data/safetensors-corpus/*.safetensors "$work/corpus/"; dict=safetensors.dict ;;
+esac
 echo "lyco fuzz: $secs s of $bin; scratch corpus $work/corpus; artifacts $art"
 rc=0
 "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
-    -dict="$here/safetensors.dict" -artifact_prefix="$art/" -print_final_stats=1 \
+    -dict="$here/$dict" -artifact_prefix="$art/" -print_final_stats=1 \
     "$work/corpus" || rc=$?
 if [ "$rc" -ne 0 ]; then
     echo "lyco fuzz: FAILED (exit $rc); reproducers kept in $art:" >&2
