@@ -1,0 +1,110 @@
+/*
+ * test_cuda_locon_conv.c — the CUDA backend's conv LoCon kernels (src/cuda/locon_conv.cu: conv
+ * bypass plain and Tucker, Tucker merge) on shapes the shared case table does not reach: several
+ * 64-wide tiles along every axis (ranks 65…130, O > 64, more than 64 output pixels per image),
+ * reductions long enough to split into several partials, stride/padding/dilation on every dim,
+ * Δ-only bypass, strided and unaligned operands.
+ *
+ * Each (case, direction, dtype row) runs through the harness of `lyco check` (lyco_check_one: the
+ * backend against the fp64 oracle with the table's budgets; --require-fused semantics: a fallback
+ * to the eager twin fails), then twice more on prepared device tensors whose output hashes must
+ * agree (determinism). Without a CUDA build or device it prints SKIP and exits 0.
+ *
+ * Prints one line per run and ends with "N passed, M failed"; exits non-zero on failure. Random
+ * data from LYCO_SEED (printed) or the clock.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check/check.h"
+
+#define T_CONV .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV
+static const lyco_case cases[] = {
+    /* two rank tiles, three pixel tiles, two output tiles; σs and rank mask */
+    {.name = "cu_conv2d_r67_o70", T_CONV, .conv_dims = 2, .O = 70, .I = 19, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 67, .tokens = 3, .spatial = {13, 11, 1}, .alpha = 8,
+     .opts = CASE_SCALAR | CASE_RANK_MASK},
+    /* Tucker, stride 2 and dilation 2, two rank tiles */
+    {.name = "cu_conv2d_tucker_r70", T_CONV, .conv_dims = 2, .O = 65, .I = 33, .k = {3, 2, 1}, .stride = {2, 1, 1},
+     .pad = {1, 2, 0}, .dil = {2, 2, 1}, .rank = 70, .tokens = 2, .spatial = {17, 9, 1}, .alpha = 5, .multiplier = 0.6,
+     .opts = CASE_TUCKER | CASE_SCALAR | CASE_RANK_MASK},
+    /* conv1d with a long reduction (4 × 367 output pixels: several partial ranges) */
+    {.name = "cu_conv1d_long", T_CONV, .conv_dims = 1, .O = 20, .I = 8, .k = {5, 1, 1}, .stride = {3, 1, 1},
+     .pad = {2, 0, 0}, .dil = {2, 1, 1}, .rank = 5, .tokens = 4, .spatial = {1100, 1, 1}, .opts = CASE_SCALAR},
+    /* conv3d, geometry on every dim, Δ alone */
+    {.name = "cu_conv3d_delta_only", T_CONV, .conv_dims = 3, .O = 9, .I = 5, .k = {3, 1, 2}, .stride = {2, 1, 1},
+     .pad = {1, 0, 1}, .dil = {1, 1, 2}, .rank = 3, .tokens = 2, .spatial = {5, 4, 6}, .opts = CASE_NO_Y0},
+    /* three rank tiles */
+    {.name = "cu_conv2d_r130", T_CONV, .conv_dims = 2, .O = 140, .I = 7, .k = {1, 3, 1}, .stride = {1, 1, 1},
+     .pad = {0, 1, 0}, .dil = {1, 1, 1}, .rank = 130, .tokens = 1, .spatial = {9, 70, 1}, .alpha = 16},
+    /* strided (reversed-stride storage) and unaligned operands, plain and Tucker */
+    {.name = "cu_conv2d_strided_unaligned", T_CONV, .conv_dims = 2, .O = 11, .I = 6, .k = {3, 3, 1}, .stride = {1, 2, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 4, .tokens = 2, .spatial = {7, 8, 1}, .opts = CASE_NONCONTIG | CASE_UNALIGNED},
+    {.name = "cu_conv2d_tucker_strided", T_CONV, .conv_dims = 2, .O = 10, .I = 7, .k = {2, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 3, .tokens = 2, .spatial = {6, 5, 1},
+     .opts = CASE_TUCKER | CASE_NONCONTIG | CASE_UNALIGNED | CASE_SCALAR},
+    /* empty batch: outputs empty, gradients zero */
+    {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 2, .tokens = 0, .spatial = {5, 5, 1}, .opts = CASE_TUCKER},
+};
+
+/* Two device runs of the same prepared call give the same output bytes. */
+static bool deterministic(const lyco_case *c, lyco_direction d, const lyco_dtype_row *row, uint64_t seed, char *why, size_t wn) {
+#ifdef LYCO_HAVE_CUDA
+    lyco_prepared *p = NULL;
+    lyco_ctx *ctx = NULL;
+    uint64_t h[2] = {0, 0};
+    lyco_status st = lyco_prepare(c, d, row, LYCO_OUTPUT_PROMOTE, seed, &p);
+    if (!st) st = lyco_prepared_to_device(p);
+    if (!st) st = lyco_ctx_create(&ctx);
+    if (!st) st = lyco_ctx_set_backend(ctx, LYCO_BACKEND_CUDA);
+    for (int i = 0; i < 2 && !st; i++)
+        if (!(st = lyco_prepared_invoke(ctx, p))) st = lyco_prepared_output_hash(p, &h[i]);
+    if (st) snprintf(why, wn, "determinism run failed: %s", lyco_last_error());
+    else if (h[0] != h[1]) snprintf(why, wn, "two runs differ: output hash %016llx vs %016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
+    lyco_ctx_destroy(ctx);
+    lyco_prepared_free(p);
+    return !st && h[0] == h[1];
+#else
+    (void)c, (void)d, (void)row, (void)seed, (void)why, (void)wn;
+    return true;
+#endif
+}
+
+int main(void) {
+    uint64_t seed = lyco_seed_from_env();
+    printf("test_cuda_locon_conv: seed %llu (LYCO_SEED=%llu to rerun)\n", (unsigned long long)seed, (unsigned long long)seed);
+    lyco_ctx *probe = NULL;
+    if (lyco_ctx_create(&probe) || lyco_ctx_set_backend(probe, LYCO_BACKEND_CUDA)) {
+        printf("SKIP: no CUDA backend here (%s)\n", lyco_last_error());
+        lyco_ctx_destroy(probe);
+        return 0;
+    }
+    lyco_ctx_destroy(probe);
+    int passed = 0, failed = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int d = 0; d < LYCO_DIR_COUNT; d++)
+            for (int r = 0; r < lyco_dtype_row_count; r++) {
+                const lyco_dtype_row *row = &lyco_dtype_rows[r];
+                lyco_check_opts o;
+                memset(&o, 0, sizeof o);
+                o.backend = LYCO_BACKEND_CUDA;
+                o.mode = LYCO_OUTPUT_PROMOTE;
+                o.seed = seed;
+                o.require_fused = true;
+                lyco_check_result res;
+                lyco_status st = lyco_check_one(&cases[ci], (lyco_direction)d, row, &o, &res);
+                if (st == LYCO_OK && res.skipped) continue;
+                char det[300] = "";
+                bool ok = st == LYCO_OK && res.pass;
+                if (!ok) snprintf(det, sizeof det, "%s", st ? lyco_last_error() : res.detail);
+                else if (!deterministic(&cases[ci], (lyco_direction)d, row, seed, det, sizeof det)) ok = false;
+                printf("%-4s %-28s %-10s %-17s ulp_max %11.3f budget %11.2f %s%s%s\n", ok ? "ok" : "FAIL", cases[ci].name,
+                       lyco_direction_name((lyco_direction)d), row->name, res.backend.max_ulp, res.budget, res.path,
+                       ok ? "" : "  ", det);
+                if (ok) passed++;
+                else failed++;
+            }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
