@@ -1118,6 +1118,20 @@ static void test_stream(void) {
               lyco_st_writer_commit(NULL) == LYCO_ERR_NULL,
           "stream: NULL writer / out -> LYCO_ERR_NULL");
 
+    /* writer rule: header <= the 100,000,000-byte cap, checked before anything touches disk */
+    char *huge = xmalloc(100000001);
+    memset(huge, 'v', 100000000);
+    huge[100000000] = '\0';
+    const char *bigmeta[] = {"k", huge, NULL};
+    uint64_t h2 = 0, f2 = 0;
+    s = lyco_st_layout(e, 1, bigmeta, &h2, &f2);
+    lyco_status sw = lyco_st_writer_open(&w, p, e, 1, bigmeta, 0);
+    check(s == LYCO_ERR_FORMAT && strstr(lyco_last_error(), "over the 100000000-byte cap") &&
+              sw == LYCO_ERR_FORMAT && w == NULL && !file_exists(p) && count_temps(g_dir) == 0,
+          "stream: a header over the cap -> LYCO_ERR_FORMAT, nothing on disk (%s)",
+          lyco_last_error());
+    free(huge);
+
     /* LYCO_ST_NOREPLACE: refuses an existing target, leaves it and no temp */
     size_t nq = 0;
     uint8_t *orig = read_bytes(q, &nq);
