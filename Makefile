@@ -16,8 +16,13 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-bench: build
-	./$(BUILD)/lyco bench
+# make bench: the CPU table (docs/bench-cpu.md); only the lyco command is built. The PyTorch-CPU
+# peer runs in the interpreter tools/bench-venv.sh prints (it installs torch into .venv-bench on
+# first use, saying so; LYCO_BENCH_INSTALL=0 skips that). BENCH_ARGS passes options (--full, …).
+BENCH_ARGS ?=
+bench: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target lyco
+	@py="$$(./tools/bench-venv.sh)"; LYCO_TORCH_PYTHON="$$py" ./$(BUILD)/lyco bench $(BENCH_ARGS)
 
 test: build
 	cd $(BUILD) && ctest -L quick --output-on-failure -j $(JOBS)
