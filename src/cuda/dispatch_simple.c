@@ -56,5 +56,13 @@ lyco_status lk_copy_or_zero(const DLTensor *dst, const char *name, const DLTenso
     if (!dst) return LYCO_OK;
     if (!lk_mk_view(dst, split, &d) || !lk_mk_view(src, split, &s))
         return lk_decline(why, why_len, "%s (or its source) has strides whose dims do not collapse to a matrix", name);
-    return (lyco_status)lk_copy_round(&d, src ? &s : NULL, ct, st);
+    lk_ew_args e;   /* out = 1·RN_ct(src) in delta mode: a vectorised copy (signs of zeros kept), or 0 */
+    memset(&e, 0, sizeof e);
+    e.D = s;
+    e.out = d;
+    e.K = 1;
+    e.mode = LYCO_MERGE_DELTA;
+    e.ct = (int32_t)ct;
+    e.m = 1.0;
+    return (lyco_status)lk_ew_merge(&e, st);
 }

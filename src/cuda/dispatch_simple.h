@@ -15,7 +15,7 @@ int lk_act_split(const lyco_call *c, const DLTensor *t);
 void lk_conv_geom_of(const lyco_call *c, lk_conv_geom *g);
 /* A compact fp32 rows × cols view of device scratch. */
 lk_view lk_f32_view(float *p, int64_t rows, int64_t cols);
-/* dst = RN_dst(RN_ct(src)), or 0 when src is NULL; both viewed with dst's split. */
+/* dst = RN_dst(RN_ct(src)), or 0 when src is NULL; both viewed with dst's split (lk_ew_merge). */
 lyco_status lk_copy_or_zero(const DLTensor *dst, const char *name, const DLTensor *src, int split, int ct, void *st,
                             char *why, size_t why_len);
 

@@ -4,9 +4,11 @@
  *
  *   lk_ew_merge  out = W ⊕ m·(src ⊙ vec) over an R×C matrix (merge of IA3 / Full / Norm, bias
  *                deltas, merge-backward gradient copies, IA3's output-mode row map).
- *                One pass; each thread owns 8 consecutive columns of one row (16-byte vector
+ *                One pass; a chunk is 8 consecutive columns of one row (16-byte vector
  *                loads/stores where the view has LK_VEC, element-wise otherwise, so strided and
- *                unaligned views work); conversions happen in registers; grid-stride loop.
+ *                unaligned views work); each thread issues the loads of EW_U = 4 chunks before
+ *                using any (bytes in flight for full bandwidth); conversions happen in
+ *                registers; grid-stride loop.
  *                Extra memory: none. In-place (out == W) is safe: same thread, same element.
  *   lk_chan_sum  per-channel Σ A·B (gradients of IA3 w, Full diff_b, Norm w_norm/b_norm).
  *                Deterministic, no float atomics:
@@ -21,7 +23,7 @@
 #include "cuda/kern_simple.h"
 
 #define EW_MAX_BLOCKS 65536
-#define CS_TARGET_THREADS 32768
+#define CS_TARGET_THREADS 131072
 
 static unsigned ew_blocks(i64 work) {
     i64 b = cdiv(work, NT);
@@ -31,63 +33,86 @@ static unsigned ew_blocks(i64 work) {
 
 /* ---- elementwise merge ---- */
 
-__global__ __launch_bounds__(NT) void k_ew_merge(lk_ew_args a) {
+#define EW_U 4   /* chunks per thread and iteration: their loads are all issued before any use */
+
+/* (row, first column) of chunk q */
+__device__ __forceinline__ void ew_pos(i64 q, i64 cpr, bool small, i64 &r, i64 &c0) {
+    if (small) {
+        r = (unsigned)q / (unsigned)cpr;
+        c0 = ((unsigned)q % (unsigned)cpr) * 8;
+    } else {
+        r = q / cpr;
+        c0 = (q % cpr) * 8;
+    }
+}
+
+/* SRCW: the delta's source is W itself (IA3), so only W is read. */
+template <bool SRCW> __global__ __launch_bounds__(NT) void k_ew_merge(lk_ew_args a) {
     const i64 cpr = cdiv(a.out.cols, 8), n = a.out.rows * cpr;
     const float m = (float)a.m;
     const bool small = n <= 0x7fffffffLL && a.vec_mod <= 0x7fffffffLL;   /* 32-bit index arithmetic */
     const bool vec_cols8 = a.vec.p && !a.vec_on_rows && a.K == 1;         /* w along columns: 8 at once */
-    for (i64 q = (i64)blockIdx.x * NT + threadIdx.x; q < n; q += (i64)gridDim.x * NT) {
-        i64 r, c0;
-        if (small) {
-            r = (unsigned)q / (unsigned)cpr;
-            c0 = ((unsigned)q % (unsigned)cpr) * 8;
-        } else {
-            r = q / cpr;
-            c0 = (q % cpr) * 8;
-        }
-        float w[8], d[8], res[8], fv[8];
-        if (a.W.p) {
-            vload8(w, a.W, r, c0);
-        } else {
+    const i64 step = (i64)gridDim.x * NT * EW_U;
+    for (i64 qb = (i64)blockIdx.x * NT * EW_U + threadIdx.x; qb < n; qb += step) {
+        float w[EW_U][8], d[SRCW ? 1 : EW_U][8], fv[EW_U][8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) w[e] = 0.0f;
-        }
-        if (vec_cols8) vload8(fv, a.vec, 0, c0);
-        if (a.src_is_W) {
+        for (int u = 0; u < EW_U; u++) {
+            const i64 q = qb + (i64)u * NT;
+            if (q >= n) continue;
+            i64 r, c0;
+            ew_pos(q, cpr, small, r, c0);
+            if (a.W.p) {
+                vload8(w[u], a.W, r, c0);
+            } else {
 #pragma unroll
-            for (int e = 0; e < 8; e++) d[e] = w[e];
-        } else if (a.D.p) {
-            vload8(d, a.D, r, c0);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) d[e] = 0.0f;
-        }
-        float frow = 1.0f;
-        if (a.vec.p && a.vec_on_rows) {
-            frow = vload(a.vec, 0, small ? (i64)((unsigned)r % (unsigned)a.vec_mod) : r % a.vec_mod);
-            if (!a.vec_exact) frow = round_to(frow, a.ct);
-        }
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            float wv = round_to(w[e], a.ct), dv = round_to(d[e], a.ct), f = frow;
-            if (vec_cols8) {
-                f = a.vec_exact ? fv[e] : round_to(fv[e], a.ct);
-            } else if (a.vec.p && !a.vec_on_rows) {
-                i64 c = c0 + e;
-                f = c < a.out.cols ? vload(a.vec, 0, c / a.K) : 0.0f;
-                if (!a.vec_exact) f = round_to(f, a.ct);
+                for (int e = 0; e < 8; e++) w[u][e] = 0.0f;
             }
-            float ev = m * (dv * f);
-            res[e] = a.mode == LYCO_MERGE_DELTA ? ev : a.mode == LYCO_MERGE_UNMERGE ? wv - ev : wv + ev;
+            if (!SRCW) {
+                if (a.D.p) {
+                    vload8(d[SRCW ? 0 : u], a.D, r, c0);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) d[SRCW ? 0 : u][e] = 0.0f;
+                }
+            }
+            if (vec_cols8) vload8(fv[u], a.vec, 0, c0);
         }
-        vstore8(a.out, r, c0, res);
+#pragma unroll
+        for (int u = 0; u < EW_U; u++) {
+            const i64 q = qb + (i64)u * NT;
+            if (q >= n) continue;
+            i64 r, c0;
+            ew_pos(q, cpr, small, r, c0);
+            float frow = 1.0f, res[8];
+            if (a.vec.p && a.vec_on_rows) {
+                frow = vload(a.vec, 0, small ? (i64)((unsigned)r % (unsigned)a.vec_mod) : r % a.vec_mod);
+                if (!a.vec_exact) frow = round_to(frow, a.ct);
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float wv = round_to(w[u][e], a.ct), dv = SRCW ? wv : round_to(d[SRCW ? 0 : u][e], a.ct);
+                float f = frow;
+                if (vec_cols8) {
+                    f = a.vec_exact ? fv[u][e] : round_to(fv[u][e], a.ct);
+                } else if (a.vec.p && !a.vec_on_rows) {
+                    const i64 c = c0 + e;
+                    f = c < a.out.cols ? vload(a.vec, 0, c / a.K) : 0.0f;
+                    if (!a.vec_exact) f = round_to(f, a.ct);
+                }
+                const float ev = m * (dv * f);
+                res[e] = a.mode == LYCO_MERGE_DELTA ? ev : a.mode == LYCO_MERGE_UNMERGE ? wv - ev : wv + ev;
+            }
+            vstore8(a.out, r, c0, res);
+        }
     }
 }
 
 extern "C" int lk_ew_merge(const lk_ew_args *a, void *stream) {
     i64 n = a->out.rows * cdiv(a->out.cols, 8);
     if (!a->out.p || n == 0) return LYCO_OK;
-    k_ew_merge<<<ew_blocks(n), NT, 0, (cudaStream_t)stream>>>(*a);
+    const unsigned blocks = ew_blocks(cdiv(n, EW_U));
+    if (a->src_is_W) k_ew_merge<true><<<blocks, NT, 0, (cudaStream_t)stream>>>(*a);
+    else k_ew_merge<false><<<blocks, NT, 0, (cudaStream_t)stream>>>(*a);
     LK_LAUNCHED("ew_merge");
     return LYCO_OK;
 }
@@ -125,7 +150,17 @@ __global__ __launch_bounds__(NT) void k_chan_cols(lk_chan_args a, i64 rows_per_s
     i64 r1 = r0 + rows_per_slice;
     if (r1 > a.A.rows) r1 = a.A.rows;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (i64 r = r0; r < r1; r++) {
+    i64 r = r0;
+    for (; r + 4 <= r1; r += 4) {   /* four rows' loads in flight */
+        float p[4][8];
+#pragma unroll
+        for (int u = 0; u < 4; u++) prod8(p[u], a, r + u, c0);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] += p[u][e];
+    }
+    for (; r < r1; r++) {
         float p[8];
         prod8(p, a, r, c0);
 #pragma unroll
