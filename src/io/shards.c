@@ -794,14 +794,14 @@ lyco_status lyco_st_shard_writer_put_chunk(lyco_st_shard_writer *s, int64_t inde
 lyco_status lyco_st_shard_writer_put(lyco_st_shard_writer *s, int64_t index, const void *data,
                                      uint64_t nbytes) {
     if (!s) return lyco_fail(LYCO_ERR_NULL, "lyco_st_shard_writer_put: w is NULL");
-    if (index >= 0 && index < s->n && s->state[s->shard_of[index]] == SH_OPEN &&
+    if (!s->failed && index >= 0 && index < s->n && s->state[s->shard_of[index]] == SH_OPEN &&
         lyco_st_writer_done_bytes(s->w[s->shard_of[index]], index - s->start[s->shard_of[index]])
             != 0) {
         const char *nm = s->ents[index].name;
         return st_fail(LYCO_ERR_INVALID, s->dir, "tensor", nm, strlen(nm), "lyco_st_shard_writer_"
                        "put takes the whole tensor, and part of it was already written");
     }
-    if (index >= 0 && index < s->n && nbytes != s->ents[index].nbytes) {
+    if (!s->failed && index >= 0 && index < s->n && nbytes != s->ents[index].nbytes) {
         const char *nm = s->ents[index].name;
         return st_fail(LYCO_ERR_INVALID, s->dir, "tensor", nm, strlen(nm), "lyco_st_shard_writer_"
                        "put takes the whole tensor: got %" PRIu64 " bytes for %" PRIu64,

@@ -312,6 +312,24 @@ static void test_faults(uint64_t seed) {
               "faults: op %d #%" PRId64 " errno %d -> LYCO_ERR_IO, no index, no temp (%s)",
               (int)faults[i].op, faults[i].nth, faults[i].err, lyco_last_error());
     }
+    /* after a shard's commit failed, every later put reports the I/O failure (not a misuse) */
+    remove_tree(dir);
+    mkdir(dir, 0700);
+    lyco_st_fault_inject(LYCO_ST_FAULT_FSYNC, 1, EIO);
+    lyco_st_shard_writer *fw = NULL;
+    lyco_status fs = lyco_st_shard_writer_open(&fw, dir, "m", fx.e, NT, NULL, 1000, 0);
+    for (int i = 0; fs == LYCO_OK && i < NT; i++) {
+        fs = lyco_st_shard_writer_put(fw, i, fx.data[i], fx.e[i].nbytes);
+    }
+    lyco_st_fault_inject(LYCO_ST_FAULT_FSYNC, 0, 0);
+    lyco_status again = fw ? lyco_st_shard_writer_put(fw, 0, fx.data[0], fx.e[0].nbytes) : fs;
+    check(fs == LYCO_ERR_IO && again == LYCO_ERR_IO && strstr(lyco_last_error(), "earlier write "
+          "failed"), "faults: after a failed shard commit, puts report LYCO_ERR_IO (%s)",
+          lyco_last_error());
+    lyco_st_shard_writer_abort(fw);
+    check(count_temps(dir) == 0 && !file_exists(ip), "faults: abort after it leaves no temp, no "
+          "index");
+
     /* the index write itself fails: fsync number ns + 1 is the index's */
     remove_tree(dir);
     mkdir(dir, 0700);
