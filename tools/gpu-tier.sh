@@ -56,7 +56,7 @@ t_start=$(date +%s)
 say() { echo "== $* ($(($(date +%s) - t_start)) s)" | tee -a "$LOG"; }
 fail() { echo "!! $*" | tee -a "$LOG"; status=1; }
 
-say "lyco gpu tier: commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+local changes'), seed $SEED"
+say "lyco gpu tier: commit ${LYCO_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")$(git diff --quiet 2>/dev/null || echo "+local changes")}, seed $SEED"
 
 # ---- 1. build ----
 if ! pkg-config --exists jansson 2>/dev/null; then
@@ -86,7 +86,7 @@ else
     fi
     LYCO="$BUILD/lyco"
 fi
-export LYCO_GIT_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+export LYCO_GIT_COMMIT="${LYCO_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}"
 
 # ---- 2. device ----
 say "nvidia-smi"
