@@ -165,7 +165,9 @@ static void test_write_read(uint64_t seed) {
           lyco_last_error());
     if (s != LYCO_OK) { fixture_free(&fx); return; }
     bool plan_ok = true;
-    for (int i = 0; i < NT; i++) plan_ok = plan_ok && lyco_st_shard_writer_shard_of(w, i) == want_of[i];
+    for (int i = 0; i < NT; i++) {
+        plan_ok = plan_ok && lyco_st_shard_writer_shard_of(w, i) == want_of[i];
+    }
     char want_name[64];
     snprintf(want_name, sizeof want_name, "model-00002-of-%05" PRId64 ".safetensors", ns);
     check(plan_ok && strcmp(lyco_st_shard_writer_shard_name(w, 1), want_name) == 0 &&
@@ -229,7 +231,8 @@ static void test_write_read(uint64_t seed) {
     s = lyco_st_shard_writer_open(&w, dir, "model", fx.e, NT, meta, cap, 0);
     lyco_status sk = s == LYCO_OK ? lyco_st_shard_writer_skip(w, 0) : s;
     lyco_status again = s == LYCO_OK ? lyco_st_shard_writer_skip(w, 0) : s;
-    lyco_status put0 = s == LYCO_OK ? lyco_st_shard_writer_put(w, 0, fx.data[0], fx.e[0].nbytes) : s;
+    lyco_status put0 =
+        s == LYCO_OK ? lyco_st_shard_writer_put(w, 0, fx.data[0], fx.e[0].nbytes) : s;
     lyco_status sk2 = s == LYCO_OK ? lyco_st_shard_writer_skip(w, 1) : s;   /* not on disk */
     check(sk == LYCO_OK && again == LYCO_ERR_INVALID && put0 == LYCO_ERR_INVALID &&
               sk2 == LYCO_ERR_INVALID && strstr(lyco_last_error(), "no such regular file"),

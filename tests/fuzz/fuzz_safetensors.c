@@ -10,11 +10,13 @@
  *     size - 8 - N), each view's length == shape x dtype bytes (safetensors#857), every byte of
  *     every view lies inside the input and is read, lookups by name find the same tensor, float
  *     tensors load (view or aligned copy) and lyco_st_read copies the same bytes, metadata
- *     accessors agree.
+ *     accessors agree, and the writer accepts the parsed entries (lyco_st_layout: validation and
+ *     header building, no disk).
  * Built two ways: with clang -fsanitize=fuzzer (LYCO_FUZZ=ON, tests/fuzz/CMakeLists.txt) and,
  * with any compiler, linked to replay.c, which replays a corpus (ctest `fuzz_replay`).
  * Assumptions: a little-endian host (the float views; big-endian hosts take the copy path).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,40 @@ static void fuzz_tensor(const lyco_st_file *f, const lyco_st_tensor *t, const ui
     }
 }
 
+/* Whatever the reader accepts, the writer can write (its validation and header building run on
+   the parsed entries, without touching the disk): same tensors, data bytes and no more. */
+static void fuzz_writable(const lyco_st_file *f) {
+    int64_t n = lyco_st_count(f), nm = lyco_st_metadata_count(f);
+    lyco_st_entry *e = calloc((size_t)(n ? n : 1), sizeof *e);
+    const char **kv = calloc((size_t)(2 * nm + 1), sizeof *kv);
+    if (!e || !kv) {
+        free(e);
+        free(kv);
+        return;
+    }
+    uint64_t data = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const lyco_st_tensor *t = lyco_st_get(f, i);
+        e[i] = (lyco_st_entry){t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes};
+        data += t->nbytes;
+    }
+    for (int64_t i = 0; i < nm; i++) {
+        kv[2 * i] = lyco_st_metadata_key(f, i);
+        kv[2 * i + 1] = lyco_st_metadata_value(f, i);
+    }
+    uint64_t hs = 0, fs = 0;
+    lyco_status s = lyco_st_layout(e, n, kv, &hs, &fs);
+    /* (a re-serialized header may outgrow the cap only when the input's is near it) */
+    bool near_cap = lyco_st_header_size(f) > LYCO_ST_MAX_HEADER / 2;
+    fuzz_require(s == LYCO_OK || (s == LYCO_ERR_FORMAT && near_cap),
+                 "an accepted file's entries are writable");
+    if (s == LYCO_OK) {
+        fuzz_require(hs % 8 == 0 && hs >= 2 && fs == 8 + hs + data, "writer layout adds up");
+    }
+    free(e);
+    free(kv);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lyco_st_file *f = (lyco_st_file *)(uintptr_t)1;
     lyco_clear_error();
@@ -103,10 +139,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < n; i++) fuzz_tensor(f, lyco_st_get(f, i), data, size, &at);
     fuzz_require(at == lyco_st_data_size(f), "tensors cover the data section");
     fuzz_require(lyco_st_get(f, n) == NULL && lyco_st_get(f, -1) == NULL, "get range");
-    for (int64_t i = 0; i < lyco_st_metadata_count(f); i++) {
+    int64_t nm = lyco_st_metadata_count(f);
+    for (int64_t i = 0; i < nm; i++) {
         const char *k = lyco_st_metadata_key(f, i), *v = lyco_st_metadata_value(f, i);
         fuzz_require(k && v && lyco_st_metadata(f, k) == v, "metadata lookup");
     }
+    fuzz_writable(f);
     lyco_st_close(f);
     return 0;
 }
