@@ -8,6 +8,7 @@
  *   - the broken-file corpus: one file per rejection rule of FORMATS.md §1.4, each asserting
  *     its status, a distinctive substring of the message, the file path and (where there is
  *     one) the tensor name in the message; plus valid seeds that must open;
+ *   - files written by the reference implementation: opened, and re-written byte for byte;
  *   - the same verdicts and messages through lyco_st_open_memory (the fuzz entry point);
  *   - views of aligned data, copies of misaligned data (lyco_st_tensor_load), pread reads
  *     (lyco_st_read) that survive a file truncated underneath;
@@ -20,6 +21,9 @@
  * Usage: test_safetensors                   every check in a fresh temp dir (removed on success)
  *        test_safetensors --check-corpus D  the same, plus: the committed corpus in D equals
  *                                           what the table generates (tests/CMakeLists.txt)
+ *        test_safetensors --reference R     also: every file in R, written by the reference
+ *                                           implementation, opens and is reproduced byte for
+ *                                           byte by lyco_st_write (both options combine)
  *        test_safetensors --corpus D        write the corpus (broken files + valid seeds +
  *                                           MANIFEST.tsv) into the existing directory D, exit
  * Prints one line per check and ends with "N passed, M failed"; exits non-zero on failure.
@@ -440,6 +444,55 @@ static void test_corpus(void) {
               msg);
         if (s == LYCO_OK) lyco_st_close(f);
     }
+}
+
+/* ============================================================================================
+ * files written by the reference implementation (tests/data/safetensors-reference, made by its
+ * make.py with safetensors 0.8.0): our reader opens each, our writer reproduces it byte for byte
+ * ========================================================================================== */
+
+static void test_reference_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int files = 0, same = 0;
+    struct dirent *de;
+    char p[1024], out[1024];
+    path_in(out, sizeof out, g_dir, "rewrite.safetensors");
+    while (d && (de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors") != 0) continue;
+        files++;
+        path_in(p, sizeof p, dir, de->d_name);
+        lyco_st_file *f = NULL;
+        lyco_status s = lyco_st_open(p, &f);
+        int64_t n = lyco_st_count(f), nm = lyco_st_metadata_count(f);
+        lyco_st_entry *e = xcalloc((size_t)(n ? n : 1), sizeof *e);
+        const char **kv = xcalloc((size_t)(2 * nm + 1), sizeof *kv);
+        for (int64_t i = 0; i < n; i++) {
+            const lyco_st_tensor *t = lyco_st_get(f, i);
+            e[i] = (lyco_st_entry){t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes};
+        }
+        for (int64_t i = 0; i < nm; i++) {
+            kv[2 * i] = lyco_st_metadata_key(f, i);
+            kv[2 * i + 1] = lyco_st_metadata_value(f, i);
+        }
+        if (s == LYCO_OK) s = lyco_st_write(out, e, n, nm ? kv : NULL);
+        size_t na = 0, nb = 0;
+        uint8_t *a = s == LYCO_OK ? read_bytes(p, &na) : NULL;
+        uint8_t *b = s == LYCO_OK ? read_bytes(out, &nb) : NULL;
+        bool ok = a && b && na == nb && memcmp(a, b, na) == 0;
+        check(ok, "reference file %s: opens, and lyco_st_write reproduces its %zu bytes (%s)",
+              de->d_name, na, s == LYCO_OK ? "compared" : lyco_last_error());
+        same += ok;
+        free(a);
+        free(b);
+        free(e);
+        free(kv);
+        lyco_st_close(f);
+        unlink(out);
+    }
+    if (d) closedir(d);
+    check(files > 0 && same == files, "reference files: %d of %d reproduced byte for byte (%s)",
+          same, files, dir);
 }
 
 /* ============================================================================================
@@ -1338,16 +1391,21 @@ int main(int argc, char **argv) {
         printf("wrote %d of %zu corpus files to %s\n", n, N_CORPUS + 1, argv[2]);
         return n == (int)N_CORPUS + 1 ? 0 : 1;
     }
-    const char *committed = NULL;
-    if (argc == 3 && strcmp(argv[1], "--check-corpus") == 0) committed = argv[2];
-    else if (argc != 1) {
-        fprintf(stderr, "usage: test_safetensors [--corpus DIR | --check-corpus DIR]\n");
-        return 2;
+    const char *committed = NULL, *reference = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--check-corpus") == 0) committed = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--reference") == 0) reference = argv[++i];
+        else {
+            fprintf(stderr, "usage: test_safetensors [--corpus DIR | [--check-corpus DIR] "
+                            "[--reference DIR]]\n");
+            return 2;
+        }
     }
     uint64_t seed = st_test_begin("test_safetensors");
 
     test_corpus();
     if (committed) test_corpus_on_disk(committed);
+    if (reference) test_reference_files(reference);
     test_open_io();
     test_roundtrip();
     test_reference_vectors();

@@ -3,8 +3,8 @@
 #
 # Usage: tests/fuzz/run.sh FUZZ_BINARY [SECONDS]   (default 60 s)
 # Builds nothing: FUZZ_BINARY is fuzz_safetensors or fuzz_index from a LYCO_FUZZ=ON clang build
-# (see tests/fuzz/README.md). Its committed seeds (tests/data/safetensors-corpus/*.safetensors or
-# tests/data/index-corpus/*.json) and dictionary (safetensors.dict or index.dict) seed a scratch
+# (see tests/fuzz/README.md). Its committed seeds (tests/data/safetensors-corpus/*.safetensors
+# and tests/data/safetensors-reference/*.safetensors, or tests/data/index-corpus/*.json) and dictionary (safetensors.dict or index.dict) seed a scratch
 # corpus directory, so the repository is never written; crashes, leaks, timeouts and invariant
 # violations make it exit non-zero, leaving the reproducer as crash-*/leak-*/timeout-* in
 # $LYCO_FUZZ_ARTIFACTS (default: a scratch directory, printed). Needs: sh, mktemp, cp.
@@ -18,7 +18,9 @@ art=${LYCO_FUZZ_ARTIFACTS:-$work/artifacts}
 mkdir -p "$work/corpus" "$art"
 case "$(basename "$bin")" in
     fuzz_index*) cp "$root"/tests/data/index-corpus/*.json "$work/corpus/"; dict=index.dict ;;
-    *) cp "$root"/tests/data/safetensors-corpus/*.safetensors "$work/corpus/"; dict=safetensors.dict ;;
+    *) cp "$root"/tests/data/safetensors-corpus/*.safetensors \
+          "$root"/tests/data/safetensors-reference/*.safetensors "$work/corpus/"
+       dict=safetensors.dict ;;
 esac
 echo "lyco fuzz: $secs s of $bin; scratch corpus $work/corpus; artifacts $art"
 rc=0
