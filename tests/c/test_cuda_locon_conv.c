@@ -17,6 +17,9 @@
 #include <string.h>
 
 #include "check/check.h"
+#ifdef LYCO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #define T_CONV .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV
 static const lyco_case cases[] = {
@@ -74,13 +77,16 @@ static bool deterministic(const lyco_case *c, lyco_direction d, const lyco_dtype
 int main(void) {
     uint64_t seed = lyco_seed_from_env();
     printf("test_cuda_locon_conv: seed %llu (LYCO_SEED=%llu to rerun)\n", (unsigned long long)seed, (unsigned long long)seed);
-    lyco_ctx *probe = NULL;
-    if (lyco_ctx_create(&probe) || lyco_ctx_set_backend(probe, LYCO_BACKEND_CUDA)) {
-        printf("SKIP: no CUDA backend here (%s)\n", lyco_last_error());
-        lyco_ctx_destroy(probe);
+#ifdef LYCO_HAVE_CUDA
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIP: no CUDA device\n");
         return 0;
     }
-    lyco_ctx_destroy(probe);
+#else
+    printf("SKIP: built without the CUDA backend\n");
+    return 0;
+#endif
     int passed = 0, failed = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int d = 0; d < LYCO_DIR_COUNT; d++)
