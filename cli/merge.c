@@ -24,7 +24,9 @@
  * a rerun with the same inputs and options verifies and skips those shards.
  *
  * Exit codes: cli/exit_codes.h (0 ok, 2 usage, 3 bad input, 4 I/O, 5 NaN/Inf, 6 interrupted).
- * Test hook: LYCO_MERGE_KILL_AFTER=N sends SIGKILL to this process after N tensors are written.
+ * Test hooks (FORMATS.md §2.6): LYCO_MERGE_KILL_AFTER=N raises SIGKILL (or the signal number in
+ * LYCO_MERGE_KILL_SIGNAL) in this process after N tensors are written; LYCO_MERGE_FAULT=OP:N:ERRNO
+ * (OP one of write, fsync, close, rename, dirsync) makes the writer's Nth such call fail with ERRNO.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +44,7 @@
 
 #include "cli.h"
 #include "core/core.h"
+#include "cpu/cpu.h"
 #include "exit_codes.h"
 #include "io/adapter_file.h"
 #include "io/shards.h"
@@ -51,7 +54,7 @@
 #endif
 
 #define CHUNK_BYTES (16u << 20)
-#define VERIFY_SAMPLES 3
+#define VERIFY_SAMPLES 1
 
 /* ---- options ---- */
 typedef enum { PROG_AUTO, PROG_TTY, PROG_JSON, PROG_NONE } prog_mode;
@@ -195,6 +198,23 @@ static void install_signals(void) {
 }
 
 static int64_t g_kill_after = -1;
+static int g_kill_signal = SIGKILL;
+
+/* LYCO_MERGE_FAULT=OP:N:ERRNO → lyco_st_fault_inject; false on a malformed value. */
+static bool arm_fault(const char *v) {
+    static const char *const ops[LYCO_ST_FAULT_COUNT] = {"write", "fsync", "close", "rename", "dirsync"};
+    const char *c1 = strchr(v, ':');
+    if (!c1) return false;
+    long long n;
+    int err;
+    if (sscanf(c1 + 1, "%lld:%d", &n, &err) != 2 || n < 1 || err < 1) return false;
+    for (int op = 0; op < LYCO_ST_FAULT_COUNT; op++)
+        if ((size_t)(c1 - v) == strlen(ops[op]) && !strncmp(v, ops[op], (size_t)(c1 - v))) {
+            lyco_st_fault_inject((lyco_st_fault_op)op, n, err);
+            return true;
+        }
+    return false;
+}
 
 /* ---- progress (stderr, ≤ 10 updates/s) ---- */
 typedef struct {
@@ -233,33 +253,13 @@ static void progress_tick(progress *p, bool final) {
 static bool is_float16_32(lyco_st_dtype d) { return d == LYCO_ST_F16 || d == LYCO_ST_BF16 || d == LYCO_ST_F32; }
 static lyco_dtype to_lyco(lyco_st_dtype d) { return d == LYCO_ST_F16 ? LYCO_F16 : d == LYCO_ST_BF16 ? LYCO_BF16 : LYCO_F32; }
 
-static void widen_f32(const void *src, lyco_st_dtype d, float *dst, int64_t n) {
-    if (d == LYCO_ST_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
-    const uint16_t *h = src;
-    if (d == LYCO_ST_BF16) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) dst[i] = lyco_bf16_to_f32(h[i]);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) dst[i] = lyco_f16_to_f32(h[i]);
-    }
-}
-
-static void narrow_f32(const float *src, lyco_st_dtype d, void *dst, int64_t n) {
-    if (d == LYCO_ST_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
-    uint16_t *h = dst;
-    if (d == LYCO_ST_BF16) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) h[i] = lyco_f32_to_bf16(src[i]);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) h[i] = lyco_f32_to_f16(src[i]);
-    }
-}
+/* Bulk conversions: the fused CPU backend's vectorised converters (bit-identical to
+   src/core/convert.c's lyco_f16/bf16 conversions; AVX2/AVX-512 clones picked at load time). */
+static void widen_f32(const void *src, lyco_st_dtype d, float *dst, int64_t n) { cpu_cvt_in(src, to_lyco(d), LYCO_F32, dst, n); }
+static void narrow_f32(const float *src, lyco_st_dtype d, void *dst, int64_t n) { cpu_cvt_out(src, dst, to_lyco(d), n); }
 
 static int64_t count_nonfinite(const float *v, int64_t n) {
     int64_t c = 0;
-#pragma omp parallel for reduction(+ : c) schedule(static)
     for (int64_t i = 0; i < n; i++) c += !isfinite(v[i]);
     return c;
 }
@@ -269,7 +269,6 @@ static int64_t count_nonfinite_st(const void *p, lyco_st_dtype d, int64_t n) {
     int64_t c = 0;
     if (d == LYCO_ST_F32) return count_nonfinite(p, n);
     uint16_t mask = d == LYCO_ST_F16 ? 0x7c00 : 0x7f80;
-#pragma omp parallel for reduction(+ : c) schedule(static)
     for (int64_t i = 0; i < n; i++) c += (h[i] & mask) == mask;
     return c;
 }
@@ -302,6 +301,8 @@ typedef struct {
     int64_t touched;
     uint64_t out_bytes;       /* data bytes of the output */
     lyco_ctx *ctx;
+    int kick_fd;              /* read-only fd of the output temp: write-back started early, or -1 */
+    uint64_t kick_bytes;      /* bytes written since the last start */
     /* buffers */
     void *rbuf, *obuf;
     float *work;
@@ -676,6 +677,17 @@ static lyco_status merge_tensor(plan *p, out_writer *w, int64_t i, progress *pg)
     return LYCO_OK;
 }
 
+/* Starts write-back of what was written so far, every 64 MiB (posix_fadvise DONTNEED on the
+   output temp: dirty pages are queued for writing, clean ones dropped from the cache), so the
+   disk works while the next tensors are merged instead of all at the final fsync. Durability
+   still comes from the writer's fsync; this only changes when the writing happens. */
+static void kick_writeback(plan *p, uint64_t bytes) {
+    p->kick_bytes += bytes;
+    if (p->kick_fd < 0 || p->kick_bytes < (64u << 20)) return;
+    p->kick_bytes = 0;
+    (void)posix_fadvise(p->kick_fd, 0, 0, POSIX_FADV_DONTNEED);   /* advisory: failure is harmless */
+}
+
 static int stream_all(plan *p, out_writer *w, const bool *skip) {
     progress pg = {.mode = p->o->progress, .t0 = now_s(), .n_total = p->nbase};
     if (pg.mode == PROG_AUTO) pg.mode = isatty(2) ? PROG_TTY : PROG_NONE;
@@ -698,7 +710,8 @@ static int stream_all(plan *p, out_writer *w, const bool *skip) {
         }
         pg.n_done++;
         progress_tick(&pg, false);
-        if (g_kill_after >= 0 && pg.n_done >= g_kill_after) raise(SIGKILL);
+        kick_writeback(p, p->entries[i].nbytes);
+        if (g_kill_after >= 0 && pg.n_done >= g_kill_after) raise(g_kill_signal);
     }
     progress_tick(&pg, true);
     return -1;
@@ -745,7 +758,7 @@ static int verify(plan *p, const char *path) {
         }
     }
     /* the VERIFY_SAMPLES smallest touched tensors, recomputed with the fp64 oracle */
-    int64_t pick[VERIFY_SAMPLES];
+    int64_t pick[VERIFY_SAMPLES] = {0};
     int np = 0;
     for (int64_t i = 0; i < p->nbase; i++) {
         if (p->first_hit[i] < 0) continue;
@@ -958,7 +971,7 @@ static int run_sharded(plan *p) {
                 json_object_set_new(shards, name, json_pack("{s:s}", "fnv1a64", hs));
                 rc = write_manifest(mpath, ident, shards);
             }
-            if (g_kill_after >= 0 && pg.n_done >= g_kill_after) raise(SIGKILL);
+            if (g_kill_after >= 0 && pg.n_done >= g_kill_after) raise(g_kill_signal);
         }
         if (rc < 0) progress_tick(&pg, true);
     }
@@ -999,7 +1012,10 @@ static int run_single(plan *p) {
         fprintf(stderr, "lyco merge: %s\n", lyco_last_error());
         return lyco_exit_for_status(st);
     }
+    p->kick_fd = open(lyco_st_writer_temp_path(w.one), O_RDONLY | O_CLOEXEC);
     rc = stream_all(p, &w, NULL);
+    if (p->kick_fd >= 0 && close(p->kick_fd) != 0) perror("lyco merge: close");
+    p->kick_fd = -1;
     if (rc >= 0) {
         ow_abort(&w);
         return rc;
@@ -1041,10 +1057,17 @@ int lyco_cmd_merge(int argc, char **argv) {
     }
     const char *ka = getenv("LYCO_MERGE_KILL_AFTER");
     g_kill_after = ka && *ka ? strtoll(ka, NULL, 10) : -1;
+    const char *ks = getenv("LYCO_MERGE_KILL_SIGNAL"), *fault = getenv("LYCO_MERGE_FAULT");
+    if (ks && *ks) g_kill_signal = atoi(ks);
+    if (fault && *fault && !arm_fault(fault)) {
+        fprintf(stderr, "lyco merge: LYCO_MERGE_FAULT is \"%s\"; expected OP:N:ERRNO with OP write|fsync|close|rename|dirsync\n", fault);
+        return LYCO_EXIT_USAGE;
+    }
     install_signals();
     plan p;
     memset(&p, 0, sizeof p);
     p.o = &o;
+    p.kick_fd = -1;
     rc = build_plan(&p);
     if (rc < 0) rc = build_meta(&p);
     if (rc < 0) {

@@ -365,6 +365,22 @@ static void test_kill(void) {
               "rerun after the kill: exit 0, bytes identical to the uninterrupted run, stale temp removed");
         if (remove(out) != 0) perror("remove");
     }
+    /* SIGTERM mid-run: exit 6, temp removed, no output */
+    rc = run_lyco("LYCO_MERGE_KILL_AFTER=20 LYCO_MERGE_KILL_SIGNAL=15", "merge '%s' '%s:0.75' -o '%s' --progress=none", base, lora, out);
+    check(rc == 6 && !exists(out) && count_files("", ".lyco-tmp.") == 0, "SIGTERM after 20 tensors: exit 6, no output, temp removed (rc %d)", rc);
+    /* injected ENOSPC / EIO: exit 4, no output, temp removed, an existing output untouched */
+    static const char *const faults[] = {"write:5:28", "fsync:1:5", "rename:1:5"};
+    for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++) {
+        char env[64];
+        snprintf(env, sizeof env, "LYCO_MERGE_FAULT=%s", faults[k]);
+        rc = run_lyco(env, "merge '%s' '%s:0.75' -o '%s' --progress=none", base, lora, out);
+        check(rc == 4 && !exists(out) && count_files("", ".lyco-tmp.") == 0, "injected fault %s: exit 4, no output, temp removed (rc %d)", faults[k], rc);
+        rc = run_lyco(env, "merge '%s' '%s:0.5' -o '%s' --progress=none", base, lora, ref);
+        check(rc == 4 && count_files("", ".lyco-tmp.") == 0, "injected fault %s over an existing output: exit 4 (rc %d)", faults[k], rc);
+        rc = run_lyco(NULL, "merge '%s' '%s:0.75' -o '%s/ref2.safetensors' --progress=none", base, lora, g_dir);
+        snprintf(p, sizeof p, "%s/ref2.safetensors", g_dir);
+        check(rc == 0 && same_bytes(p, ref), "the existing output is untouched by the failed run");
+    }
     /* sharded: the index is the commit marker; the rerun resumes */
     char sref[512], sout[512];
     snprintf(sref, sizeof sref, "%s/sref", g_dir);
