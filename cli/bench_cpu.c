@@ -669,16 +669,19 @@ static bool peer_setup(peer *p, int id, const family *f, const lyco_case *c, lyc
 }
 
 /* Up to k timed calls of the row on the peer, as many as fit in budget_s (at least one), each
-   after its own cache sweep; appends µs to t; returns how many. */
-static int peer_time(peer *p, int id, int threads, int k, double budget_s, double *t) {
-    char req[160];
-    snprintf(req, sizeof req, "{\"op\": \"time\", \"id\": %d, \"threads\": %d, \"reps\": %d, \"budget_s\": %.3f}", id, threads, k,
-             budget_s);
+   after its own cache sweep; appends µs to t; returns how many. A first call longer than
+   PEER_CAP_S is the block's only sample and sets *slow (no further block for the row). */
+#define PEER_CAP_S 0.25
+static int peer_time(peer *p, int id, int threads, int k, double budget_s, double *t, bool *slow) {
+    char req[200];
+    snprintf(req, sizeof req, "{\"op\": \"time\", \"id\": %d, \"threads\": %d, \"reps\": %d, \"budget_s\": %.3f, \"cap_s\": %.3f}", id,
+             threads, k, budget_s, PEER_CAP_S);
     json_t *j = peer_ask(p, req, 600);
     if (!j) return 0;
     json_t *us = json_object_get(j, "us");
     int n = 0;
     for (size_t i = 0; json_is_array(us) && i < json_array_size(us) && n < k; i++) t[n++] = json_number_value(json_array_get(us, i));
+    *slow = json_is_true(json_object_get(j, "slow"));
     json_decref(j);
     return n;
 }
@@ -747,9 +750,10 @@ static void row_accuracy(const family *f, const bshape *s, lyco_direction d, con
     r->pass = cr.pass;
 }
 
-/* k timed lyco calls, each after a cache sweep (a warm-up call first); appends µs to t. */
-static int lyco_block(lyco_ctx *ctx, lyco_direction d, operands *o, bench_env *env, int k, double *t) {
-    if (ops_run(ctx, d, o)) return -1;
+/* k timed lyco calls, each after a cache sweep (a warm-up call first unless the call is long
+   enough that waking the threads is noise); appends µs to t. */
+static int lyco_block(lyco_ctx *ctx, lyco_direction d, operands *o, bench_env *env, int k, bool warm, double *t) {
+    if (warm && ops_run(ctx, d, o)) return -1;
     for (int i = 0; i < k; i++) {
         flush_cache(&env->fl);
         double t0 = now_s();
@@ -763,7 +767,7 @@ static int lyco_block(lyco_ctx *ctx, lyco_direction d, operands *o, bench_env *e
 /* The timing half of a row at `threads`: operands at the full shape, then 2 rounds of
    [lyco block, torch block]. */
 static int row_time(const family *f, const lyco_case *c, lyco_direction d, const lyco_dtype_row *row, const lyco_check_opts *co,
-                    bench_env *env, int threads, int peer_id, row_result *r) {
+                    bench_env *env, int threads, int peer_id, bool use_peer, row_result *r) {
     lyco_ctx *ctx = NULL;
     if (lyco_ctx_create(&ctx) || lyco_ctx_set_backend(ctx, co->backend)) {
         lyco_ctx_destroy(ctx);
@@ -782,15 +786,16 @@ static int row_time(const family *f, const lyco_case *c, lyco_direction d, const
         double first = now_s() - t0;
         int k = env->block;
         if (k <= 0) k = (int)(env->budget_s / (first + 0.004) + 0.5);
-        k = k < 3 ? 3 : k > MAXREP ? MAXREP : k;
-        bool peer_row = env->pe && env->pe->ok;
+        k = k < 2 ? 2 : k > MAXREP ? MAXREP : k;
+        bool warm = first < 0.05, slow = false;
+        bool peer_row = use_peer && env->pe && env->pe->ok;
         if (peer_row && !peer_setup(env->pe, peer_id, f, c, d, row, r->torch_why, sizeof r->torch_why)) peer_row = false;
         for (int round = 0; round < 2 && !st; round++) {
-            int got = lyco_block(ctx, d, &o, env, k, tl + nl);
+            int got = lyco_block(ctx, d, &o, env, k, warm, tl + nl);
             if (got < 0) { st = LYCO_ERR_UNSUPPORTED; break; }
             nl += got;
-            if (peer_row) {
-                int pt = peer_time(env->pe, peer_id, threads, k, env->block > 0 ? 1e6 : 2 * env->budget_s, tt + nt);
+            if (peer_row && !slow) {
+                int pt = peer_time(env->pe, peer_id, threads, k, env->block > 0 ? 1e6 : 2 * env->budget_s, tt + nt, &slow);
                 if (pt == 0 && !env->pe->ok) { snprintf(r->torch_why, sizeof r->torch_why, "%s", env->pe->why); peer_row = false; }
                 nt += pt;
             }
@@ -822,8 +827,8 @@ static int row_time(const family *f, const lyco_case *c, lyco_direction d, const
 /* ------------------------------------------------------------------ shape sets */
 
 static const bshape short_shapes[] = {
-    {true, 3072, 3072, 0, 32, true},       /* DiT 3072², rank 32 */
-    {false, 3072, 3072, 1024, 32, true},   /* 1024 tokens through DiT 3072², rank 32 */
+    {true, 1280, 1280, 0, 32, true},       /* SDXL attention 1280², rank 32 */
+    {false, 1280, 1280, 1024, 32, true},   /* its 1024 tokens (32×32 latent), rank 32 */
 };
 
 /* BENCH.md §4, linear: merges of every listed layer at rank 32, LoRA also at 8 and 128; bypass at
@@ -834,10 +839,10 @@ static int full_shapes(bshape *out, int cap) {
     static const int64_t tok[] = {77, 1024, 4096}, byp[][2] = {{1280, 1280}, {3072, 3072}, {4096, 4096}};
     int n = 0;
     for (size_t i = 0; i < sizeof lin / sizeof lin[0] && n < cap; i++)
-        out[n++] = (bshape){true, lin[i][0], lin[i][1], 0, 32, lin[i][0] == 3072 && lin[i][1] == 3072};
+        out[n++] = (bshape){true, lin[i][0], lin[i][1], 0, 32, lin[i][0] == 1280 && lin[i][1] == 1280};
     for (size_t t = 0; t < sizeof tok / sizeof tok[0]; t++)
         for (size_t i = 0; i < sizeof byp / sizeof byp[0] && n < cap; i++)
-            out[n++] = (bshape){false, byp[i][0], byp[i][1], tok[t], 32, tok[t] == 1024 && byp[i][0] == 3072};
+            out[n++] = (bshape){false, byp[i][0], byp[i][1], tok[t], 32, tok[t] == 1024 && byp[i][0] == 1280};
     if (n + 2 <= cap) {
         out[n++] = (bshape){true, 1000, 999, 0, 7, false};
         out[n++] = (bshape){false, 1000, 999, 77, 7, false};
@@ -1051,7 +1056,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     }
     for (size_t i = 0; i < env.fl.n; i++) env.fl.buf[i] = (float)(i & 15);
     env.block = bo->reps > 0 ? (bo->reps + 1) / 2 : 0;
-    env.budget_s = bo->quick ? 0.03 : bo->full ? 0.2 : 0.06;
+    env.budget_s = bo->quick ? 0.02 : bo->full ? 0.2 : 0.04;
     printf("timing: per row, a warm-up call then 2 rounds of [lyco block, torch block] of k calls each (k from the warm-up time), "
            "a read-only sweep over %zu MiB before every timed call; median and min of the 2k; ulp: max RMS-normalised ULP vs the fp64 "
            "oracle at O' <= 256, T' <= 64 (same I, rank, block size)\n\n",
@@ -1090,7 +1095,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
                         continue;
                     }
                     row_accuracy(f, s, dir, row, co, r);
-                    if (row_time(f, &c, dir, row, co, &env, all, ++id, r) || (r->acc_ran && !r->pass)) fails++;
+                    if (row_time(f, &c, dir, row, co, &env, all, ++id, true, r) || (r->acc_ran && !r->pass)) fails++;
                     print_row(r);
                     fflush(stdout);
                 }
@@ -1101,9 +1106,10 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     int tl[8];
     int nt = bo->no_scaling ? 0 : thread_list(bo->threads, all, tl, 8);
     if (nt > 1 || (nt == 1 && tl[0] != all)) {
-        printf("\nthread scaling (bf16 rows of the default shapes; time in us, lyco | torch; speed-up over 1 thread in brackets)\n");
+        printf("\nthread scaling (bf16 rows of the default shapes; median us, lyco then torch, speed-up over the first count in brackets;"
+               " torch only where its call at all threads took < %.2f s)\n", PEER_CAP_S);
         printf("%-8s %-10s %-24s", "algo", "dir", "shape");
-        for (int i = 0; i < nt; i++) printf(" | %5d thr lyco  torch ", tl[i]);
+        for (int i = 0; i < nt; i++) printf(" | %3d thr: lyco        torch        ", tl[i]);
         printf("\n");
         for (int i = 0; i < rl.n; i++) {
             const row_result *base = &rl.v[i];
@@ -1137,11 +1143,13 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
                     r->acc_ran = base->acc_ran;
                     lyco_case c;
                     case_for(base->f, s, false, &c);
-                    row_time(base->f, &c, base->dir, dtype_row("bf16"), co, &env, tl[ti], ++id, r);
+                    /* the peer joins where its all-thread call was short (bf16 autograd can take seconds) */
+                    row_time(base->f, &c, base->dir, dtype_row("bf16"), co, &env, tl[ti], ++id, base->torch_us < 1e6 * PEER_CAP_S, r);
                 }
                 if (ti == 0) { one_l = r->med_us; one_t = r->torch_us; }
-                char tt[40] = "      -";
-                if (!isnan(r->torch_us)) snprintf(tt, sizeof tt, "%7.0f (%4.2f)", r->torch_us, one_t / r->torch_us);
+                char tt[40] = "      -       ";
+                if (!isnan(r->torch_us) && !isnan(one_t)) snprintf(tt, sizeof tt, "%7.0f (%4.2f)", r->torch_us, one_t / r->torch_us);
+                else if (!isnan(r->torch_us)) snprintf(tt, sizeof tt, "%7.0f       ", r->torch_us);
                 printf(" | %8.0f (%4.2f) %s", r->med_us, one_l / r->med_us, tt);
             }
             printf("\n");

@@ -16,10 +16,12 @@ asks for (torch.set_num_threads). Linear layers (LayerNorm for Norm); tensors O�
     adds W + m·ΔW in B (OFT/BOFT build W'' in fp32 and cast, DoRA works in dtype(d) = P); bypass
     casts the activations to P (what autocast to P does), computes in P, casts the delta to B and
     adds y0 in B. So for mixed rows the peer pays the casts that its one-dtype kernels need.
-Timing: one untimed warm-up call opens every block and estimates a call; the block then runs
+Timing: a warm-up call opens every block and estimates a call; the block then runs
 min(reps, budget_s / that estimate) calls, at least one, each preceded by a read-only sweep over
 a buffer of 2×LLC (the same eviction lyco applies); times are wall-clock microseconds of the call
-(time.perf_counter), returned raw to lyco, which takes the median.
+(time.perf_counter), returned raw to lyco, which takes the median. A warm-up call longer than
+cap_s is itself the block's one sample and the reply says "slow" (lyco then asks for no more
+blocks of that row): bf16 autograd on CPUs without native bf16 takes seconds per call.
 Extra memory: the operands of one row (plus the autograd graph of a backward row).
 """
 import json
@@ -310,16 +312,20 @@ def serve():
             elif op == "time":
                 row = rows[req["id"]]
                 torch.set_num_threads(int(req["threads"]))
+                flush.sum()
                 t0 = time.perf_counter()
-                row.call()  # warm-up (untimed), and the estimate of one call
+                row.call()  # warm-up, and the estimate of one call
                 one, us = time.perf_counter() - t0, []
-                n = max(1, min(int(req["reps"]), int(float(req.get("budget_s", 1e9)) / max(one, 1e-6))))
+                slow = one >= float(req.get("cap_s", 1e9))
+                if slow:  # a call this long is its own sample: warm-up effects are far below its noise
+                    us.append(1e6 * one)
+                n = 0 if slow else max(1, min(int(req["reps"]), int(float(req.get("budget_s", 1e9)) / max(one, 1e-6))))
                 for _ in range(n):
                     flush.sum()
                     t0 = time.perf_counter()
                     row.call()
                     us.append(1e6 * (time.perf_counter() - t0))
-                rep = {"id": req["id"], "us": us}
+                rep = {"id": req["id"], "us": us, "slow": slow}
             elif op == "free":
                 rows.pop(req["id"], None)
                 rep = {"id": req["id"], "ok": True}
