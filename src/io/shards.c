@@ -14,7 +14,8 @@
  * cap; entries are copied (names, shapes) so the caller's arrays may die. Each shard is a
  * lyco_st_writer opened lazily at its first put and committed when its remaining byte count
  * reaches 0 (shards of empty tensors only are committed by lyco_st_shard_writer_commit). The
- * index JSON is produced by jansson (indent 2, keys sorted: "metadata" then "weight_map").
+ * index JSON is produced by jansson exactly as transformers writes it (json.dumps(index,
+ * indent=2, sort_keys=True) + "\n": ASCII-escaped, keys sorted, "metadata" then "weight_map").
  * Assumptions: POSIX.1-2008 (openat, fstatat, kill for the liveness probe), jansson >= 2.14.
  */
 #ifndef _POSIX_C_SOURCE
@@ -844,12 +845,32 @@ static lyco_status sw_index_json(lyco_st_shard_writer *s, char **text, size_t *l
     }
     ok = ok && json_object_set(root, "metadata", md) == 0 &&
          json_object_set(root, "weight_map", wm) == 0;
-    *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    /* as transformers writes it: json.dumps(index, indent=2, sort_keys=True) + "\n" */
+    char *j = ok ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENSURE_ASCII) : NULL;
     json_decref(md);
     json_decref(wm);
     json_decref(root);
+    size_t jl = j ? strlen(j) : 0;
+    /* jansson writes \uXXXX in upper case, Python's json in lower case; every backslash in
+       JSON text starts an escape, so walking escape by escape is exact */
+    for (size_t i = 0; i + 1 < jl; i++) {
+        if (j[i] != '\\') continue;
+        if (j[i + 1] == 'u') {
+            for (size_t k = i + 2; k < i + 6 && k < jl; k++) {
+                if (j[k] >= 'A' && j[k] <= 'F') j[k] = (char)(j[k] - 'A' + 'a');
+            }
+        }
+        i++;
+    }
+    *text = j ? malloc(jl + 2) : NULL;
+    if (*text) {
+        memcpy(*text, j, jl);
+        (*text)[jl] = '\n';
+        (*text)[jl + 1] = '\0';
+    }
+    free(j);
     if (!*text) return SWFAIL(s, LYCO_ERR_NOMEM, "out of memory building the index");
-    *len = strlen(*text);
+    *len = jl + 1;
     return LYCO_OK;
 }
 

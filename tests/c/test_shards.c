@@ -281,6 +281,46 @@ static void test_write_read(uint64_t seed) {
     fixture_free(&fx);
 }
 
+/* The index is byte-identical to what transformers writes: json.dumps(index, indent=2,
+   sort_keys=True) + "\n" (expected text produced by Python's json module). */
+static void test_index_text(void) {
+    static const unsigned char d[16] = {0};
+    int64_t s1[1] = {4};
+    lyco_st_entry e[5] = {{"model.layers.0.w", LYCO_ST_F32, 1, s1, d, 16},
+                          {"\xc3\xa9t\xc3\xa9", LYCO_ST_F32, 1, s1, d, 16},
+                          {"emoji\xf0\x9f\x98\x80", LYCO_ST_F32, 1, s1, d, 16},
+                          {"q\"b\\s/\x01\t", LYCO_ST_F32, 1, s1, d, 16},
+                          {"B", LYCO_ST_F32, 1, s1, d, 16}};
+    static const char want[] =
+        "{\n"
+        "  \"metadata\": {\n"
+        "    \"total_size\": 80\n"
+        "  },\n"
+        "  \"weight_map\": {\n"
+        "    \"B\": \"model-00003-of-00003.safetensors\",\n"
+        "    \"emoji\\ud83d\\ude00\": \"model-00002-of-00003.safetensors\",\n"
+        "    \"model.layers.0.w\": \"model-00001-of-00003.safetensors\",\n"
+        "    \"q\\\"b\\\\s/\\u0001\\t\": \"model-00002-of-00003.safetensors\",\n"
+        "    \"\\u00e9t\\u00e9\": \"model-00001-of-00003.safetensors\"\n"
+        "  }\n"
+        "}\n";
+    char dir[600], ip[1024];
+    path_in(dir, sizeof dir, g_dir, "index-text");
+    mkdir(dir, 0700);
+    lyco_st_shard_writer *w = NULL;
+    lyco_status s = lyco_st_shard_writer_open(&w, dir, "model", e, 5, NULL, 40, 0);
+    for (int i = 0; s == LYCO_OK && i < 5; i++) s = lyco_st_shard_writer_put(w, i, d, 16);
+    if (s == LYCO_OK) s = lyco_st_shard_writer_commit(w);
+    else lyco_st_shard_writer_abort(w);
+    path_in(ip, sizeof ip, dir, "model.safetensors.index.json");
+    size_t n = 0;
+    uint8_t *got = s == LYCO_OK ? read_bytes(ip, &n) : NULL;
+    check(got && n == strlen(want) && memcmp(got, want, n) == 0,
+          "index text: byte-identical to transformers' json.dumps(indent=2, sort_keys=True) "
+          "(%s)", s == LYCO_OK ? "compared" : lyco_last_error());
+    free(got);
+}
+
 /* ============================================================================================
  * fault injection (FORMATS.md §2.6)
  * ========================================================================================== */
@@ -669,6 +709,7 @@ int main(int argc, char **argv) {
     }
     uint64_t seed = st_test_begin("test_shards");
     test_write_read(seed);
+    test_index_text();
     test_faults(seed);
     test_kill(seed);
     test_index_corpus();
