@@ -5,6 +5,8 @@
  * directions (locon.cu) and in bypass (locon_conv.cu, activations with any strides); Tucker
  * (lora_mid) in all four directions (locon_conv.cu). Declines, with the reason: DoRA in bypass,
  * DoRA with Tucker, grouped conv, batches or sizes beyond the conv kernels' grid limits.
+ * Bypass backward with LYCO_BYPASS_DELTA_ONLY: y = Δ alone does not read y0, so dy0 = 0 (the
+ * linear kernel's dy0 stream is switched off and dy0 zeroed here; the conv kernels zero it).
  */
 #include <string.h>
 
@@ -184,6 +186,11 @@ lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, cha
         rq[n++] = (lk_view_req){lyco_call_wants(c, LYCO_LORA_DOWN) ? c->g->grad[LYCO_LORA_DOWN] : NULL, "grad lora_down", 1, &b.gD};
         rq[n++] = (lk_view_req){lyco_call_wants(c, LYCO_SCALAR) ? c->g->grad[LYCO_SCALAR] : NULL, "grad scalar", 0, &b.gsigma};
         if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        if ((c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) && b.dy0.p) {
+            /* y = Δ alone does not read y0: dy0 = 0 (the kernel would write RN(dy)) */
+            if ((rc = (lyco_status)lk_copy_round(&b.dy0, NULL, b.L.ct, st))) return rc;
+            memset(&b.dy0, 0, sizeof b.dy0);
+        }
         b.T = c->tokens;
         return (lyco_status)lk_locon_bypass_bwd(&b, dev, st, why, why_len);
     }

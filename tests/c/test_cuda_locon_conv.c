@@ -3,7 +3,7 @@
  * bypass plain and Tucker, Tucker merge) on shapes the shared case table does not reach: several
  * 64-wide tiles along every axis (ranks 65…130, O > 64, more than 64 output pixels per image),
  * reductions long enough to split into several partials, stride/padding/dilation on every dim,
- * Δ-only bypass, strided and unaligned operands.
+ * Δ-only bypass (conv, and linear: dy0 = 0), strided and unaligned operands.
  *
  * Each (case, direction, dtype row) runs through the harness of `lyco check` (lyco_check_one: the
  * backend against the fp64 oracle with the table's budgets; --require-fused semantics: a fallback
@@ -48,6 +48,9 @@ static const lyco_case cases[] = {
     {.name = "cu_conv2d_tucker_strided", T_CONV, .conv_dims = 2, .O = 10, .I = 7, .k = {2, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 3, .tokens = 2, .spatial = {6, 5, 1},
      .opts = CASE_TUCKER | CASE_NONCONTIG | CASE_UNALIGNED | CASE_SCALAR},
+    /* linear, Δ alone: dy0 must be 0 (dispatch_locon.c zeroes it; locon.cu's kernel writes RN(dy)) */
+    {.name = "cu_linear_delta_only", .algo = LYCO_ALGO_LOCON, .O = 24, .I = 20, .rank = 4, .tokens = 9, .alpha = 2,
+     .opts = CASE_NO_Y0},
     /* empty batch: outputs empty, gradients zero */
     {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 2, .tokens = 0, .spatial = {5, 5, 1}, .opts = CASE_TUCKER},
