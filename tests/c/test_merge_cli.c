@@ -329,6 +329,22 @@ static void test_promises(void) {
     rc = run_lyco(NULL, "merge '%s' '%s' -o '%s/y.safetensors' --progress=none", base, p, g_dir);
     snprintf(p, sizeof p, "%s/y.safetensors", g_dir);
     check(rc == 3 && !exists(p), "an adapter for another model (modules match nothing): exit 3, nothing written (got %d)", rc);
+    snprintf(p, sizeof p, "%s/stderr", g_dir);
+    err = slurp(p, NULL);
+    check(err && strstr(err, "lora_unet_") && strstr(err, "no base tensor has this module's name"),
+          "the unmatched modules are reported by name, with the reason");
+    free(err);
+    /* lyco info: text, exit codes */
+    rc = run_lyco(NULL, "info '%s'", lora);
+    snprintf(p, sizeof p, "%s/stdout", g_dir);
+    char *txt = slurp(p, NULL);
+    check(rc == 0 && txt && strstr(txt, "lycoris_blocks_0_attn_qkv") && strstr(txt, "locon") && strstr(txt, "totals:"),
+          "lyco info (text): modules, algorithm, totals");
+    free(txt);
+    snprintf(p, sizeof p, "%s/garbage.safetensors", g_dir);
+    rc = run_lyco(NULL, "info '%s'", p);
+    int rc_missing = run_lyco(NULL, "info '%s/no-such-file.safetensors'", g_dir), rc_usage = run_lyco(NULL, "info");
+    check(rc == 3 && rc_missing == 4 && rc_usage == 2, "lyco info exit codes: malformed 3 (%d), missing 4 (%d), usage 2 (%d)", rc, rc_missing, rc_usage);
     rc = run_lyco(NULL, "merge '%s' '%s' -o '/proc/lyco-no-such-dir/z.safetensors' --progress=none", base, lora);
     check(rc == 4, "an output directory that cannot be written: exit 4 (got %d)", rc);
     char fb16[512], huge[512];
@@ -403,6 +419,15 @@ static void test_kill(void) {
     check(same && resumed, "sharded rerun: resumed (kept shards verified by hash), every file identical to the uninterrupted run");
     rc = run_lyco(NULL, "merge '%s' '%s:0.5' -o '%s' --shard-size 40K --progress=none", base, lora, sout);
     check(rc == 2, "sharded rerun with another multiplier over the old manifest: refused (exit %d)", rc);
+    /* a sharded BASE (the index.json) gives the same tensors as the single file */
+    char loha[512], o1[512], o2[512], worst[256];
+    snprintf(loha, sizeof loha, "%s/sd_loha.safetensors", g_fix);
+    snprintf(o1, sizeof o1, "%s/from_sharded.safetensors", g_dir);
+    snprintf(o2, sizeof o2, "%s/from_single.safetensors", g_dir);
+    rc = run_lyco(NULL, "merge '%s/model.safetensors.index.json' '%s' -o '%s' --progress=none", sref, loha, o1);
+    int rc2 = run_lyco(NULL, "merge '%s' '%s' -o '%s' --progress=none", ref, loha, o2);
+    double e = compare(ref, o1, o2, 1.0, 1.0, worst, sizeof worst);
+    check(rc == 0 && rc2 == 0 && e == 0.0, "a sharded base (index.json) merges to the same tensors as its single-file twin (%.2g ulp)", e);
 }
 
 int main(int argc, char **argv) {
