@@ -892,6 +892,12 @@ static int run_sharded(plan *p) {
     snprintf(ipath, sizeof ipath, "%s/%s", dir, lyco_st_shard_writer_index_name(w));
     int rc = check_output_identity(p, ipath);
     int64_t nsh = lyco_st_shard_writer_shard_count(w);
+    for (int64_t k = 0; k < nsh && rc < 0; k++) {   /* a shard name that is an input (hard link) */
+        char spath[4200];
+        snprintf(spath, sizeof spath, "%s/%s", dir, lyco_st_shard_writer_shard_name(w, k));
+        rc = check_output_identity(p, spath);
+    }
+    if (rc < 0) rc = check_space(dir, p->out_bytes);
     bool *skip = calloc((size_t)(p->nbase ? p->nbase : 1), sizeof *skip), *sh_done = calloc((size_t)nsh, sizeof *sh_done);
     json_t *ident = run_identity(p), *shards = json_object();
     if (!skip || !sh_done || !ident || !shards) rc = LYCO_EXIT_INTERNAL;

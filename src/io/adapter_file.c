@@ -913,7 +913,7 @@ lyco_status lyco_af_map(const lyco_af_file *f, const lyco_af_base_tensor *base, 
     lyco_status st = LYCO_OK;
     for (int64_t i = 0; i < nbase && !st; i++) st = index_base(&km, base[i].name, i);
     if (st) { map_free(&km); return st; }
-    qsort(km.e, (size_t)km.n, sizeof *km.e, cmp_entry);
+    if (km.n) qsort(km.e, (size_t)km.n, sizeof *km.e, cmp_entry);
     for (int64_t i = 0; i < f->n_mods; i++) {
         const lyco_af_module *m = &f->mods[i];
         lyco_af_target *t = &out[i];
