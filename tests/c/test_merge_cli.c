@@ -359,6 +359,82 @@ static void test_promises(void) {
     check(rc == 0 && exists(p), "--allow-nonfinite writes it (exit %d)", rc);
 }
 
+/* ---- synthetic cases upstream cannot make or that need a layout the fixtures lack ---- */
+static float frand(lyco_rng *r) { return (float)(lyco_rng_uniform(r) * 2 - 1); }
+
+static double max_abs_diff_row_range(const float *got, const float *want, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)got[i] - want[i]));
+    return m;
+}
+
+static bool read_f32(const char *path, const char *name, float *dst, int64_t n) {
+    lyco_st_file *f = NULL;
+    bool ok = false;
+    if (!lyco_st_open(path, &f)) {
+        const lyco_st_tensor *t = lyco_st_find(f, name);
+        ok = t && t->dtype == LYCO_ST_F32 && t->nbytes == (uint64_t)n * 4 && !lyco_st_read(t, 0, dst, t->nbytes);
+    }
+    lyco_st_close(f);
+    return ok;
+}
+
+static void test_synthetic(void) {
+    lyco_rng rng;
+    uint64_t seed = lyco_seed_from_env();
+    printf("synthetic cases: seed %llu\n", (unsigned long long)seed);
+    lyco_rng_seed(&rng, seed);
+    /* SDXL's OpenCLIP text encoder: lora_te2_…_v_proj lands on rows 2D..3D of the fused in_proj */
+    enum { D = 16, R = 4 };
+    float W[3 * D * D], dn[R * D], up[D * R], got[3 * D * D], w_ia3[D], W2[D * D], got2[D * D];
+    for (int i = 0; i < 3 * D * D; i++) W[i] = frand(&rng);
+    for (int i = 0; i < R * D; i++) dn[i] = frand(&rng);
+    for (int i = 0; i < D * R; i++) up[i] = frand(&rng);
+    int64_t sw[2] = {3 * D, D}, sd[2] = {R, D}, su[2] = {D, R}, s0[1] = {0};
+    float alpha = 2.0f;
+    char base[512], ad[512], out[512];
+    snprintf(base, sizeof base, "%s/sdxl_te2.safetensors", g_dir);
+    snprintf(ad, sizeof ad, "%s/te2_lora.safetensors", g_dir);
+    snprintf(out, sizeof out, "%s/te2_out.safetensors", g_dir);
+    const char *wn = "conditioner.embedders.1.model.transformer.resblocks.0.attn.in_proj_weight";
+    lyco_st_entry be = {wn, LYCO_ST_F32, 2, sw, W, sizeof W};
+    lyco_st_entry ae[3] = {{"lora_te2_text_model_encoder_layers_0_self_attn_v_proj.lora_down.weight", LYCO_ST_F32, 2, sd, dn, sizeof dn},
+                           {"lora_te2_text_model_encoder_layers_0_self_attn_v_proj.lora_up.weight", LYCO_ST_F32, 2, su, up, sizeof up},
+                           {"lora_te2_text_model_encoder_layers_0_self_attn_v_proj.alpha", LYCO_ST_F32, 0, s0, &alpha, 4}};
+    if (lyco_st_write(base, &be, 1, NULL) || lyco_st_write(ad, ae, 3, NULL)) { check(false, "write synthetic files"); return; }
+    int rc = run_lyco(NULL, "merge '%s' '%s:0.5' -o '%s' --progress=none", base, ad, out);
+    bool ok = rc == 0 && read_f32(out, wn, got, 3 * D * D);
+    float want[3 * D * D];
+    memcpy(want, W, sizeof W);
+    for (int o = 0; o < D; o++)
+        for (int i = 0; i < D; i++) {
+            double acc = 0;
+            for (int r = 0; r < R; r++) acc += (double)up[o * R + r] * dn[r * D + i];
+            want[(2 * D + o) * D + i] = (float)(W[(2 * D + o) * D + i] + 0.5 * (alpha / R) * acc);
+        }
+    double e = ok ? max_abs_diff_row_range(got, want, 3 * D * D) : INFINITY;
+    check(ok && e < 1e-5 && !memcmp(got, W, sizeof(float) * 2 * D * D),
+          "SDXL te2 v_proj LoRA → rows 32..47 of the fused in_proj_weight, q/k rows untouched (max |err| %.2g)", e);
+    /* IA3 on input (upstream's wrappers cannot make IA3): W'' = W ⊙ (1 + m·w) per input column */
+    for (int i = 0; i < D * D; i++) W2[i] = frand(&rng);
+    for (int i = 0; i < D; i++) w_ia3[i] = frand(&rng);
+    int64_t s2[2] = {D, D}, sv[1] = {D};
+    int64_t on = 1;
+    lyco_st_entry b2 = {"blocks.0.mlp.fc2.weight", LYCO_ST_F32, 2, s2, W2, sizeof W2};
+    lyco_st_entry a2[2] = {{"lycoris_blocks_0_mlp_fc2.weight", LYCO_ST_F32, 1, sv, w_ia3, sizeof w_ia3},
+                           {"lycoris_blocks_0_mlp_fc2.on_input", LYCO_ST_I64, 0, s0, &on, 8}};
+    snprintf(base, sizeof base, "%s/ia3_base.safetensors", g_dir);
+    snprintf(ad, sizeof ad, "%s/ia3.safetensors", g_dir);
+    snprintf(out, sizeof out, "%s/ia3_out.safetensors", g_dir);
+    if (lyco_st_write(base, &b2, 1, NULL) || lyco_st_write(ad, a2, 2, NULL)) { check(false, "write IA3 files"); return; }
+    rc = run_lyco(NULL, "merge '%s' '%s:0.75' -o '%s' --progress=none", base, ad, out);
+    ok = rc == 0 && read_f32(out, "blocks.0.mlp.fc2.weight", got2, D * D);
+    double m2 = 0;
+    for (int o = 0; ok && o < D; o++)
+        for (int i = 0; i < D; i++) m2 = fmax(m2, fabs(got2[o * D + i] - (double)W2[o * D + i] * (1 + 0.75 * w_ia3[i])));
+    check(ok && m2 < 1e-6, "IA3 on input (on_input read from the file): W·(1 + m·w) per input column (max |err| %.2g)", m2);
+}
+
 /* ---- fault injection: SIGKILL mid-write, then rerun ---- */
 static void test_kill(void) {
     char base[512], lora[512], ref[512], out[512], cb[512], p[2048];
@@ -442,6 +518,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     test_upstream();
     test_promises();
+    test_synthetic();
     test_kill();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     if (!g_fail) {
