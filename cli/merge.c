@@ -392,15 +392,14 @@ static int build_plan(plan *p) {
                 continue;
             }
             lyco_af_unbind(&b);
-            p->hits[p->nhits++] = (hit){t->weight, a, i, false};
-            if (t->bias >= 0) {
-                if (!is_float16_32(lyco_st_model_get(p->base, t->bias)->dtype)) {
-                    fprintf(stderr, "lyco merge: %s: module %s: base bias is not F16/BF16/F32\n", ad->path, m->name);
-                    problems++;
-                    continue;
-                }
-                p->hits[p->nhits++] = (hit){t->bias, a, i, true};
+            if (t->bias >= 0 && !is_float16_32(lyco_st_model_get(p->base, t->bias)->dtype)) {
+                fprintf(stderr, "lyco merge: %s: module %s: base bias %s is %s; expected F16, BF16 or F32\n", ad->path, m->name,
+                        lyco_st_model_get(p->base, t->bias)->name, lyco_st_model_get(p->base, t->bias)->dtype_name);
+                problems++;
+                continue;   /* neither half: a module is merged whole or not at all */
             }
+            p->hits[p->nhits++] = (hit){t->weight, a, i, false};
+            if (t->bias >= 0) p->hits[p->nhits++] = (hit){t->bias, a, i, true};
         }
     }
     if (problems && !o->skip_unmatched) {
