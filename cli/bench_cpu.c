@@ -1049,7 +1049,8 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
            "write-allocate not counted); sgemm %.1f GFLOP/s (lyco cpu_gemm_nn 1024^3)",
            all, env.bw / 1e9, arr >> 20, own / 1e9);
     if (pe.ok) printf(", torch.mm fp32 %.1f GFLOP/s; floor uses %.1f", pe.sgemm / 1e9, env.rate / 1e9);
-    printf("\n%s\n", pe.ok ? "" : pe.why);
+    printf("\n");
+    if (!pe.ok) printf("%s\n", pe.why);
     if (pe.ok) printf("peer: torch %s CPU eager, upstream LyCORIS functional formulas (tools/bench_torch_cpu.py), %s\n", pe.version, peer_python());
     env.fl.n = 2 * llc / sizeof(float);
     env.fl.buf = malloc(env.fl.n * sizeof(float));
