@@ -518,6 +518,25 @@ static double sgemm_rate(void) {
     return best;
 }
 
+/* Median cost (s) of an empty parallel region over all threads, 21 back to back: a few µs on an
+   idle machine; a scheduler slice (ms) when another process keeps a core busy, and then every
+   all-thread timing of the run carries that cost per parallel region. */
+static double fork_join_latency(void) {
+    double t[21];
+    volatile int sink = 0;
+    for (int i = 0; i < 21; i++) {
+        double t0 = now_s();
+#pragma omp parallel
+        {
+#pragma omp atomic
+            sink += 1;
+        }
+        t[i] = now_s() - t0;
+    }
+    (void)sink;
+    return median_sorted(t, 21);
+}
+
 /* ------------------------------------------------------------------ the torch peer */
 
 typedef struct {
@@ -1045,11 +1064,13 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     else peer_start(&pe, all, 2 * llc);
     env.pe = pe.ok ? &pe : NULL;
     env.rate = own > pe.sgemm ? own : pe.sgemm;
+    double fj = fork_join_latency();
     printf("ceilings (same run, %d threads): triad %.1f GB/s (a = b + s*c, fp32, 3 arrays x %zu MiB, best of 10; bytes = 3n*4, "
            "write-allocate not counted); sgemm %.1f GFLOP/s (lyco cpu_gemm_nn 1024^3)",
            all, env.bw / 1e9, arr >> 20, own / 1e9);
     if (pe.ok) printf(", torch.mm fp32 %.1f GFLOP/s; floor uses %.1f", pe.sgemm / 1e9, env.rate / 1e9);
-    printf("\n");
+    printf("\nfork-join of an empty %d-thread region: %.0f us (median of 21)%s\n", all, 1e6 * fj,
+           fj > 1e-3 ? " -- ANOTHER PROCESS IS KEEPING A CORE BUSY: every all-thread time below carries this per parallel region" : "");
     if (!pe.ok) printf("%s\n", pe.why);
     if (pe.ok) printf("peer: torch %s CPU eager, upstream LyCORIS functional formulas (tools/bench_torch_cpu.py), %s\n", pe.version, peer_python());
     env.fl.n = 2 * llc / sizeof(float);
@@ -1193,6 +1214,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
                                  model, "threads", all, "commit", commit, "date", date, "compiler", cc, "load", load[0], "triad_gb_s",
                                  env.bw / 1e9, "sgemm_lyco_gflop_s", own / 1e9, "sgemm_torch_gflop_s", pe.ok ? pe.sgemm / 1e9 : -1.0,
                                  "torch", pe.ok ? pe.version : pe.why, "summary", jsum, "rows", "scaling");
+        json_object_set_new(root, "fork_join_us", json_real(1e6 * fj));
         json_t *jr = json_object_get(root, "rows"), *js = json_object_get(root, "scaling");
         for (int i = 0; i < rl.n; i++) json_array_append_new(jr, json_row(&rl.v[i]));
         for (int i = 0; i < sc.n; i++) json_array_append_new(js, json_row(&sc.v[i]));
