@@ -1090,6 +1090,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
            (env.fl.n * sizeof(float)) >> 20);
 
     /* 2. rows */
+    double t_rows = now_s();
     bshape shapes[64];
     int ns = 0;
     if (bo->full) ns = full_shapes(shapes, 64);
@@ -1130,6 +1131,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     int miss = print_summary(rl.v, rl.n, jsum);
 
     /* 3. thread scaling: the bf16 rows of the short shapes, again at each other thread count */
+    double t_scaling = now_s();
     int tl[8];
     int nt = bo->no_scaling ? 0 : thread_list(bo->threads, all, tl, 8);
     if (nt > 1 || (nt == 1 && tl[0] != all)) {
@@ -1186,6 +1188,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     }
 
     /* 4. files */
+    double t_files = now_s();
     char path[1200];
     const char *csvp = bo->csv, *jsonp = bo->json;
     char ocsv[1100], ojson[1100];
@@ -1232,8 +1235,9 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     }
     peer_stop(&pe);
     free(env.fl.buf);
-    printf("\n%d rows (%d thread-scaling), %d failed to run or missed the accuracy budget, %d family/direction targets missed; %.0f s\n", rl.n,
-           sc.n, fails, miss, now_s() - t_start);
+    printf("\n%d rows (%d thread-scaling), %d failed to run or missed the accuracy budget, %d family/direction targets missed; "
+           "%.0f s (ceilings and peer start %.0f, rows %.0f, scaling %.0f, files %.0f)\n",
+           rl.n, sc.n, fails, miss, now_s() - t_start, t_rows - t_start, t_scaling - t_rows, t_files - t_scaling, now_s() - t_files);
     free(rl.v);
     free(sc.v);
     return fails ? 1 : 0;
