@@ -719,6 +719,7 @@ typedef struct {
     char shape[48], dtypes[20], path[200];
     int threads;
     double ulp_fused, ulp_eager, med_us, min_us, floor_us, gbs, gflops, torch_us, bytes, flops;
+    double peak_extra_mib;  /* RSS high-water rise over the row's first call (-1 unknown) */
     bool pass, ran, acc_ran;
     char torch_why[320];
 } row_result;
@@ -751,6 +752,26 @@ static void shape_label(const lyco_case *c, lyco_direction d, char *buf, size_t 
     } else {
         snprintf(buf, n, "%lldtok %lldx%lld%s", (long long)c->tokens, (long long)c->O, (long long)c->I, tail);
     }
+}
+
+/* A "VmRSS:"-style field of /proc/self/status in KiB (-1 when unreadable). */
+static long status_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl)) v = strtol(line + kl, NULL, 10);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Resets the RSS high-water mark (VmHWM) to the current RSS; false when the kernel refuses. */
+static bool reset_hwm(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
 }
 
 /* The accuracy half of a row: lyco_check_one at the proxy shape. */
@@ -800,9 +821,15 @@ static int row_time(const family *f, const lyco_case *c, lyco_direction d, const
     double tl[2 * MAXREP], tt[2 * MAXREP];
     int nl = 0, nt = 0;
     if (!st) {
+        /* first call: threads and pages warm; its RSS high-water rise is the call's peak extra
+           memory (scratch that the allocator already held from earlier rows shows as 0) */
+        bool hwm = reset_hwm();
+        long rss0 = status_kib("VmRSS:");
         double t0 = now_s();
-        st = ops_run(ctx, d, &o); /* first call: threads and pages warm */
+        st = ops_run(ctx, d, &o);
         double first = now_s() - t0;
+        long hw = status_kib("VmHWM:");
+        r->peak_extra_mib = hwm && rss0 >= 0 && hw >= rss0 ? (double)(hw - rss0) / 1024.0 : -1.0;
         int k = env->block;
         if (k <= 0) k = (int)(env->budget_s / (first + 0.004) + 0.5);
         k = k < 2 ? 2 : k > MAXREP ? MAXREP : k;
@@ -887,8 +914,8 @@ static bool matches(const char *filter, const char *name) {
 static bool is_merge(lyco_direction d) { return d == LYCO_DIR_MERGE_FWD || d == LYCO_DIR_MERGE_BWD; }
 
 static void print_header_row(void) {
-    printf("%-8s %-10s %-24s %-16s | %8s %8s | %9s %9s | %9s %6s | %6s %7s | %9s %6s | %s\n", "algo", "dir", "shape", "dtypes",
-           "ulp_fus", "ulp_eag", "med_us", "min_us", "floor_us", "t/fl", "GB/s", "GFLOP/s", "torch_us", "xtorch", "path");
+    printf("%-8s %-10s %-24s %-16s | %8s %8s | %9s %9s | %9s %6s | %6s %7s | %7s | %9s %6s | %s\n", "algo", "dir", "shape", "dtypes",
+           "ulp_fus", "ulp_eag", "med_us", "min_us", "floor_us", "t/fl", "GB/s", "GFLOP/s", "xmem_MiB", "torch_us", "xtorch", "path");
 }
 
 static void print_row(const row_result *r) {
@@ -902,28 +929,30 @@ static void print_row(const row_result *r) {
                r->ulp_eager, r->path);
         return;
     }
-    printf("%-8s %-10s %-24s %-16s | %8.4g %8.4g | %9.0f %9.0f | %9.0f %6.2f | %6.1f %7.1f | %s %s | %s%s%s%s\n", r->f->name, dir_short(r->dir),
-           r->shape, r->dtypes, r->ulp_fused, r->ulp_eager, r->med_us, r->min_us, r->floor_us, r->med_us / r->floor_us, r->gbs, r->gflops,
-           tor, spd, r->path, r->acc_ran && !r->pass ? " (ulp over budget)" : "", r->torch_why[0] ? "; torch: " : "", r->torch_why);
+    printf("%-8s %-10s %-24s %-16s | %8.4g %8.4g | %9.0f %9.0f | %9.0f %6.2f | %6.1f %7.1f | %7.1f | %s %s | %s%s%s%s\n", r->f->name,
+           dir_short(r->dir), r->shape, r->dtypes, r->ulp_fused, r->ulp_eager, r->med_us, r->min_us, r->floor_us, r->med_us / r->floor_us, r->gbs,
+           r->gflops, r->peak_extra_mib, tor, spd, r->path, r->acc_ran && !r->pass ? " (ulp over budget)" : "", r->torch_why[0] ? "; torch: " : "", r->torch_why);
 }
 
 static double nan_neg(double v) { return isnan(v) ? -1.0 : v; }
 
 static void csv_row(FILE *f, const row_result *r) {
-    fprintf(f, "%s,%s,%s,%s,%d,%.4f,%.4f,%.2f,%.2f,%.2f,%.4f,%.0f,%.0f,%.2f,%.2f,%.2f,%.4f,\"%s\",%d\n", r->f->name, dir_short(r->dir), r->shape,
+    fprintf(f, "%s,%s,%s,%s,%d,%.4f,%.4f,%.2f,%.2f,%.2f,%.4f,%.0f,%.0f,%.2f,%.2f,%.2f,%.4f,\"%s\",%d,%.2f\n", r->f->name, dir_short(r->dir), r->shape,
             r->dtypes, r->threads, nan_neg(r->ulp_fused), nan_neg(r->ulp_eager), r->med_us, r->min_us, r->floor_us,
             r->floor_us > 0 ? r->med_us / r->floor_us : -1.0, r->bytes, r->flops, r->gbs, r->gflops, nan_neg(r->torch_us),
-            isnan(r->torch_us) ? -1.0 : r->torch_us / r->med_us, r->path, r->pass);
+            isnan(r->torch_us) ? -1.0 : r->torch_us / r->med_us, r->path, r->pass, r->peak_extra_mib);
 }
 
 static json_t *json_row(const row_result *r) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:s,s:b,s:b,s:s}", "algo", r->f->name, "dir",
+    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:s,s:b,s:b,s:s}", "algo", r->f->name, "dir",
                      dir_short(r->dir), "shape", r->shape, "dtypes", r->dtypes, "threads", r->threads, "ulp_fused", nan_neg(r->ulp_fused),
                      "ulp_eager", nan_neg(r->ulp_eager), "time_med_us", r->med_us, "time_min_us", r->min_us, "floor_us", r->floor_us,
                      "time_over_floor", r->floor_us > 0 ? r->med_us / r->floor_us : -1.0, "min_bytes", r->bytes, "flops", r->flops, "gb_s",
                      r->gbs, "gflop_s", r->gflops, "torch_med_us", nan_neg(r->torch_us), "speedup_vs_torch",
                      isnan(r->torch_us) ? -1.0 : r->torch_us / r->med_us, "path", r->path, "pass", r->pass, "ran", r->ran, "torch_note",
                      r->torch_why);
+    if (j) json_object_set_new(j, "peak_extra_mib", json_real(r->peak_extra_mib));
+    return j;
 }
 
 /* Per family × direction: geomean time/floor and speed-up over torch against the issue-6
@@ -984,6 +1013,7 @@ static row_result *rows_add(row_list *l) {
     row_result *r = &l->v[l->n++];
     memset(r, 0, sizeof *r);
     r->torch_us = NAN;
+    r->peak_extra_mib = -1;
     return r;
 }
 
@@ -1206,7 +1236,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
         if (!f) fprintf(stderr, "lyco bench: cannot write %s\n", csvp);
         else {
             fprintf(f, "algo,dir,shape,dtypes,threads,ulp_fused,ulp_eager,time_med_us,time_min_us,floor_us,time_over_floor,min_bytes,flops,"
-                       "gb_s,gflop_s,torch_med_us,speedup_vs_torch,path,pass\n");
+                       "gb_s,gflop_s,torch_med_us,speedup_vs_torch,path,pass,peak_extra_mib\n");
             for (int i = 0; i < rl.n; i++) csv_row(f, &rl.v[i]);
             for (int i = 0; i < sc.n; i++) csv_row(f, &sc.v[i]);
             fclose(f);
