@@ -79,7 +79,7 @@ else
         exit 1
     fi
     say "build"
-    if ! cmake --build "$BUILD" -j "$JOBS" --target lyco >>"$LOG" 2>&1; then
+    if ! cmake --build "$BUILD" -j "$JOBS" --target lyco test_cuda_locon_conv >>"$LOG" 2>&1; then
         fail "build failed (see $LOG)"
         grep -E "error|warning" "$LOG" | head -40
         exit 1
@@ -117,6 +117,14 @@ for a in ${FUSED_ALGOS//,/ }; do
     n=$(grep -E "^${a}_" "$OUT/check.txt" | grep -c "eager via host copies" || true)
     [ "$n" != 0 ] && fail "$a: $n cases fell back to the eager twin (expected fused)"
 done
+
+# ---- 3b. the ctest gpu label's tests (larger conv/Tucker shapes), when built here ----
+GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"
+if [ -x "$GPU_TEST" ]; then
+    say "test_cuda_locon_conv (seed $SEED)"
+    LYCO_SEED="$SEED" "$GPU_TEST" >"$OUT/test_cuda_locon_conv.txt" 2>&1 || fail "test_cuda_locon_conv failed (see test_cuda_locon_conv.txt)"
+    tail -n 2 "$OUT/test_cuda_locon_conv.txt" | tee -a "$LOG"
+fi
 
 # ---- 4. determinism (the fused families) ----
 say "determinism: the fused families' check again, tables compared"

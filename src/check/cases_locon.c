@@ -15,6 +15,8 @@ const lyco_case lyco_cases_locon[] = {
     {.name = "locon_linear_1000x999_r7", .algo = LYCO_ALGO_LOCON, .O = 1000, .I = 999, .rank = 7, .tokens = 77, .alpha = 4},
     {.name = "locon_linear_empty_batch", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 0},
     {.name = "locon_linear_module_drop", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 3, .opts = CASE_MODULE_DROP},
+    {.name = "locon_linear_module_drop_delta_only", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 3,
+     .opts = CASE_MODULE_DROP | CASE_NO_Y0},
     {.name = "locon_conv2d_3x3_s2p1", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 8, .I = 6,
      .k = {3, 3, 1}, .stride = {2, 2, 1}, .pad = {1, 1, 0}, .dil = K1, .rank = 4, .tokens = 2, .spatial = {7, 6, 1}, .alpha = 1},
     {.name = "locon_conv2d_dilated_mask", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 5, .I = 4,

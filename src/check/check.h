@@ -151,9 +151,10 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
 int lyco_check_run(const lyco_check_opts *o, FILE *out, int *ran);
 
 /* The accuracy budget (NUMERICS.md §2.7, §4.2) of a case, in ULP_T(rms) on top of the element's
-   own 0.5-ULP rounding. eager = the budget of the eager twin's rounding chain. */
+   own 0.5-ULP rounding. eager = the budget of the eager twin's rounding chain; n = the output's element count
+   (its max reaches further into the tail on larger outputs). */
 double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out, lyco_dtype compute, bool eager,
-                         bool full_reduction);
+                         bool full_reduction, int64_t n);
 
 
 

@@ -7,7 +7,8 @@
  *   - requires every tensor of the call on the current CUDA device (the module mask, which
  *     decides which work runs, stays on the host; validate.c enforces that);
  *   - resolves the module mask for every algorithm: a dropped adapter writes W'' = W (or 0),
- *     bias'' = bias (or 0), y = y0 (or 0), dy0 = dy, zero gradients, through one elementwise kernel.
+ *     bias'' = bias (or 0), y = y0 (or 0), dy0 = dy (0 when y is Δ alone), zero gradients,
+ *     through one elementwise kernel.
  * It also holds the helpers every dispatcher uses: 2-D strided views of call tensors (a tensor
  * whose dims do not collapse to two strides is declined with its name) and lk_decline.
  * Families without a dispatcher return LYCO_ERR_UNSUPPORTED with `why` filled (the api layer
@@ -165,10 +166,11 @@ lyco_status lk_run_dropped(const lyco_call *c, void *st, char *why, size_t why_l
             if (!lk_mk_view(c->dx, lk_last_split(c->dx), &dst)) return lk_decline(why, why_len, "%s has strides whose dims do not collapse", "dx");
             if ((rc = (lyco_status)lk_copy_round(&dst, NULL, ct, st))) return rc;
         }
-        if (c->dy0) {
+        if (c->dy0) { /* y = y0 (+ nothing): dy0 = dy; y = Δ alone (DELTA_ONLY): dy0 = 0 */
+            bool delta_only = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) != 0;
             if (!lk_mk_view(c->dy0, lk_last_split(c->dy0), &dst) || !lk_mk_view(c->dy, lk_last_split(c->dy), &src))
                 return lk_decline(why, why_len, "%s has strides whose dims do not collapse", "dy or dy0");
-            if ((rc = (lyco_status)lk_copy_round(&dst, &src, ct, st))) return rc;
+            if ((rc = (lyco_status)lk_copy_round(&dst, delta_only ? NULL : &src, ct, st))) return rc;
         }
         return zero_grads(c, ct, st, why, why_len);
     }
