@@ -874,21 +874,23 @@ static int row_time(const family *f, const lyco_case *c, lyco_direction d, const
 
 static const bshape short_shapes[] = {
     {true, 1280, 1280, 0, 32, true},       /* SDXL attention 1280², rank 32 */
-    {false, 1280, 1280, 1024, 32, true},   /* its 1024 tokens (32×32 latent), rank 32 */
+    {false, 640, 640, 1024, 32, true},     /* SDXL attention 640² at 1024 tokens, rank 32 (1280² here
+                                              made the run 3 min: torch's bf16 autograd takes ~4.5 s
+                                              per bypass_bwd call of LoHa/GLoRA/Full at 1280²) */
 };
 
-/* BENCH.md §4, linear: merges of every listed layer at rank 32, LoRA also at 8 and 128; bypass at
-   77 / 1024 / 4096 tokens through 1280², 3072², 4096²; plus the odd 1000×999 rank 7. */
+/* BENCH.md §4, linear: merges of every listed layer at rank 32; bypass at 77 / 1024 / 4096 tokens
+   through 640², 1280², 3072², 4096²; plus the odd 1000×999 rank 7. */
 static int full_shapes(bshape *out, int cap) {
     static const int64_t lin[][2] = {{640, 640},   {1280, 1280},  {5120, 1280}, {1280, 5120},  {3072, 3072},
                                      {12288, 3072}, {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
-    static const int64_t tok[] = {77, 1024, 4096}, byp[][2] = {{1280, 1280}, {3072, 3072}, {4096, 4096}};
+    static const int64_t tok[] = {77, 1024, 4096}, byp[][2] = {{640, 640}, {1280, 1280}, {3072, 3072}, {4096, 4096}};
     int n = 0;
     for (size_t i = 0; i < sizeof lin / sizeof lin[0] && n < cap; i++)
         out[n++] = (bshape){true, lin[i][0], lin[i][1], 0, 32, lin[i][0] == 1280 && lin[i][1] == 1280};
     for (size_t t = 0; t < sizeof tok / sizeof tok[0]; t++)
         for (size_t i = 0; i < sizeof byp / sizeof byp[0] && n < cap; i++)
-            out[n++] = (bshape){false, byp[i][0], byp[i][1], tok[t], 32, tok[t] == 1024 && byp[i][0] == 1280};
+            out[n++] = (bshape){false, byp[i][0], byp[i][1], tok[t], 32, tok[t] == 1024 && byp[i][0] == 640};
     if (n + 2 <= cap) {
         out[n++] = (bshape){true, 1000, 999, 0, 7, false};
         out[n++] = (bshape){false, 1000, 999, 77, 7, false};
