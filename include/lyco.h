@@ -344,6 +344,14 @@ float lyco_bf16_to_f32(uint16_t h);
 
 const char *lyco_version(void);
 
+/* ABI layout report, for bindings that mirror the structs above by hand (python/lyco checks its
+   ctypes copy with it): lyco_abi_layout("lyco_adapter") is sizeof(lyco_adapter),
+   lyco_abi_layout("lyco_adapter.alpha") is offsetof(lyco_adapter, alpha), "LYCO_SLOT_COUNT" and
+   the other *_COUNT names their values; -1 for a name it does not know. lyco_abi_layout_name(i)
+   lists the known names (i = 0, 1, … until it returns NULL). */
+int64_t lyco_abi_layout(const char *name);
+const char *lyco_abi_layout_name(int index);
+
 #ifdef __cplusplus
 }
 #endif

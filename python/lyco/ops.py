@@ -1,0 +1,504 @@
+"""lyco's four directions as torch custom ops (torch.library): lyco::bypass_fwd, lyco::bypass_bwd,
+lyco::merge_fwd, lyco::merge_bwd, each with a fake (meta) implementation and, for the forwards,
+an autograd formula that calls the matching backward op. One op per direction serves every
+algorithm: the non-tensor part of an adapter (algorithm, layer geometry, hyper-parameters, which
+slots the tensor list fills, output/fp32 mode) travels as one JSON string `spec`, the tensors as a
+list, so torch.compile traces each layer as a call with constant arguments (no graph break, no
+recompiling of the op per layer). Output dtypes come from the library's policy
+(lyco_resolve_dtypes, NUMERICS.md §1); gradients are allocated in each leaf's own dtype."""
+
+import ctypes
+import functools
+import json
+import math
+import threading
+import warnings
+from typing import List, Optional
+
+import torch
+
+from . import _capi as C
+
+_TORCH_DTYPE = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_FROM_LYCO = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# ------------------------------------------------------------------------------------------------
+# layer geometry and the spec string
+# ------------------------------------------------------------------------------------------------
+def linear(out_features, in_features):
+    """Geometry of an O×I Linear layer."""
+    return {"kind": "linear", "out": int(out_features), "in": int(in_features)}
+
+
+def _triple(v, dims, name, default):
+    if v is None:
+        v = default
+    v = (v,) * dims if isinstance(v, int) else tuple(int(e) for e in v)
+    if len(v) != dims:
+        raise ValueError(f"conv {name} is {v}; expected {dims} values (one per spatial dim)")
+    return v
+
+
+def conv(out_channels, in_channels, kernel, stride=1, padding=0, dilation=1, groups=1):
+    """Geometry of a Conv1d/2d/3d layer (in_channels = I, not I/groups)."""
+    kernel = (kernel,) if isinstance(kernel, int) else tuple(int(k) for k in kernel)
+    dims = len(kernel)
+    if not 1 <= dims <= 3:
+        raise ValueError(f"conv kernel is {kernel}; expected 1 to 3 spatial dims")
+    if isinstance(padding, str):
+        raise ValueError(f"conv padding is {padding!r}; expected integers (string padding modes "
+                         "are not supported)")
+    return {"kind": "conv", "out": int(out_channels), "in": int(in_channels), "kernel": kernel,
+            "stride": _triple(stride, dims, "stride", 1),
+            "padding": _triple(padding, dims, "padding", 0),
+            "dilation": _triple(dilation, dims, "dilation", 1), "groups": int(groups)}
+
+
+def norm(channels, kind="layer", groups=0, eps=1e-5):
+    """Geometry of a LayerNorm (over the last dim) or GroupNorm layer."""
+    if kind not in ("layer", "group"):
+        raise ValueError(f"norm kind is {kind!r}; expected 'layer' or 'group'")
+    return {"kind": "norm", "norm_kind": kind, "out": int(channels), "in": int(channels),
+            "groups": int(groups), "eps": float(eps)}
+
+
+def layer_of(module):
+    """The geometry of a torch Linear, Conv1d/2d/3d, LayerNorm or GroupNorm module."""
+    nn = torch.nn
+    if isinstance(module, nn.Linear):
+        return linear(module.out_features, module.in_features)
+    if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        return conv(module.out_channels, module.in_channels, module.kernel_size, module.stride,
+                    module.padding, module.dilation, module.groups)
+    if isinstance(module, nn.LayerNorm):
+        return norm(module.normalized_shape[-1], "layer", 0, module.eps)
+    if isinstance(module, nn.GroupNorm):
+        return norm(module.num_channels, "group", module.num_groups, module.eps)
+    raise TypeError(f"module is {type(module).__name__}; expected Linear, Conv1d/2d/3d, "
+                    "LayerNorm or GroupNorm")
+
+
+HYPER = {"alpha": None, "scale": None, "multiplier": 1.0, "constraint": 0.0, "wd_on_out": -1,
+         "ia3_on_input": 0, "dylora_block_size": 1, "dylora_active_blocks": 0, "flags": 0}
+OPTIONS = {"output_mode": "promote", "fp32_mode": "fp32", "backend": "auto", "merge_mode": "delta",
+           "bypass_flags": 0}
+
+
+def make_spec(algo, layer, slots, **kw):
+    """The JSON spec string of an adapter call (see the module docstring)."""
+    for k in kw:
+        if k not in HYPER and k not in OPTIONS:
+            raise TypeError(f"unknown adapter option {k!r}; expected one of "
+                            + ", ".join(list(HYPER) + list(OPTIONS)))
+    for s in slots:
+        if s not in C.SLOT:
+            raise ValueError(f"tensor slot {s!r} is unknown; expected one of {', '.join(C.SLOTS)}")
+    algo = {"lora": "locon", "oft": "diag_oft", "diag-oft": "diag_oft"}.get(algo, algo)
+    if algo not in C.ALGOS[1:]:
+        raise ValueError(f"algo is {algo!r}; expected one of {', '.join(C.ALGOS[1:])}")
+    d = {"algo": algo, "layer": layer, "slots": list(slots)}
+    for k, v in {**HYPER, **OPTIONS}.items():
+        d[k] = kw.get(k, v)
+    if d["output_mode"] not in ("promote", "base"):
+        raise ValueError(f"output_mode is {d['output_mode']!r}; expected 'promote' or 'base'")
+    if d["merge_mode"] not in C.MERGE_MODES:
+        raise ValueError(f"merge_mode is {d['merge_mode']!r}; expected one of {C.MERGE_MODES}")
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_spec(spec):
+    return json.loads(spec)
+
+
+# ------------------------------------------------------------------------------------------------
+# torch tensors -> C structs
+# ------------------------------------------------------------------------------------------------
+def _view(t, name, meta=False):
+    if t.dtype not in _TORCH_DTYPE:
+        raise TypeError(f"{name} is {t.dtype}; expected torch.float16, torch.bfloat16 or "
+                        "torch.float32")
+    if t.device.type == "cuda":
+        dev, idx = C.KDLCUDA, t.device.index or 0
+    elif t.device.type in ("cpu", "meta"):
+        dev, idx = C.KDLCPU, 0
+    else:
+        raise ValueError(f"{name} is on {t.device}; expected a cpu or cuda tensor")
+    return C.View(0 if meta else t.data_ptr(), _TORCH_DTYPE[t.dtype], tuple(t.shape),
+                  tuple(t.stride()), dev, idx)
+
+
+def _ptr(v):
+    return v.ptr() if v is not None else None
+
+
+def _layer(L, layer):
+    lay = C.Layer()
+    if layer["kind"] == "linear":
+        L.lyco_layer_linear(ctypes.byref(lay), layer["out"], layer["in"])
+    elif layer["kind"] == "conv":
+        dims = len(layer["kernel"])
+        arr = lambda v: (ctypes.c_int64 * dims)(*v)  # noqa: E731
+        C.check(L.lyco_layer_conv(ctypes.byref(lay), dims, layer["out"], layer["in"],
+                                  arr(layer["kernel"]), arr(layer["stride"]),
+                                  arr(layer["padding"]), arr(layer["dilation"]), layer["groups"]))
+    else:
+        L.lyco_layer_norm(ctypes.byref(lay), 0 if layer["norm_kind"] == "layer" else 1,
+                          layer["out"], layer["groups"], layer["eps"])
+    return lay
+
+
+def _adapter(spec, tensors, meta=False):
+    d = parse_spec(spec)
+    L = C.lib()
+    if len(tensors) != len(d["slots"]):
+        raise ValueError(f"tensors has {len(tensors)} entries; the spec names {len(d['slots'])} "
+                         f"slots ({', '.join(d['slots'])})")
+    a = C.Adapter()
+    L.lyco_adapter_init(ctypes.byref(a), C.ALGOS.index(d["algo"]))
+    a.layer = _layer(L, d["layer"])
+    views = []
+    for name, t in zip(d["slots"], tensors):
+        v = _view(t, name, meta)
+        views.append(v)
+        a.tensor[C.SLOT[name]] = v.ptr()
+    nan = float("nan")
+    a.alpha = nan if d["alpha"] is None else float(d["alpha"])
+    a.scale = nan if d["scale"] is None else float(d["scale"])
+    a.multiplier = float(d["multiplier"])
+    a.constraint = float(d["constraint"])
+    a.wd_on_out = int(d["wd_on_out"])
+    a.ia3_on_input = int(d["ia3_on_input"])
+    a.dylora_block_size = int(d["dylora_block_size"])
+    a.dylora_active_blocks = int(d["dylora_active_blocks"])
+    a.flags = int(d["flags"])
+    return a, views
+
+
+def _context(d, device):
+    ctx = C.context()
+    stream = None
+    if device.type == "cuda":
+        stream = torch.cuda.current_stream(device).cuda_stream
+    ctx.configure(d["backend"], d["output_mode"], d["fp32_mode"], stream)
+    return ctx
+
+
+_reported = set()
+_report_lock = threading.Lock()
+fallback_log = []  # (algo, direction, why) of every distinct fallback seen, in order
+
+
+def _note_path(ctx, d, direction):
+    kind, backend, why, _ = ctx.last_path()
+    if kind == "eager" and why:
+        key = (d["algo"], direction, why)
+        with _report_lock:
+            if key in _reported:
+                return
+            _reported.add(key)
+            fallback_log.append(key)
+        warnings.warn(f"lyco: {d['algo']} {direction} ran the eager twin on {backend}: {why}",
+                      RuntimeWarning, stacklevel=3)
+
+
+def resolve_dtype(spec, tensors, base=None, x=None, y0=None):
+    """The output dtype the policy gives this call (raises LycoDtypeError for fp16 with bf16)."""
+    d = parse_spec(spec)
+    a, views = _adapter(spec, tensors, meta=True)
+    vb = _view(base, "W", True) if base is not None else None
+    vx = _view(x, "x", True) if x is not None else None
+    vy = _view(y0, "y0", True) if y0 is not None else None
+    out = C.Dtypes()
+    ctx = C.context()
+    ctx.configure(d["backend"], d["output_mode"], d["fp32_mode"], ctx._state[3] if ctx._state else None)
+    C.check(C.lib().lyco_resolve_dtypes(ctx.handle, ctypes.byref(a), _ptr(vb), _ptr(vx), _ptr(vy),
+                                       ctypes.byref(out)))
+    return _FROM_LYCO[out.output]
+
+
+def _bypass_out_shape(d, x, y0):
+    if y0 is not None:
+        return tuple(y0.shape)
+    lay = d["layer"]
+    if lay["kind"] == "linear":
+        return tuple(x.shape[:-1]) + (lay["out"],)
+    if lay["kind"] == "norm":
+        return tuple(x.shape)
+    dims = len(lay["kernel"])
+    spatial = []
+    for i in range(dims):
+        n = x.shape[2 + i]
+        k, s, p, dl = lay["kernel"][i], lay["stride"][i], lay["padding"][i], lay["dilation"][i]
+        spatial.append((n + 2 * p - dl * (k - 1) - 1) // s + 1)
+    return (x.shape[0], lay["out"], *spatial)
+
+
+def _merge_out_shape(d, weight):
+    if weight is not None:
+        return tuple(weight.shape)
+    lay = d["layer"]
+    if lay["kind"] == "linear":
+        return (lay["out"], lay["in"])
+    if lay["kind"] == "norm":
+        return (lay["out"],)
+    return (lay["out"], lay["in"] // lay["groups"], *lay["kernel"])
+
+
+def _has_bias_out(d, bias):
+    return any(s in d["slots"] for s in ("diff_b", "b_norm")) and (
+        d["merge_mode"] == "delta" or bias is not None)
+
+
+def _empty(like):
+    return torch.empty((0,), dtype=torch.float32, device=like.device)
+
+
+# ------------------------------------------------------------------------------------------------
+# bypass
+# ------------------------------------------------------------------------------------------------
+@torch.library.custom_op("lyco::bypass_fwd", mutates_args=())
+def bypass_fwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
+               weight: Optional[torch.Tensor], tensors: List[torch.Tensor]) -> torch.Tensor:
+    d = parse_spec(spec)
+    dtype = resolve_dtype(spec, tensors, weight, x, y0)
+    y = torch.empty(_bypass_out_shape(d, x, y0), dtype=dtype, device=x.device)
+    a, views = _adapter(spec, tensors)
+    vx, vy = _view(x, "x"), _view(y, "y")
+    v0 = _view(y0, "y0") if y0 is not None else None
+    vw = _view(weight, "weight") if weight is not None else None
+    args = C.BypassArgs(vx.ptr(), _ptr(v0), _ptr(vw), int(d["bypass_flags"]))
+    ctx = _context(d, x.device)
+    C.check(C.lib().lyco_bypass_fwd(ctx.handle, vy.ptr(), ctypes.byref(a), ctypes.byref(args)))
+    _note_path(ctx, d, "bypass_fwd")
+    return y
+
+
+@bypass_fwd.register_fake
+def _(spec, x, y0, weight, tensors):
+    d = parse_spec(spec)
+    dtype = resolve_dtype(spec, tensors, weight, x, y0)
+    return x.new_empty(_bypass_out_shape(d, x, y0), dtype=dtype)
+
+
+@torch.library.custom_op("lyco::bypass_bwd", mutates_args=())
+def bypass_bwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
+               weight: Optional[torch.Tensor], tensors: List[torch.Tensor], dy: torch.Tensor,
+               need: List[bool]) -> List[torch.Tensor]:
+    """[dx, dy0, grad of each slot]; an entry not needed is an empty tensor."""
+    d = parse_spec(spec)
+    outs = _bypass_bwd_alloc(d, x, y0, tensors, need)
+    a, views = _adapter(spec, tensors)
+    g = C.Grads()
+    gviews = []
+    for i, (name, t) in enumerate(zip(d["slots"], outs[2:])):
+        if need[2 + i]:
+            v = _view(t, "grad " + name)
+            gviews.append(v)
+            g.grad[C.SLOT[name]] = v.ptr()
+    vdx = _view(outs[0], "dx") if need[0] else None
+    vdy0 = _view(outs[1], "dy0") if need[1] else None
+    vx, vdy = _view(x, "x"), _view(dy, "dy")
+    v0 = _view(y0, "y0") if y0 is not None else None
+    vw = _view(weight, "weight") if weight is not None else None
+    args = C.BypassArgs(vx.ptr(), _ptr(v0), _ptr(vw), int(d["bypass_flags"]))
+    ctx = _context(d, x.device)
+    C.check(C.lib().lyco_bypass_bwd(ctx.handle, ctypes.byref(g), _ptr(vdx), _ptr(vdy0),
+                                    ctypes.byref(a), ctypes.byref(args), vdy.ptr()))
+    _note_path(ctx, d, "bypass_bwd")
+    return outs
+
+
+def _bypass_bwd_alloc(d, x, y0, tensors, need):
+    outs = [torch.empty_like(x, memory_format=torch.contiguous_format) if need[0] else _empty(x),
+            torch.empty_like(y0, memory_format=torch.contiguous_format)
+            if (need[1] and y0 is not None) else _empty(x)]
+    for i, t in enumerate(tensors):
+        outs.append(torch.empty_like(t, memory_format=torch.contiguous_format)
+                    if need[2 + i] else _empty(x))
+    return outs
+
+
+@bypass_bwd.register_fake
+def _(spec, x, y0, weight, tensors, dy, need):
+    return _bypass_bwd_alloc(parse_spec(spec), x, y0, tensors, need)
+
+
+def _trainable(d, i, t):
+    return d["slots"][i] not in C.MASK_SLOTS
+
+
+def _bypass_setup(ctx, inputs, output):
+    spec, x, y0, weight, tensors = inputs
+    ctx.spec = spec
+    ctx.has_y0 = y0 is not None
+    ctx.has_w = weight is not None
+    ctx.n = len(tensors)
+    ctx.save_for_backward(x, y0, weight, *tensors)
+
+
+def _needs(ctx, index, n=None):
+    """needs_input_grad of one input (a list input gives a list or one bool, by torch version)."""
+    v = ctx.needs_input_grad[index]
+    if n is None:
+        return bool(v)
+    if isinstance(v, (list, tuple)):
+        return [bool(e) for e in v]
+    return [bool(v)] * n
+
+
+def _bypass_backward(ctx, dy):
+    x, y0, weight, *tensors = ctx.saved_tensors
+    d = parse_spec(ctx.spec)
+    slot_need = _needs(ctx, 4, ctx.n)
+    need = [_needs(ctx, 1), ctx.has_y0 and _needs(ctx, 2)]
+    need += [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
+    if not any(need):
+        return None, None, None, None, [None] * ctx.n
+    outs = bypass_bwd(ctx.spec, x, y0 if ctx.has_y0 else None, weight if ctx.has_w else None,
+                      tensors, dy, need)
+    pick = [o if n else None for o, n in zip(outs, need)]
+    return None, pick[0], pick[1], None, pick[2:]
+
+
+bypass_fwd.register_autograd(_bypass_backward, setup_context=_bypass_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# merge
+# ------------------------------------------------------------------------------------------------
+def _merge_fwd_alloc(spec, weight, bias, tensors):
+    d = parse_spec(spec)
+    dtype = resolve_dtype(spec, tensors, weight)
+    dev = (weight if weight is not None else tensors[0]).device
+    out = torch.empty(_merge_out_shape(d, weight), dtype=dtype, device=dev)
+    ob = (torch.empty((d["layer"]["out"],), dtype=dtype, device=dev)
+          if _has_bias_out(d, bias) else torch.empty((0,), dtype=dtype, device=dev))
+    return [out, ob]
+
+
+@torch.library.custom_op("lyco::merge_fwd", mutates_args=())
+def merge_fwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+              tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    """[W'' (or ΔW, or the unmerged W), b'' for Full/Norm (else an empty tensor)]."""
+    d = parse_spec(spec)
+    out, ob = _merge_fwd_alloc(spec, weight, bias, tensors)
+    a, views = _adapter(spec, tensors)
+    vo = _view(out, "out")
+    vob = _view(ob, "out_bias") if ob.numel() else None
+    vw = _view(weight, "weight") if weight is not None else None
+    vb = _view(bias, "bias") if bias is not None else None
+    args = C.MergeArgs(_ptr(vw), _ptr(vb), C.MERGE_MODES.index(d["merge_mode"]))
+    ctx = _context(d, out.device)
+    C.check(C.lib().lyco_merge_fwd(ctx.handle, vo.ptr(), _ptr(vob), ctypes.byref(a),
+                                   ctypes.byref(args)))
+    _note_path(ctx, d, "merge_fwd")
+    return [out, ob]
+
+
+@merge_fwd.register_fake
+def _(spec, weight, bias, tensors):
+    return _merge_fwd_alloc(spec, weight, bias, tensors)
+
+
+def _merge_bwd_alloc(tensors, need):
+    return [torch.empty_like(t, memory_format=torch.contiguous_format) if n else _empty(t)
+            for t, n in zip(tensors, need)]
+
+
+@torch.library.custom_op("lyco::merge_bwd", mutates_args=())
+def merge_bwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+              tensors: List[torch.Tensor], d_out: torch.Tensor, d_out_bias: Optional[torch.Tensor],
+              need: List[bool]) -> List[torch.Tensor]:
+    """The gradient of each slot (an empty tensor where not needed)."""
+    d = parse_spec(spec)
+    outs = _merge_bwd_alloc(tensors, need)
+    a, views = _adapter(spec, tensors)
+    g = C.Grads()
+    gviews = []
+    for name, t, n in zip(d["slots"], outs, need):
+        if n:
+            v = _view(t, "grad " + name)
+            gviews.append(v)
+            g.grad[C.SLOT[name]] = v.ptr()
+    vw = _view(weight, "weight") if weight is not None else None
+    vb = _view(bias, "bias") if bias is not None else None
+    vd = _view(d_out, "d_out")
+    vdb = _view(d_out_bias, "d_out_bias") if d_out_bias is not None else None
+    args = C.MergeArgs(_ptr(vw), _ptr(vb), C.MERGE_MODES.index(d["merge_mode"]))
+    ctx = _context(d, d_out.device)
+    C.check(C.lib().lyco_merge_bwd(ctx.handle, ctypes.byref(g), ctypes.byref(a),
+                                   ctypes.byref(args), vd.ptr(), _ptr(vdb)))
+    _note_path(ctx, d, "merge_bwd")
+    return outs
+
+
+@merge_bwd.register_fake
+def _(spec, weight, bias, tensors, d_out, d_out_bias, need):
+    return _merge_bwd_alloc(tensors, need)
+
+
+def _merge_setup(ctx, inputs, output):
+    spec, weight, bias, tensors = inputs
+    ctx.spec = spec
+    ctx.has_w, ctx.has_b = weight is not None, bias is not None
+    ctx.n = len(tensors)
+    ctx.out_shape = tuple(output[0].shape)
+    ctx.out_dtype = output[0].dtype
+    ctx.has_ob = output[1].numel() > 0
+    ctx.save_for_backward(weight, bias, *tensors)
+
+
+def _merge_backward(ctx, grads):
+    weight, bias, *tensors = ctx.saved_tensors
+    d = parse_spec(ctx.spec)
+    slot_need = _needs(ctx, 3, ctx.n)
+    need = [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
+    if not any(need):
+        return None, None, None, [None] * ctx.n
+    d_out, d_ob = grads[0], grads[1]
+    dev = tensors[0].device
+    if d_out is None:
+        d_out = torch.zeros(ctx.out_shape, dtype=ctx.out_dtype, device=dev)
+    if not ctx.has_ob:
+        d_ob = None
+    outs = merge_bwd(ctx.spec, weight if ctx.has_w else None, bias if ctx.has_b else None,
+                     tensors, d_out, d_ob, need)
+    return None, None, None, [o if n else None for o, n in zip(outs, need)]
+
+
+merge_fwd.register_autograd(_merge_backward, setup_context=_merge_setup)
+
+
+# ------------------------------------------------------------------------------------------------
+# the user-facing calls
+# ------------------------------------------------------------------------------------------------
+def _split(tensors):
+    if not isinstance(tensors, dict) or not tensors:
+        raise TypeError(f"tensors is {type(tensors).__name__}; expected a non-empty dict of slot "
+                        "name -> tensor (e.g. {'lora_down': d, 'lora_up': u})")
+    items = [(k, v) for k, v in tensors.items() if v is not None]
+    for k, v in items:
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"tensors[{k!r}] is {type(v).__name__}; expected a torch.Tensor")
+    return [k for k, _ in items], [v for _, v in items]
+
+
+def bypass(x, tensors, layer, algo="locon", y0=None, weight=None, **options):
+    """y = y0 + Δ(x) (or Δ alone without y0): the adapter applied to the layer input x without
+    building ΔW. tensors: slot name -> tensor (lyco.SLOTS); layer: lyco.linear/conv/norm(...)
+    or lyco.layer_of(module); options: alpha, scale, multiplier, output_mode ('promote'|'base'),
+    and the other hyper-parameters of lyco_adapter. Differentiable in x, y0 and every factor."""
+    slots, ts = _split(tensors)
+    spec = make_spec(algo, layer, slots, **options)
+    return bypass_fwd(spec, x, y0, weight, ts)
+
+
+def merge(tensors, layer, algo="locon", weight=None, bias=None, mode="delta", **options):
+    """ΔW (mode 'delta'), W'' = W + m·ΔW ('weight') or W − m·ΔW ('unmerge'); for Full/Norm with
+    a bias slot, returns (W-side, bias-side). Differentiable in every adapter factor."""
+    slots, ts = _split(tensors)
+    spec = make_spec(algo, layer, slots, merge_mode=mode, **options)
+    out, ob = merge_fwd(spec, weight, bias, ts)
+    return (out, ob) if ob.numel() or _has_bias_out(parse_spec(spec), bias) else out
