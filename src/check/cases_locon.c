@@ -13,6 +13,10 @@ const lyco_case lyco_cases_locon[] = {
     {.name = "locon_linear_strided_unaligned", .algo = LYCO_ALGO_LOCON, .O = 12, .I = 10, .rank = 3, .tokens = 5,
      .opts = CASE_NONCONTIG | CASE_UNALIGNED},
     {.name = "locon_linear_1000x999_r7", .algo = LYCO_ALGO_LOCON, .O = 1000, .I = 999, .rank = 7, .tokens = 77, .alpha = 4},
+    /* O = 70, I·K = 171: d_up's partials split into two column ranges of 96 (fp32) — once counted
+       32 columns twice on the GPU (DUP_SPLIT_STEP in src/cuda/locon.cu) */
+    {.name = "locon_linear_70x171_r5_split", .algo = LYCO_ALGO_LOCON, .O = 70, .I = 171, .rank = 5, .tokens = 6, .alpha = 2,
+     .opts = CASE_SCALAR | CASE_RANK_MASK},
     {.name = "locon_linear_empty_batch", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 0},
     {.name = "locon_linear_module_drop", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 3, .opts = CASE_MODULE_DROP},
     {.name = "locon_linear_module_drop_delta_only", .algo = LYCO_ALGO_LOCON, .O = 8, .I = 6, .rank = 2, .tokens = 3,

@@ -949,6 +949,12 @@ static int rank_tile(i64 r) { return r <= 32 ? 32 : r <= 64 ? 64 : 128; }
 
 /* split count over a reduction of length Kd in steps of `step`, so that ~256 blocks run;
    a function of the shape only (deterministic across devices) */
+/* The column ranges d_up's partial sums are split into must be whole multiples of the column step
+   of every kernel that may consume them: k2_merge_dup walks 64 columns a step whatever CT is
+   (k_merge_dup 32 or 64). A step of 32 for fp32 let a range of 96 columns be walked as 128,
+   counting the next range's first 32 columns twice. */
+#define DUP_SPLIT_STEP 64
+
 static void choose_split(i64 tiles, i64 Kd, i64 step, int *z, i64 *kper) {
     i64 zz = cdiv(256, tiles > 0 ? tiles : 1);
     i64 maxz = cdiv(Kd > 0 ? Kd : 1, 4 * step);
@@ -1143,7 +1149,7 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
     bool done = false;
     const int NR = rank_tile(L.r), nch = (int)cdiv(L.r, NR);
     const i64 RP = (i64)nch * NR;
-    const int BK = sizeof(CT) == 2 ? 64 : 32;
+    const int BK = DUP_SPLIT_STEP;
     float *st = NULL;
     int rc;
     if (a->dora.on) {
@@ -1190,7 +1196,7 @@ static size_t merge_bwd_bytes(const lk_merge_bwd_args *a) {
     const lk_locon &L = a->L;
     const int NR = rank_tile(L.r), nch = (int)cdiv(L.r, NR);
     const i64 RP = (i64)nch * NR;
-    const int BK = L.ct == DT_F32 ? 32 : 64;
+    const int BK = DUP_SPLIT_STEP;
     size_t b = 0;
     if (a->dora.on) {
         i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
