@@ -85,8 +85,10 @@ OPTIONS = {"output_mode": "promote", "fp32_mode": "fp32", "backend": "auto", "me
            "bypass_flags": 0}
 
 
+@torch.compiler.assume_constant_result
 def make_spec(algo, layer, slots, **kw):
-    """The JSON spec string of an adapter call (see the module docstring)."""
+    """The JSON spec string of an adapter call (see the module docstring). Under torch.compile it
+    runs at trace time and its string enters the graph as a constant."""
     for k in kw:
         if k not in HYPER and k not in OPTIONS:
             raise TypeError(f"unknown adapter option {k!r}; expected one of "
@@ -351,6 +353,10 @@ def _needs(ctx, index, n=None):
 def _bypass_backward(ctx, dy):
     x, y0, weight, *tensors = ctx.saved_tensors
     d = parse_spec(ctx.spec)
+    if ctx.has_w and _needs(ctx, 3):
+        raise NotImplementedError(
+            f"lyco: bypass of {d['algo']} reads the base weight but gives it no gradient; "
+            "freeze it (requires_grad_(False)) or compute the base layer's gradient yourself")
     slot_need = _needs(ctx, 4, ctx.n)
     need = [_needs(ctx, 1), ctx.has_y0 and _needs(ctx, 2)]
     need += [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
@@ -450,22 +456,42 @@ def _merge_setup(ctx, inputs, output):
     ctx.save_for_backward(weight, bias, *tensors)
 
 
+# W'' is W ± m·ΔW for these: ∂L/∂W = ±∂L/∂W'' (and likewise for a Full/Norm bias)
+_ADDITIVE = ("locon", "loha", "lokr", "dylora", "full")
+
+
+def _base_grad(d, name, g, dtype):
+    """∂L/∂W (or ∂L/∂b) of a merge whose base tensor is trainable."""
+    mode = d["merge_mode"]
+    if mode == "delta":
+        return None
+    if d["algo"] not in _ADDITIVE:
+        raise NotImplementedError(
+            f"lyco: merge of {d['algo']} in mode {mode!r} has no gradient for the base {name}; "
+            f"freeze it (requires_grad_(False)) or use an additive algorithm ({', '.join(_ADDITIVE)})")
+    if g is None:
+        return None
+    return (g if mode == "weight" else -g).to(dtype)
+
+
 def _merge_backward(ctx, grads):
     weight, bias, *tensors = ctx.saved_tensors
     d = parse_spec(ctx.spec)
     slot_need = _needs(ctx, 3, ctx.n)
     need = [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
-    if not any(need):
-        return None, None, None, [None] * ctx.n
     d_out, d_ob = grads[0], grads[1]
+    if not ctx.has_ob:
+        d_ob = None
+    gw = _base_grad(d, "weight", d_out, weight.dtype) if _needs(ctx, 1) else None
+    gb = _base_grad(d, "bias", d_ob, bias.dtype) if ctx.has_b and _needs(ctx, 2) else None
+    if not any(need):
+        return None, gw, gb, [None] * ctx.n
     dev = tensors[0].device
     if d_out is None:
         d_out = torch.zeros(ctx.out_shape, dtype=ctx.out_dtype, device=dev)
-    if not ctx.has_ob:
-        d_ob = None
     outs = merge_bwd(ctx.spec, weight if ctx.has_w else None, bias if ctx.has_b else None,
                      tensors, d_out, d_ob, need)
-    return None, None, None, [o if n else None for o, n in zip(outs, need)]
+    return None, gw, gb, [o if n else None for o, n in zip(outs, need)]
 
 
 merge_fwd.register_autograd(_merge_backward, setup_context=_merge_setup)
@@ -501,4 +527,5 @@ def merge(tensors, layer, algo="locon", weight=None, bias=None, mode="delta", **
     slots, ts = _split(tensors)
     spec = make_spec(algo, layer, slots, merge_mode=mode, **options)
     out, ob = merge_fwd(spec, weight, bias, ts)
-    return (out, ob) if ob.numel() or _has_bias_out(parse_spec(spec), bias) else out
+    with_bias = any(s in slots for s in ("diff_b", "b_norm")) and (mode == "delta" or bias is not None)
+    return (out, ob) if with_bias else out
