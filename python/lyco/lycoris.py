@@ -1,0 +1,224 @@
+"""lyco as a kernel backend of LyCORIS 4.x (lycoris-lora on PyPI).
+
+Switch it on with `import lyco.lycoris` plus LYCORIS_KERNEL_BACKEND=lyco in the environment, or
+with `lyco.lycoris.enable()`; an unchanged LyCORIS training script then runs its adapter modules'
+forward (and so backward) on lyco's kernels, on the GPU and on the CPU (where LyCORIS itself has
+no kernels). LyCORIS's dispatcher knows only its own backend names, so this module teaches its
+`resolve_backend` that "lyco" means "LyCORIS's own auto choice" for whatever lyco leaves to it.
+
+A module lyco takes runs as y = base(x) + lyco::bypass_fwd(x, factors): the same function as
+LyCORIS's forward (merge-form or bypass-form), without building ΔW. A module lyco declines (an
+algorithm or option this slice does not route yet; see DECLINES) runs LyCORIS's own forward, and
+the reason is reported once per (module class, reason) as a RuntimeWarning and kept in
+`fallbacks`; `report(model)` lists what each module will run."""
+
+import os
+import threading
+import warnings
+
+import torch
+
+from . import ops
+
+_enabled = None  # None: follow LYCORIS_KERNEL_BACKEND; True/False: enable()/disable()
+_lock = threading.Lock()
+_reported = set()
+fallbacks = []  # (module class, reason), in the order first seen
+
+
+def enabled():
+    if _enabled is not None:
+        return _enabled
+    return os.environ.get("LYCORIS_KERNEL_BACKEND", "").lower() == "lyco"
+
+
+def enable():
+    """Route LyCORIS modules through lyco from now on (same as LYCORIS_KERNEL_BACKEND=lyco)."""
+    global _enabled
+    _enabled = True
+
+
+def disable():
+    """Back to LyCORIS's own kernels (LYCORIS_KERNEL_BACKEND is ignored until enable())."""
+    global _enabled
+    _enabled = False
+
+
+def _report(cls, reason):
+    key = (cls, reason)
+    with _lock:
+        if key in _reported:
+            return
+        _reported.add(key)
+        fallbacks.append(key)
+    warnings.warn(f"lyco: {cls} runs on LyCORIS's own path: {reason}", RuntimeWarning,
+                  stacklevel=3)
+
+
+def _org(m):
+    org = getattr(m, "org_module", None)
+    return org[0] if isinstance(org, (list, tuple)) else org
+
+
+def _scalar(m, tensors):
+    s = getattr(m, "scalar", None)
+    if isinstance(s, torch.nn.Parameter):
+        tensors["scalar"] = s.reshape(())
+    elif isinstance(s, torch.Tensor) and not torch.compiler.is_compiling() and float(s) != 1.0:
+        tensors["scalar"] = s.reshape(())
+
+
+def _dropout_p(m):
+    d = getattr(m, "dropout", 0)
+    if isinstance(d, torch.nn.Module):
+        return float(getattr(d, "p", 0.0))
+    return float(d or 0.0)
+
+
+def _common_decline(m):
+    if getattr(m, "wd", False):
+        return "DoRA weight decomposition (wd) is not routed to lyco in this slice"
+    if m.training and (getattr(m, "rank_dropout", 0) or _dropout_p(m)):
+        return "rank dropout / dropout masks are not routed to lyco in this slice"
+    if getattr(m, "bypass_mode", False) is None:
+        return "bypass_mode is undecided"
+    org = _org(m)
+    try:
+        ops.layer_of(org)
+    except (TypeError, ValueError) as e:
+        return f"base layer: {e}"
+    if isinstance(org, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) and org.groups != 1:
+        return "grouped convolution"
+    return None
+
+
+def _plan_locon(m):
+    t = {"lora_down": m.lora_down.weight, "lora_up": m.lora_up.weight}
+    if getattr(m, "tucker", False):
+        t["lora_mid"] = m.lora_mid.weight
+    _scalar(m, t)
+    return "locon", t
+
+
+def _plan_loha(m):
+    t = {k: getattr(m, k) for k in ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")}
+    if getattr(m, "tucker", False):
+        t["hada_t1"], t["hada_t2"] = m.hada_t1, m.hada_t2
+    _scalar(m, t)
+    return "loha", t
+
+
+PLANS = {"LoConModule": _plan_locon, "LohaModule": _plan_loha}
+DECLINES = {
+    "LokrModule": "LoKr is not routed to lyco in this slice",
+    "DiagOFTModule": "Diag-OFT is not routed to lyco in this slice",
+    "ButterflyOFTModule": "BOFT is not routed to lyco in this slice",
+    "IA3Module": "IA3 is not routed to lyco in this slice",
+    "GLoRAModule": "GLoRA is not routed to lyco in this slice",
+    "DyLoraModule": "DyLoRA is not routed to lyco in this slice",
+    "FullModule": "Full is not routed to lyco in this slice",
+}
+
+
+def plan(m):
+    """(algo, tensors) if lyco takes module m now, else the reason it does not (a string)."""
+    cls = type(m).__name__
+    if cls not in PLANS:
+        return DECLINES.get(cls, f"{cls} is not an algorithm lyco routes")
+    why = _common_decline(m)
+    return why if why else PLANS[cls](m)
+
+
+def report(model):
+    """{module name: 'lyco' or the reason it runs on LyCORIS's own path} for every LyCORIS
+    module in model (or in a LycorisNetwork)."""
+    from lycoris.modules.base import LycorisBaseModule
+    out = {}
+    for name, m in model.named_modules():
+        if isinstance(m, LycorisBaseModule):
+            p = plan(m)
+            out[getattr(m, "lora_name", name)] = p if isinstance(p, str) else "lyco"
+    return out
+
+
+def _forward(orig):
+    def forward(self, x, *args, **kwargs):
+        if not enabled():
+            return orig(self, x, *args, **kwargs)
+        p = plan(self)
+        if isinstance(p, str):
+            if not torch.compiler.is_compiling():
+                _report(type(self).__name__, p)
+            return orig(self, x, *args, **kwargs)
+        algo, tensors = p
+        if self.module_dropout and self.training:  # same draw as LyCORIS's own forward
+            if torch.rand(1) < self.module_dropout:
+                return self.org_forward(x, *args, **kwargs)
+        y0 = self.org_forward(x, *args, **kwargs)
+        return ops.bypass(x, tensors, ops.layer_of(_org(self)), algo=algo, y0=y0,
+                          scale=float(self.scale), multiplier=float(self.multiplier))
+    forward.__wrapped__ = orig
+    forward.__doc__ = orig.__doc__
+    return forward
+
+
+def _patch_dispatch():
+    """Teach LyCORIS's resolve_backend the name 'lyco' (= its own auto choice for the rest)."""
+    from lycoris.kernels import dispatch, ops as lops, select
+    if getattr(dispatch.resolve_backend, "_lyco", False):
+        return
+    orig = dispatch.resolve_backend
+
+    def resolve_backend(requested=None, device=None):
+        req = (requested or os.environ.get("LYCORIS_KERNEL_BACKEND", "auto")).lower()
+        return orig("auto" if req == "lyco" else requested, device)
+
+    resolve_backend._lyco = True
+    for mod in (dispatch, select, lops):
+        if getattr(mod, "resolve_backend", None) is orig:
+            mod.resolve_backend = resolve_backend
+    choose = select.choose
+
+    def choose_(tensors, supported=True, backend=None):
+        if (backend or os.environ.get("LYCORIS_KERNEL_BACKEND", "")).lower() == "lyco":
+            backend = "auto"
+        return choose(tensors, supported, backend)
+
+    select.choose = choose_
+    import importlib
+    for name in ("locon", "loha", "lokr", "diag_oft", "boft", "general"):
+        f = importlib.import_module(f"lycoris.functional.{name}")
+        if getattr(f, "choose", None) is choose:
+            f.choose = choose_
+    for name in ("glora", "dylora", "ia3"):
+        f = importlib.import_module(f"lycoris.modules.{name}")
+        if getattr(f, "choose", None) is choose:
+            f.choose = choose_
+
+
+def _install():
+    import lycoris.modules as lm
+    _patch_dispatch()
+    for cls_name in list(PLANS) + list(DECLINES):
+        cls = getattr(lm, cls_name, None)
+        if cls is None:
+            import lycoris.modules.locon  # noqa: F401
+            cls = next((c for c in _all_module_classes() if c.__name__ == cls_name), None)
+        if cls is None or getattr(cls.forward, "__wrapped__", None) is not None:
+            continue
+        cls.forward = _forward(cls.forward)
+
+
+def _all_module_classes():
+    from lycoris.modules.base import LycorisBaseModule
+    seen, todo = [], [LycorisBaseModule]
+    while todo:
+        c = todo.pop()
+        for s in c.__subclasses__():
+            if s not in seen:
+                seen.append(s)
+                todo.append(s)
+    return seen
+
+
+_install()
