@@ -50,7 +50,7 @@ def _train(model, net, on, steps, seed, compile_=False):
     (LL.enable if on else LL.disable)()
     try:
         opt = torch.optim.SGD(net.parameters(), lr=0.05)
-        fwd = torch.compile(model) if compile_ else model
+        fwd = torch.compile(model, fullgraph=compile_ == "fullgraph") if compile_ else model
         g = torch.Generator().manual_seed(seed + 2)
         losses = []
         for _ in range(steps):
@@ -94,7 +94,8 @@ def test_train_on_vs_off(seed, algo):
 @pytest.mark.parametrize("algo", ["lora", "loha", "lokr"])
 def test_train_on_vs_off_compiled(seed, algo):
     torch._dynamo.reset()
-    _compare(algo, seed, True)
+    # modules lyco takes must trace without a graph break; declined ones run LyCORIS's own code
+    _compare(algo, seed, "fullgraph" if algo in ROUTED else True)
 
 
 def test_fallback_reported_once(seed):
