@@ -108,11 +108,30 @@ def _plan_loha(m):
     return "loha", t
 
 
-PLANS = {"LoConModule": _plan_locon, "LohaModule": _plan_loha}
+def _plan_lokr(m):
+    t = {}
+    for k in ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2"):
+        v = getattr(m, k, None)
+        if isinstance(v, torch.Tensor):
+            t[k] = v
+    _scalar(m, t)
+    return "lokr", t
+
+
+def _plan_oft(algo):
+    def plan_(m):
+        if getattr(m, "bypass_mode", False):
+            return f"{algo} in LyCORIS's bypass mode rotates the bias too; lyco follows its merge form"
+        t = {"oft_blocks": m.oft_blocks}
+        if getattr(m, "rescaled", False):
+            t["rescale"] = m.rescale
+        return algo, t, {"constraint": float(m.constraint)}, "rotate"
+    return plan_
+
+
+PLANS = {"LoConModule": _plan_locon, "LohaModule": _plan_loha, "LokrModule": _plan_lokr,
+         "DiagOFTModule": _plan_oft("diag_oft"), "ButterflyOFTModule": _plan_oft("boft")}
 DECLINES = {
-    "LokrModule": "LoKr is not routed to lyco in this slice",
-    "DiagOFTModule": "Diag-OFT is not routed to lyco in this slice",
-    "ButterflyOFTModule": "BOFT is not routed to lyco in this slice",
     "IA3Module": "IA3 is not routed to lyco in this slice",
     "GLoRAModule": "GLoRA is not routed to lyco in this slice",
     "DyLoraModule": "DyLoRA is not routed to lyco in this slice",
@@ -150,13 +169,28 @@ def _forward(orig):
             if not torch.compiler.is_compiling():
                 _report(type(self).__name__, p)
             return orig(self, x, *args, **kwargs)
-        algo, tensors = p
+        algo, tensors = p[0], p[1]
+        options = p[2] if len(p) > 2 else {"scale": float(self.scale)}
+        kind = p[3] if len(p) > 3 else "add"
         if self.module_dropout and self.training:  # same draw as LyCORIS's own forward
             if torch.rand(1) < self.module_dropout:
                 return self.org_forward(x, *args, **kwargs)
-        y0 = self.org_forward(x, *args, **kwargs)
-        return ops.bypass(x, tensors, ops.layer_of(_org(self)), algo=algo, y0=y0,
-                          scale=float(self.scale), multiplier=float(self.multiplier))
+        layer = ops.layer_of(_org(self))
+        if kind == "add":  # y = base(x) + Δ(x)
+            y0 = self.org_forward(x, *args, **kwargs)
+            return ops.bypass(x, tensors, layer, algo=algo, y0=y0,
+                              multiplier=float(self.multiplier), **options)
+        # "rotate": the adapter acts on W·x (the bias stays outside, as in LyCORIS's merge form)
+        w = self._current_weight().to(x.device)
+        y0 = self.op(x, w, None, **self.kw_dict)
+        y = ops.bypass(x, tensors, layer, algo=algo, y0=y0, multiplier=float(self.multiplier),
+                       **options)
+        b = self._current_bias()
+        if b is None:
+            return y
+        b = b.to(device=y.device, dtype=y.dtype)
+        return y + (b if y.dim() == 2 or self.op is torch.nn.functional.linear
+                    else b.view(1, -1, *([1] * (y.dim() - 2))))
     forward.__wrapped__ = orig
     forward.__doc__ = orig.__doc__
     return forward

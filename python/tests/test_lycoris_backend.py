@@ -14,7 +14,7 @@ import lyco.lycoris as LL  # noqa: E402
 from lycoris import LycorisNetwork, create_lycoris  # noqa: E402
 
 ALGOS = ["lora", "locon", "loha", "lokr", "diag-oft", "boft", "ia3", "glora", "dylora", "full"]
-ROUTED = {"lora", "locon", "loha"}
+ROUTED = {"lora", "locon", "loha", "lokr", "diag-oft", "boft"}
 
 
 class Net(torch.nn.Module):
@@ -91,7 +91,7 @@ def test_train_on_vs_off(seed, algo):
         assert any(cls for cls, _ in LL.fallbacks), "the fallback was not reported"
 
 
-@pytest.mark.parametrize("algo", ["lora", "loha", "lokr"])
+@pytest.mark.parametrize("algo", ["lora", "loha", "boft", "ia3"])
 def test_train_on_vs_off_compiled(seed, algo):
     torch._dynamo.reset()
     # modules lyco takes must trace without a graph break; declined ones run LyCORIS's own code
