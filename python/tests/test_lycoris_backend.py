@@ -111,3 +111,54 @@ def test_fallback_reported_once(seed):
         assert len(msgs) == 1 and "IA3" in msgs[0], msgs
     finally:
         LL.disable()
+
+
+VARIANTS = [
+    ("lora", {"use_tucker": True, "use_scalar": True}),
+    ("loha", {"use_tucker": True, "use_scalar": True}),
+    ("lokr", {"decompose_both": True, "factor": 4}),
+    ("lokr", {"use_tucker": True, "factor": 2}),
+    ("diag-oft", {"rescaled": True, "constraint": 1e-4}),
+    ("boft", {"rescaled": True}),
+    ("lora", {"module_dropout": 0.5}),
+]
+
+
+@pytest.mark.parametrize("algo,kw", VARIANTS, ids=[f"{a}-{'-'.join(k)}" for a, k in VARIANTS])
+@pytest.mark.parametrize("multiplier", [1.0, 0.7])
+def test_variants_on_vs_off(seed, algo, kw, multiplier):
+    """Tucker, trainable scalar, LoKr factorisations, OFT rescale/constraint, module dropout and
+    a multiplier ≠ 1: one forward+backward with lyco on and off from the same start and RNG."""
+    outs = []
+    for on in (False, True):
+        torch.manual_seed(seed)
+        model = Net()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        LycorisNetwork.apply_preset({"target_module": ["Linear", "Conv2d"]})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            net = create_lycoris(model, multiplier, linear_dim=2, linear_alpha=1, algo=algo, **kw)
+        net.apply_to()
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.1)
+        (LL.enable if on else LL.disable)()
+        try:
+            if on:
+                assert set(LL.report(net).values()) == {"lyco"}, LL.report(net)
+            torch.manual_seed(seed + 3)  # the same module-dropout draws
+            x = torch.randn(4, 4, 4, 4, generator=g)
+            y = model(x)
+            if y.requires_grad:  # module dropout may have dropped every adapter
+                y.square().sum().backward()
+        finally:
+            LL.disable()
+        outs.append((y.detach(), [p.grad for p in net.parameters()]))
+    (y_off, g_off), (y_on, g_on) = outs
+    torch.testing.assert_close(y_on, y_off, rtol=1e-5, atol=1e-5 * max(1.0, y_off.abs().max().item()))
+    for a, b in zip(g_off, g_on):
+        assert (a is None) == (b is None), "a module was dropped on one side only"
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * max(1.0, a.abs().max().item()))
