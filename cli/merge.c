@@ -42,6 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef LYCO_HAVE_CUDA
+#include "cuda/stage.h"
+#endif
 #include "cli.h"
 #include "core/core.h"
 #include "cpu/cpu.h"
@@ -72,6 +75,7 @@ typedef struct {
     int nad;
     int out_dtype;            /* -1: each tensor keeps its dtype; else a lyco_st_dtype */
     bool upstream_scale, unmerge, skip_unmatched, allow_nonfinite, no_verify, restart;
+    bool cuda;                 /* --backend cuda: each merge runs on the GPU (tensors copied there and back) */
     prog_mode progress;
     uint64_t shard_bytes;     /* 0: one output file */
 } opts;
@@ -83,7 +87,8 @@ static int usage(FILE *f) {
             "  ADAPTER[:MULT]       a LyCORIS/kohya adapter file, with its multiplier (default 1)\n"
             "  -o, --output OUT     output file (or directory, with --shard-size)\n"
             "  --dtype fp16|bf16|fp32|keep   output dtype of float tensors (default keep)\n"
-            "  --backend cpu        merge backend (cpu; cuda is not wired into the tool yet)\n"
+            "  --backend cpu|cuda   where the merges run (default cpu; cuda copies each touched tensor\n"
+            "                       and its adapters to the current GPU and back)\n"
             "  --upstream-scale     LoHa/LoKr: upstream merge scale s² and no scalar (ALGORITHMS.md §8 #1)\n"
             "  --unmerge            subtract the adapters instead (W − m·ΔW; additive algorithms only)\n"
             "  --shard-size BYTES   sharded output (HF layout, index last) with this many data bytes\n"
@@ -161,8 +166,15 @@ static int parse_opts(int argc, char **argv, opts *o) {
                 else if (!strcmp(v, "keep")) o->out_dtype = -1;
                 else { fprintf(stderr, "lyco merge: --dtype is \"%s\"; expected fp16, bf16, fp32 or keep\n", v); return LYCO_EXIT_USAGE; }
             } else if (!strcmp(a, "--backend")) {
-                if (strcmp(v, "cpu")) {
-                    fprintf(stderr, "lyco merge: --backend is \"%s\"; expected cpu (the merge tool streams host tensors; cuda is not wired in yet)\n", v);
+                if (!strcmp(v, "cuda")) {
+#ifdef LYCO_HAVE_CUDA
+                    o->cuda = true;
+#else
+                    fprintf(stderr, "lyco merge: --backend is \"cuda\" but this lyco was built without CUDA (no nvcc at build time); expected cpu\n");
+                    return LYCO_EXIT_USAGE;
+#endif
+                } else if (strcmp(v, "cpu")) {
+                    fprintf(stderr, "lyco merge: --backend is \"%s\"; expected cpu or cuda\n", v);
                     return LYCO_EXIT_USAGE;
                 }
             } else if (!parse_size(v, &o->shard_bytes)) {
@@ -474,7 +486,7 @@ static int build_meta(plan *p) {
     char *in_s = json_dumps(inputs, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(inputs);
     json_t *opt = json_pack("{s:s,s:b,s:b,s:s,s:s}", "dtype", o->out_dtype < 0 ? "keep" : lyco_st_dtype_name((lyco_st_dtype)o->out_dtype),
-                            "unmerge", o->unmerge, "upstream_scale", o->upstream_scale, "backend", "cpu",
+                            "unmerge", o->unmerge, "upstream_scale", o->upstream_scale, "backend", o->cuda ? "cuda" : "cpu",
                             "precision", "fp32 work buffer, adapters widened to fp32, one rounding to the output dtype");
     char *opt_s = json_dumps(opt, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(opt);
@@ -616,6 +628,30 @@ static lyco_status copy_tensor(plan *p, out_writer *w, int64_t i, progress *pg) 
     return LYCO_OK;
 }
 
+#ifdef LYCO_HAVE_CUDA
+/* --backend cuda: W (host, fp32) and the adapter's tensors mirrored to the current device, merged
+   there in place, W copied back (synchronous; the module mask stays on the host). */
+static lyco_status merge_on_device(lyco_ctx *ctx, DLTensor *W, const lyco_adapter *a, lyco_merge_mode mode) {
+    lyco_stage sw, sa[LYCO_SLOT_COUNT];
+    memset(sa, 0, sizeof sa);
+    lyco_adapter da = *a;
+    lyco_status st = lyco_stage_in(&sw, W, true);
+    for (int k = 0; k < LYCO_SLOT_COUNT && !st; k++) {
+        if (!a->tensor[k] || k == LYCO_MODULE_MASK) continue;
+        if (!(st = lyco_stage_in(&sa[k], a->tensor[k], true))) da.tensor[k] = &sa[k].t;
+    }
+    if (!st) {
+        lyco_merge_args args = {&sw.t, NULL, mode};
+        st = lyco_merge_fwd(ctx, &sw.t, NULL, &da, &args);
+    }
+    if (!st) st = lyco_stage_sync();
+    if (!st) st = lyco_stage_out(&sw);
+    lyco_stage_free(&sw);
+    for (int k = 0; k < LYCO_SLOT_COUNT; k++) lyco_stage_free(&sa[k]);
+    return st;
+}
+#endif
+
 /* Merges every hit of base tensor i into `work` (fp32, the tensor's values). */
 static lyco_status apply_hits(plan *p, lyco_ctx *ctx, int64_t i, float *work) {
     const lyco_st_tensor *t = lyco_st_model_get(p->base, i);
@@ -645,7 +681,11 @@ static lyco_status apply_hits(plan *p, lyco_ctx *ctx, int64_t i, float *work) {
         if (st) return st;
         DLTensor W = lyco_host_tensor(data, LYCO_F32, (int32_t)ndim, shape);
         lyco_merge_args args = {&W, NULL, p->o->unmerge ? LYCO_MERGE_UNMERGE : LYCO_MERGE_WEIGHT};
-        st = lyco_merge_fwd(ctx, &W, NULL, &b.a, &args);
+#ifdef LYCO_HAVE_CUDA
+        if (p->o->cuda) st = merge_on_device(ctx, &W, &b.a, args.mode);
+        else
+#endif
+            st = lyco_merge_fwd(ctx, &W, NULL, &b.a, &args);
         if (st) st = lyco_fail(st, "merging %s (%s) of %s into %s: %s", m->name, lyco_algo_name(m->algo), ad->path, t->name, lyco_last_error());
         lyco_af_unbind(&b);
     }
@@ -1077,7 +1117,10 @@ int lyco_cmd_merge(int argc, char **argv) {
     if (rc < 0) rc = build_meta(&p);
     if (rc < 0) {
         lyco_status st = lyco_ctx_create(&p.ctx);
-        if (!st) st = lyco_ctx_set_backend(p.ctx, LYCO_BACKEND_CPU);
+        if (!st) st = lyco_ctx_set_backend(p.ctx, o.cuda ? LYCO_BACKEND_CUDA : LYCO_BACKEND_CPU);
+#ifdef LYCO_HAVE_CUDA
+        if (!st && o.cuda) st = lyco_stage_sync(); /* a usable GPU, before anything is written */
+#endif
         if (st) {
             fprintf(stderr, "lyco merge: %s\n", lyco_last_error());
             rc = LYCO_EXIT_INTERNAL;

@@ -3,16 +3,21 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core.h"
 
 static _Thread_local char last_error[1024];
 
+/* Formatted into a local buffer first: a caller may pass lyco_last_error() itself as an argument
+   (wrapping an inner error with context), and vsnprintf must not read what it is writing. */
 lyco_status lyco_fail(lyco_status s, const char *fmt, ...) {
+    char text[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(last_error, text, sizeof last_error);
     return s;
 }
 

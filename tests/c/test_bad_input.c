@@ -967,6 +967,11 @@ int main(void) {
         printf("FAIL cannot create a ref context: %s\n0 passed, 1 failed\n", lyco_last_error());
         return 1;
     }
+    /* an error wrapped with context keeps the inner text (lyco_fail reading lyco_last_error()
+       while writing it once printed the prefix twice and lost the inner message) */
+    lyco_fail(LYCO_ERR_IO, "inner reason");
+    lyco_status wrapped = lyco_fail(LYCO_ERR_IO, "outer context: %s", lyco_last_error());
+    expect("[status] wrapped error keeps its inner text", wrapped, LYCO_ERR_IO, "outer context: inner reason", NULL, NULL);
     null_checks();
     shape_checks();
     overflow_checks();
