@@ -129,11 +129,22 @@ def _plan_oft(algo):
     return plan_
 
 
-PLANS = {"LoConModule": _plan_locon, "LohaModule": _plan_loha, "LokrModule": _plan_lokr,
+def _plan_ia3(m):
+    on_input = bool(getattr(m, "train_input", False))  # the python bool, not the buffer
+    return "ia3", {"ia3_weight": m.weight}, {"ia3_on_input": int(on_input)}, (
+        "weighted" if on_input else "rotate")
+
+
+def _plan_glora(m):
+    t = {"glora_a1": m.a1.weight, "glora_a2": m.a2.weight, "glora_b1": m.b1.weight,
+         "glora_b2": m.b2.weight}
+    _scalar(m, t)
+    return "glora", t, {"scale": float(m.scale)}, "weighted"
+
+
+PLANS = {"LoConModule": _plan_locon, "IA3Module": _plan_ia3, "GLoRAModule": _plan_glora, "LohaModule": _plan_loha, "LokrModule": _plan_lokr,
          "DiagOFTModule": _plan_oft("diag_oft"), "ButterflyOFTModule": _plan_oft("boft")}
 DECLINES = {
-    "IA3Module": "IA3 is not routed to lyco in this slice",
-    "GLoRAModule": "GLoRA is not routed to lyco in this slice",
     "DyLoraModule": "DyLoRA is not routed to lyco in this slice",
     "FullModule": "Full is not routed to lyco in this slice",
 }
@@ -176,9 +187,10 @@ def _forward(orig):
             if torch.rand(1) < self.module_dropout:
                 return self.org_forward(x, *args, **kwargs)
         layer = ops.layer_of(_org(self))
-        if kind == "add":  # y = base(x) + Δ(x)
+        if kind in ("add", "weighted"):  # y = base(x) + Δ(x); "weighted": Δ reads W too
             y0 = self.org_forward(x, *args, **kwargs)
-            return ops.bypass(x, tensors, layer, algo=algo, y0=y0,
+            w = self._current_weight().to(x.device) if kind == "weighted" else None
+            return ops.bypass(x, tensors, layer, algo=algo, y0=y0, weight=w,
                               multiplier=float(self.multiplier), **options)
         # "rotate": the adapter acts on W·x (the bias stays outside, as in LyCORIS's merge form)
         w = self._current_weight().to(x.device)

@@ -14,7 +14,7 @@ import lyco.lycoris as LL  # noqa: E402
 from lycoris import LycorisNetwork, create_lycoris  # noqa: E402
 
 ALGOS = ["lora", "locon", "loha", "lokr", "diag-oft", "boft", "ia3", "glora", "dylora", "full"]
-ROUTED = {"lora", "locon", "loha", "lokr", "diag-oft", "boft"}
+ROUTED = {"lora", "locon", "loha", "lokr", "diag-oft", "boft", "ia3", "glora"}
 
 
 class Net(torch.nn.Module):
@@ -91,7 +91,7 @@ def test_train_on_vs_off(seed, algo):
         assert any(cls for cls, _ in LL.fallbacks), "the fallback was not reported"
 
 
-@pytest.mark.parametrize("algo", ["lora", "loha", "boft", "ia3"])
+@pytest.mark.parametrize("algo", ["lora", "loha", "boft", "glora", "dylora"])
 def test_train_on_vs_off_compiled(seed, algo):
     torch._dynamo.reset()
     # modules lyco takes must trace without a graph break; declined ones run LyCORIS's own code
@@ -99,7 +99,7 @@ def test_train_on_vs_off_compiled(seed, algo):
 
 
 def test_fallback_reported_once(seed):
-    model, net = _build("ia3", seed)
+    model, net = _build("dylora", seed)
     LL.enable()
     try:
         LL._reported.clear()
@@ -108,7 +108,7 @@ def test_fallback_reported_once(seed):
             for _ in range(3):
                 model(torch.randn(2, 4, 4, 4))
         msgs = [str(x.message) for x in w if "LyCORIS's own path" in str(x.message)]
-        assert len(msgs) == 1 and "IA3" in msgs[0], msgs
+        assert len(msgs) == 1 and "DyLora" in msgs[0], msgs
     finally:
         LL.disable()
 
@@ -121,6 +121,8 @@ VARIANTS = [
     ("diag-oft", {"rescaled": True, "constraint": 1e-4}),
     ("boft", {"rescaled": True}),
     ("lora", {"module_dropout": 0.5}),
+    ("glora", {"use_scalar": True}),
+    ("ia3", {}),
 ]
 
 
