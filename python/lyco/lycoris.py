@@ -129,13 +129,23 @@ def _plan_oft(algo):
     return plan_
 
 
+def _frozen_base(m, algo):
+    if m._current_weight().requires_grad:
+        return f"{algo} reads the base weight, which requires grad (lyco gives it no gradient)"
+    return None
+
+
 def _plan_ia3(m):
     on_input = bool(getattr(m, "train_input", False))  # the python bool, not the buffer
+    if on_input and _frozen_base(m, "IA3 on input"):
+        return _frozen_base(m, "IA3 on input")
     return "ia3", {"ia3_weight": m.weight}, {"ia3_on_input": int(on_input)}, (
         "weighted" if on_input else "rotate")
 
 
 def _plan_glora(m):
+    if _frozen_base(m, "GLoRA"):
+        return _frozen_base(m, "GLoRA")
     t = {"glora_a1": m.a1.weight, "glora_a2": m.a2.weight, "glora_b1": m.b1.weight,
          "glora_b2": m.b2.weight}
     _scalar(m, t)

@@ -17,7 +17,7 @@ fi
 echo "python tests: $py"
 "$py" -c "import torch" >/dev/null 2>&1 || echo "note: $py has no torch: only the torch-free tests run (the torch tests run with LYCO_PYTHON=<a python with torch>, see docs/python.md)"
 cd "$root" || exit 1
-LYCO_LIBRARY="$lib" "$py" -m pytest -q -rs -p no:cacheprovider python/tests
+LYCO_LIBRARY="$lib" "$py" -m pytest -rs -p no:cacheprovider python/tests
 rc=$?
 # 5: pytest collected no test at all (e.g. every module skipped) — a skip, not a failure
 [ "$rc" -eq 5 ] && { echo "python tests skipped: pytest collected no test"; exit 77; }
