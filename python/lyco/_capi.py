@@ -255,12 +255,14 @@ class Context:
         self._state = None
 
     def configure(self, backend="auto", output_mode="promote", fp32_mode="fp32", stream=None):
-        state = (backend, output_mode, fp32_mode, stream)
+        """Set the context for one call (cheap when nothing changed since the last call)."""
+        state = (backend, os.environ.get("LYCO_BACKEND"), output_mode, fp32_mode, stream)
         if state == self._state:
             return
         L = lib()
-        if backend != "auto" or os.environ.get("LYCO_BACKEND") is None:
-            check(L.lyco_ctx_set_backend_name(self.handle, backend.encode()))
+        # "auto" at a call site defers to LYCO_BACKEND (the process-wide choice), as at creation
+        name = backend if backend != "auto" else os.environ.get("LYCO_BACKEND", "auto")
+        check(L.lyco_ctx_set_backend_name(self.handle, name.encode()))
         check(L.lyco_ctx_set_output_mode_name(self.handle, output_mode.encode()))
         check(L.lyco_ctx_set_fp32_mode_name(self.handle, fp32_mode.encode()))
         check(L.lyco_ctx_set_stream(self.handle, ctypes.c_void_p(stream or 0)))

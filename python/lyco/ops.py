@@ -214,7 +214,7 @@ def resolve_dtype(spec, tensors, base=None, x=None, y0=None):
     vy = _view(y0, "y0", True) if y0 is not None else None
     out = C.Dtypes()
     ctx = C.context()
-    ctx.configure(d["backend"], d["output_mode"], d["fp32_mode"], ctx._state[3] if ctx._state else None)
+    ctx.configure(d["backend"], d["output_mode"], d["fp32_mode"], ctx._state[-1] if ctx._state else None)
     C.check(C.lib().lyco_resolve_dtypes(ctx.handle, ctypes.byref(a), _ptr(vb), _ptr(vx), _ptr(vy),
                                        ctypes.byref(out)))
     return _FROM_LYCO[out.output]
