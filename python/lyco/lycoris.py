@@ -155,8 +155,8 @@ def _plan_glora(m):
 PLANS = {"LoConModule": _plan_locon, "IA3Module": _plan_ia3, "GLoRAModule": _plan_glora, "LohaModule": _plan_loha, "LokrModule": _plan_lokr,
          "DiagOFTModule": _plan_oft("diag_oft"), "ButterflyOFTModule": _plan_oft("boft")}
 DECLINES = {
-    "DyLoraModule": "DyLoRA is not routed to lyco in this slice",
-    "FullModule": "Full is not routed to lyco in this slice",
+    "DyLoraModule": "DyLoRA (a rank block drawn per step) is not routed to lyco in this slice",
+    "FullModule": "Full: LyCORIS runs the layer's own op on the trained weight; nothing to fuse",
 }
 
 
