@@ -1115,7 +1115,7 @@ int lyco_bench_host(const lyco_check_opts *co, const lyco_bench_opts *bo) {
     }
     for (size_t i = 0; i < env.fl.n; i++) env.fl.buf[i] = (float)(i & 15);
     env.block = bo->reps > 0 ? (bo->reps + 1) / 2 : 0;
-    env.budget_s = bo->quick ? 0.02 : bo->full ? 0.2 : 0.04;
+    env.budget_s = bo->quick ? 0.015 : bo->full ? 0.2 : 0.025;
     printf("timing: per row, a warm-up call then 2 rounds of [lyco block, torch block] of k calls each (k from the warm-up time), "
            "a read-only sweep over %zu MiB before every timed call; median and min of the 2k; ulp: max RMS-normalised ULP vs the fp64 "
            "oracle at O' <= 256, T' <= 64 (same I, rank, block size)\n\n",
