@@ -19,10 +19,15 @@ build: $(BUILD)/CMakeCache.txt
 # make bench: the CPU table (docs/bench-cpu.md); only the lyco command is built. The PyTorch-CPU
 # peer runs in the interpreter tools/bench-venv.sh prints (it installs torch into .venv-bench on
 # first use, saying so; LYCO_BENCH_INSTALL=0 skips that). BENCH_ARGS passes options (--full, …).
+# With an NVIDIA GPU present, the GPU table follows (GPU_BENCH_ARGS passes options to it).
 BENCH_ARGS ?=
 bench: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target lyco
 	@py="$$(./tools/bench-venv.sh)"; LYCO_TORCH_PYTHON="$$py" ./$(BUILD)/lyco bench $(BENCH_ARGS)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	    echo "== GPU: lyco bench --backend cuda --quick --first-call (docs/kernels.md)"; \
+	    ./$(BUILD)/lyco bench --backend cuda --quick --first-call $(GPU_BENCH_ARGS); \
+	else echo "== no NVIDIA GPU here: GPU table skipped"; fi
 
 test: build
 	cd $(BUILD) && ctest -L quick --output-on-failure -j $(JOBS)
