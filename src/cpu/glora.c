@@ -16,6 +16,7 @@
  * Extra memory: per thread the row-block scratch of the driver and r·(I·K) + I·r gradient partials.
  */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -69,64 +70,69 @@ static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads) {
     return LYCO_OK;
 }
 
-/* P rows: P[r][j][κ] = Σ_c W[r][c·K+κ]·A1[c][j] for nr rows (nr × r × K) */
+/* P rows: P[r][j][κ] = Σ_c W[r][c·K+κ]·A1[c][j] for nr rows (nr × r × K).
+   Linear (K = 1): P = W_rows · A1 in one GEMM; conv: per row, P_row (r × K) = A1ᵀ · W_row (I × K). */
 static void w_a1(const glora_t *g, int64_t nr, const float *W, float *P) {
-    for (int64_t row = 0; row < nr; row++)
-        for (int64_t j = 0; j < g->r; j++)
-            for (int64_t k = 0; k < g->K; k++) {
-                float acc = 0.0f;
-                for (int64_t ch = 0; ch < g->I; ch++) acc += W[row * g->IK + ch * g->K + k] * g->A1[ch * g->r + j];
-                P[(row * g->r + j) * g->K + k] = acc;
-            }
+    int64_t r = g->r, I = g->I, K = g->K, IK = g->IK;
+    if (K == 1) {
+        cpu_gemm_nn(nr, r, I, W, IK, g->A1, r, P, r, false);
+        return;
+    }
+    for (int64_t row = 0; row < nr; row++) cpu_gemm_tn(r, K, I, g->A1, r, W + row * IK, K, P + row * r * K, K, false);
 }
 
+/* out rows (nr × I·K, holding B1·B2) ← s·(out + A-path), the A-path being
+   out[r][c·K+κ] += Σ_j P[r][j][κ]·A2[j][c]: linear one GEMM, conv per row A2ᵀ · P_row. */
 static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
     const glora_t *g = dl->state;
+    int64_t r = g->r, I = g->I, K = g->K, IK = g->IK;
     float s = (float)g->c->s;
-    cpu_gemm_nn(nr, g->IK, g->r, g->B1 + o0 * g->r, g->r, g->B2, g->IK, out, g->IK, false);
-    float *P = malloc(sizeof(float) * (size_t)(nr * g->r * g->K + 1));
-    if (!P) return; /* the driver cannot fail from here; P is tiny (rows × r × K) */
+    cpu_gemm_nn(nr, IK, r, g->B1 + o0 * r, r, g->B2, IK, out, IK, false);
+    float *P = malloc(sizeof(float) * (size_t)(nr * r * K + 1));
+    if (!P) { /* the driver cannot fail from here: poison rather than return a wrong ΔW */
+        for (int64_t n = 0; n < nr * IK; n++) out[n] = NAN;
+        return;
+    }
     w_a1(g, nr, W, P);
-    for (int64_t row = 0; row < nr; row++)
-        for (int64_t ch = 0; ch < g->I; ch++)
-            for (int64_t k = 0; k < g->K; k++) {
-                float acc = 0.0f;
-                for (int64_t j = 0; j < g->r; j++) acc += P[(row * g->r + j) * g->K + k] * g->A2[j * g->I + ch];
-                float *v = &out[row * g->IK + ch * g->K + k];
-                *v = s * (*v + acc);
-            }
+    if (K == 1) cpu_gemm_nn(nr, I, r, P, r, g->A2, I, out, IK, true);
+    else
+        for (int64_t row = 0; row < nr; row++) cpu_gemm_tn(I, K, r, g->A2, I, P + row * r * K, K, out + row * IK, K, true);
+    for (int64_t n = 0; n < nr * IK; n++) out[n] *= s;
     free(P);
 }
 
+/* Backward of rows(): Gs = s·G; B1/B2 gradients; the A-path through P = W×A1:
+   gA2[j][c] += Σ P[r][j][κ]·Gs[r][c·K+κ];  GP[r][j][κ] = Σ_c A2[j][c]·Gs[r][c·K+κ];
+   gA1[c][j] += Σ W[r][c·K+κ]·GP[r][j][κ]  — GEMMs over the block (linear) or per row (conv). */
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
     const glora_t *g = dl->state;
     float s = (float)g->c->s;
     int64_t r = g->r, I = g->I, K = g->K, IK = g->IK;
     float *Gs = malloc(sizeof(float) * (size_t)(nr * IK + 1)), *P = malloc(sizeof(float) * (size_t)(nr * r * K + 1));
-    float *GP = calloc((size_t)(nr * r * K + 1), sizeof(float));
-    if (!Gs || !P || !GP) { free(Gs); free(P); free(GP); return; }
+    float *GP = malloc(sizeof(float) * (size_t)(nr * r * K + 1));
+    float *gA2 = g->gA2 + (size_t)tid * (size_t)(r * I), *gA1 = g->gA1 + (size_t)tid * (size_t)(I * r);
+    if (!Gs || !P || !GP) { /* the driver cannot fail from here: poison this thread's partials */
+        for (int64_t n = 0; n < r * I; n++) gA2[n] = NAN;
+        free(Gs); free(P); free(GP);
+        return;
+    }
     for (int64_t n = 0; n < nr * IK; n++) Gs[n] = s * G[n];
     cpu_gemm_nt(nr, r, IK, Gs, IK, g->B2, IK, g->gB1 + o0 * r, r, false);                       /* G_B1 rows */
     cpu_gemm_tn(r, IK, nr, g->B1 + o0 * r, r, Gs, IK, g->gB2 + (size_t)tid * (size_t)(r * IK), IK, true); /* G_B2 */
     w_a1(g, nr, W, P);
-    float *gA2 = g->gA2 + (size_t)tid * (size_t)(r * I), *gA1 = g->gA1 + (size_t)tid * (size_t)(I * r);
-    for (int64_t row = 0; row < nr; row++)
-        for (int64_t j = 0; j < r; j++)
-            for (int64_t k = 0; k < K; k++) {
-                float p = P[(row * r + j) * K + k], gp = 0.0f;
-                for (int64_t ch = 0; ch < I; ch++) {
-                    float gv = Gs[row * IK + ch * K + k];
-                    gA2[j * I + ch] += p * gv;
-                    gp += g->A2[j * I + ch] * gv;
-                }
-                GP[(row * r + j) * K + k] = gp;
-            }
-    for (int64_t row = 0; row < nr; row++)
-        for (int64_t ch = 0; ch < I; ch++)
-            for (int64_t k = 0; k < K; k++) {
-                float w = W[row * IK + ch * K + k];
-                for (int64_t j = 0; j < r; j++) gA1[ch * r + j] += w * GP[(row * r + j) * K + k];
-            }
+    if (K == 1) {
+        cpu_gemm_tn(r, I, nr, P, r, Gs, IK, gA2, I, true);
+        cpu_gemm_nt(nr, r, I, Gs, IK, g->A2, I, GP, r, false);
+        cpu_gemm_tn(I, r, nr, W, IK, GP, r, gA1, r, true);
+    } else {
+        for (int64_t row = 0; row < nr; row++) {
+            const float *Pr = P + row * r * K, *Gr = Gs + row * IK, *Wr = W + row * IK;
+            float *GPr = GP + row * r * K;
+            cpu_gemm_nt(r, I, K, Pr, K, Gr, K, gA2, I, true);
+            cpu_gemm_nn(r, K, I, g->A2, I, Gr, K, GPr, K, false);
+            cpu_gemm_nt(I, r, K, Wr, K, GPr, K, gA1, r, true);
+        }
+    }
     free(Gs);
     free(P);
     free(GP);
