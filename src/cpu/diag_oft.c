@@ -120,6 +120,40 @@ static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
 
 static float rho_at(const oft_t *s, int64_t o) { return s->rho ? s->rho[o] : 1.0f; }
 
+/* Linear bypass, token-major: a token's channels are contiguous in y0, and block k maps a token's
+   row x_k (1 × bs) to x_k·M_k (the transpose of M_kᵀ x_k) — so a tile of w tokens × a group of
+   blocks is loaded as it lies, multiplied block by block (w × bs times bs × bs) and stored as it
+   lies: no transposition. Groups span ≥ 256 channels where the layer has them. */
+static void oft_forward_tokens(oft_t *s, const cpu_oft_io *in, const cpu_oft_io *out, bool delta) {
+    lyco_dtype T = s->c->dt.compute;
+    int64_t gl = (256 + s->bs - 1) / s->bs;
+    if (gl < s->g) gl = s->g;
+    if (gl > s->nb) gl = s->nb;
+    int64_t ncw = gl * s->bs, tw = TILE_FLOATS / ncw;
+    if (tw < 1) tw = 1;
+    int64_t ngroups = (s->nb + gl - 1) / gl, ntt = (in->n + tw - 1) / tw, total = ngroups * ntt;
+    const float *Op = delta ? s->Mm : s->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < total; b++) {
+        float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Z = X + TILE_FLOATS;
+        int64_t k0 = (b / ntt) * gl, kb = s->nb - k0 < gl ? s->nb - k0 : gl, o0 = k0 * s->bs, nc = kb * s->bs;
+        int64_t t0 = (b % ntt) * tw, w = in->n - t0 < tw ? in->n - t0 : tw;
+        for (int64_t t = 0; t < w; t++) cpu_load(&in->v, t0 + t, o0, nc, T, X + t * nc);
+        for (int64_t kk = 0; kk < kb; kk++)
+            cpu_gemm_nn(w, s->bs, s->bs, X + kk * s->bs, nc, Op + (k0 + kk) * s->nn, s->bs, Z + kk * s->bs, nc, false);
+        if (delta || s->rho)
+            for (int64_t t = 0; t < w; t++) {
+                float *z = Z + t * nc;
+                const float *x = X + t * nc;
+                for (int64_t r = 0; r < nc; r++) {
+                    float p = rho_at(s, o0 + r);
+                    z[r] = delta ? p * z[r] + (p - 1.0f) * x[r] : p * z[r];
+                }
+            }
+        for (int64_t t = 0; t < w; t++) cpu_store(&out->v, t0 + t, o0, nc, Z + t * nc);
+    }
+}
+
 /* dst = rows(src) (delta: rows(src) − src) over all tiles */
 static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta) {
     const lyco_call *c = s->c;
@@ -127,6 +161,10 @@ static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta
     cpu_oft_io in, out;
     cpu_oft_io_init(&in, c, src);
     cpu_oft_io_init(&out, c, dst);
+    if (in.kind == CPU_OFT_LINEAR && s->wsz >= 2 * TILE_FLOATS) {
+        oft_forward_tokens(s, &in, &out, delta);
+        return;
+    }
     int64_t ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&in, s->tw), total = ngroups * nct;
     const float *Op = delta ? s->Mm : s->M;
 #pragma omp parallel for schedule(static)
