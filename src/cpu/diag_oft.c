@@ -113,6 +113,7 @@ static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
     s->tw = TILE_FLOATS / nr;
     if (s->tw < 8) s->tw = 8;
     s->wsz = 4 * nr * s->tw + nr;
+    if (s->wsz < 4 * TILE_FLOATS) s->wsz = 4 * TILE_FLOATS;   /* the token-major tiles (linear bypass) */
     s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
     if (!s->work) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for tile buffers");
     return LYCO_OK;
@@ -189,6 +190,52 @@ static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta
 }
 
 /* Gradients from GY = ∂L/∂rows(X); GX (may be NULL) = ∂L/∂X (delta: minus GY). */
+/* Backward of oft_forward_tokens (linear bypass, token-major tiles of w tokens × a group of
+   blocks): with G'' = ρ ⊙ GY,  G_ρ[o] += Σ_t GY[t,o]·(x·M)[t,o];  G_M_k += X_kᵀ·G''_k (bs × bs);
+   dy0_k = G''_k·(M_k)ᵀ (delta: (M_k − I)ᵀ form plus (ρ − 1) ⊙ GY) — the transposes of the
+   channel-major formulas, on tiles as they lie. Partials per thread, as in oft_backward. */
+static void backward_tokens(oft_t *s, const cpu_oft_io *xin, const cpu_oft_io *gin, const cpu_oft_io *gout, bool delta,
+                            bool want_rho, bool want_b) {
+    lyco_dtype T = s->c->dt.compute;
+    int64_t gl = (256 + s->bs - 1) / s->bs;
+    if (gl < s->g) gl = s->g;
+    if (gl > s->nb) gl = s->nb;
+    int64_t ncw = gl * s->bs, tw = TILE_FLOATS / ncw;
+    if (tw < 1) tw = 1;
+    int64_t ngroups = (s->nb + gl - 1) / gl, ntt = (xin->n + tw - 1) / tw, total = ngroups * ntt, all = s->nb * s->nn;
+    const float *Op = delta ? s->Mm : s->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < total; b++) {
+        int tid = cpu_thread_id();
+        float *X = s->work + (size_t)tid * (size_t)s->wsz, *GY = X + TILE_FLOATS, *G2 = GY + TILE_FLOATS, *Z = G2 + TILE_FLOATS;
+        float *gM = s->gM + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)s->O;
+        int64_t k0 = (b / ntt) * gl, kb = s->nb - k0 < gl ? s->nb - k0 : gl, o0 = k0 * s->bs, nc = kb * s->bs;
+        int64_t t0 = (b % ntt) * tw, w = xin->n - t0 < tw ? xin->n - t0 : tw;
+        for (int64_t t = 0; t < w; t++) cpu_load(&gin->v, t0 + t, o0, nc, T, GY + t * nc);
+        if (want_rho || want_b)
+            for (int64_t t = 0; t < w; t++) cpu_load(&xin->v, t0 + t, o0, nc, T, X + t * nc);
+        if (want_rho) {
+            for (int64_t kk = 0; kk < kb; kk++)
+                cpu_gemm_nn(w, s->bs, s->bs, X + kk * s->bs, nc, s->M + (k0 + kk) * s->nn, s->bs, Z + kk * s->bs, nc, false);
+            for (int64_t t = 0; t < w; t++)
+                for (int64_t r = 0; r < nc; r++) grho[o0 + r] += GY[t * nc + r] * Z[t * nc + r];
+        }
+        for (int64_t t = 0; t < w; t++)
+            for (int64_t r = 0; r < nc; r++) G2[t * nc + r] = rho_at(s, o0 + r) * GY[t * nc + r];
+        if (want_b)
+            for (int64_t kk = 0; kk < kb; kk++)
+                cpu_gemm_tn(s->bs, s->bs, w, X + kk * s->bs, nc, G2 + kk * s->bs, nc, gM + (k0 + kk) * s->nn, s->bs, true);
+        if (gout) {
+            for (int64_t kk = 0; kk < kb; kk++)
+                cpu_gemm_nt(w, s->bs, s->bs, G2 + kk * s->bs, nc, Op + (k0 + kk) * s->nn, s->bs, Z + kk * s->bs, nc, false);
+            if (delta)
+                for (int64_t t = 0; t < w; t++)
+                    for (int64_t r = 0; r < nc; r++) Z[t * nc + r] += (rho_at(s, o0 + r) - 1.0f) * GY[t * nc + r];
+            for (int64_t t = 0; t < w; t++) cpu_store(&gout->v, t0 + t, o0, nc, Z + t * nc);
+        }
+    }
+}
+
 static lyco_status oft_backward(oft_t *s, const DLTensor *Xt, const DLTensor *GYt, DLTensor *GXt, bool delta) {
     const lyco_call *c = s->c;
     lyco_dtype T = c->dt.compute;
@@ -200,40 +247,44 @@ static lyco_status oft_backward(oft_t *s, const DLTensor *Xt, const DLTensor *GY
     int64_t ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&xin, s->tw), total = ngroups * nct;
     int64_t all = s->nb * s->nn, tile = s->g * s->bs * s->tw;
     const float *Op = delta ? s->Mm : s->M;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < total; b++) {
-        int tid = cpu_thread_id();
-        float *X = s->work + (size_t)tid * (size_t)s->wsz, *GY = X + tile, *G2 = GY + tile, *Z = G2 + tile, *tmp = Z + tile;
-        float *gM = s->gM + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)s->O;
-        int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * s->bs, nr = kb * s->bs, j0, w;
-        cpu_oft_tile(&xin, s->tw, b % nct, &j0, &w);
-        cpu_oft_load(&gin, o0, nr, j0, w, T, GY, tmp);
-        if (want_rho || want_b) cpu_oft_load(&xin, o0, nr, j0, w, T, X, tmp);
-        if (want_rho) {
-            for (int64_t kk = 0; kk < kb; kk++)
-                cpu_gemm_tn(s->bs, w, s->bs, s->M + (k0 + kk) * s->nn, s->bs, X + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
-            for (int64_t r = 0; r < nr; r++) {
-                float acc = 0.0f;
-                for (int64_t j = 0; j < w; j++) acc += GY[r * w + j] * Z[r * w + j];
-                grho[o0 + r] += acc;
-            }
-        }
-        for (int64_t r = 0; r < nr; r++) {
-            float p = rho_at(s, o0 + r);
-            for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
-        }
-        if (want_b)
-            for (int64_t kk = 0; kk < kb; kk++)
-                cpu_gemm_nt(s->bs, s->bs, w, X + kk * s->bs * w, w, G2 + kk * s->bs * w, w, gM + (k0 + kk) * s->nn, s->bs, true);
-        if (GXt) {
-            for (int64_t kk = 0; kk < kb; kk++)
-                cpu_gemm_nn(s->bs, w, s->bs, Op + (k0 + kk) * s->nn, s->bs, G2 + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
-            if (delta)
+    if (xin.kind == CPU_OFT_LINEAR && s->wsz >= 4 * TILE_FLOATS) {
+        backward_tokens(s, &xin, &gin, GXt ? &gout : NULL, delta, want_rho, want_b);
+    } else {
+    #pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < total; b++) {
+            int tid = cpu_thread_id();
+            float *X = s->work + (size_t)tid * (size_t)s->wsz, *GY = X + tile, *G2 = GY + tile, *Z = G2 + tile, *tmp = Z + tile;
+            float *gM = s->gM + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)s->O;
+            int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * s->bs, nr = kb * s->bs, j0, w;
+            cpu_oft_tile(&xin, s->tw, b % nct, &j0, &w);
+            cpu_oft_load(&gin, o0, nr, j0, w, T, GY, tmp);
+            if (want_rho || want_b) cpu_oft_load(&xin, o0, nr, j0, w, T, X, tmp);
+            if (want_rho) {
+                for (int64_t kk = 0; kk < kb; kk++)
+                    cpu_gemm_tn(s->bs, w, s->bs, s->M + (k0 + kk) * s->nn, s->bs, X + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
                 for (int64_t r = 0; r < nr; r++) {
-                    float p1 = rho_at(s, o0 + r) - 1.0f;
-                    for (int64_t j = 0; j < w; j++) Z[r * w + j] += p1 * GY[r * w + j];
+                    float acc = 0.0f;
+                    for (int64_t j = 0; j < w; j++) acc += GY[r * w + j] * Z[r * w + j];
+                    grho[o0 + r] += acc;
                 }
-            cpu_oft_store(&gout, o0, nr, j0, w, Z, tmp);
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                float p = rho_at(s, o0 + r);
+                for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
+            }
+            if (want_b)
+                for (int64_t kk = 0; kk < kb; kk++)
+                    cpu_gemm_nt(s->bs, s->bs, w, X + kk * s->bs * w, w, G2 + kk * s->bs * w, w, gM + (k0 + kk) * s->nn, s->bs, true);
+            if (GXt) {
+                for (int64_t kk = 0; kk < kb; kk++)
+                    cpu_gemm_nn(s->bs, w, s->bs, Op + (k0 + kk) * s->nn, s->bs, G2 + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
+                if (delta)
+                    for (int64_t r = 0; r < nr; r++) {
+                        float p1 = rho_at(s, o0 + r) - 1.0f;
+                        for (int64_t j = 0; j < w; j++) Z[r * w + j] += p1 * GY[r * w + j];
+                    }
+                cpu_oft_store(&gout, o0, nr, j0, w, Z, tmp);
+            }
         }
     }
     /* combine the partials in thread order */
