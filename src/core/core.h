@@ -48,6 +48,8 @@ double lyco_ulp(double r, lyco_dtype d);   /* ulp of the reference value, in fp6
 int64_t lyco_numel(const DLTensor *t);
 /* Byte address of element with multi-index idx (ndim entries). */
 void *lyco_elem_addr(const DLTensor *t, const int64_t *idx);
+/* The stride of dim d in elements (the compact row-major stride when t->strides is NULL). */
+int64_t lyco_stride(const DLTensor *t, int d);
 /* Element address by row-major linear index (handles any strides). */
 void *lyco_elem_at(const DLTensor *t, int64_t linear);
 bool lyco_is_compact(const DLTensor *t);

@@ -61,7 +61,7 @@ int64_t lyco_numel(const DLTensor *t) {
     return n;
 }
 
-static int64_t stride_of(const DLTensor *t, int dim) {
+int64_t lyco_stride(const DLTensor *t, int dim) {
     if (t->strides) return t->strides[dim];
     int64_t s = 1;
     for (int i = dim + 1; i < t->ndim; i++) s *= t->shape[i];
@@ -72,7 +72,7 @@ static size_t elem_size(const DLTensor *t) { return (size_t)((t->dtype.bits * t-
 
 void *lyco_elem_addr(const DLTensor *t, const int64_t *idx) {
     int64_t off = 0;
-    for (int i = 0; i < t->ndim; i++) off += idx[i] * stride_of(t, i);
+    for (int i = 0; i < t->ndim; i++) off += idx[i] * lyco_stride(t, i);
     return (char *)t->data + t->byte_offset + off * (int64_t)elem_size(t);
 }
 
@@ -81,7 +81,7 @@ void *lyco_elem_at(const DLTensor *t, int64_t linear) {
     for (int i = t->ndim - 1; i >= 0; i--) {
         int64_t n = t->shape[i];
         if (n > 0) {
-            off += (linear % n) * stride_of(t, i);
+            off += (linear % n) * lyco_stride(t, i);
             linear /= n;
         }
     }
@@ -106,7 +106,7 @@ static void byte_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
         return;
     }
     for (int i = 0; i < t->ndim; i++) {
-        int64_t e = (t->shape[i] - 1) * stride_of(t, i);
+        int64_t e = (t->shape[i] - 1) * lyco_stride(t, i);
         if (e < 0) mn += e; else mx += e;
     }
     uintptr_t base = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
@@ -134,7 +134,7 @@ bool lyco_tensors_same_view(const DLTensor *a, const DLTensor *b) {
         return false;
     for (int i = 0; i < a->ndim; i++) {
         if (a->shape[i] != b->shape[i]) return false;
-        if (a->shape[i] > 1 && stride_of(a, i) != stride_of(b, i)) return false;
+        if (a->shape[i] > 1 && lyco_stride(a, i) != lyco_stride(b, i)) return false;
     }
     return true;
 }

@@ -95,13 +95,6 @@ void cpu_cvt_out(const float *src, void *dst, lyco_dtype dd, int64_t n) {
     }
 }
 
-static int64_t stride_of(const DLTensor *t, int d) {
-    if (t->strides) return t->strides[d];
-    int64_t s = 1;
-    for (int i = d + 1; i < t->ndim; i++) s *= t->shape[i];
-    return s;
-}
-
 void cpu_view_init(cpu_view *v, const DLTensor *t, int split) {
     memset(v, 0, sizeof *v);
     v->t = t;
@@ -119,13 +112,13 @@ void cpu_view_init(cpu_view *v, const DLTensor *t, int split) {
     bool ok = true;
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= split; i--) {
-        if (t->shape[i] != 1 && stride_of(t, i) != expect) ok = false;
+        if (t->shape[i] != 1 && lyco_stride(t, i) != expect) ok = false;
         expect *= t->shape[i];
     }
     int64_t rs = -1;
     for (int i = split - 1; i >= 0 && ok; i--) {
         if (t->shape[i] == 1) continue;
-        int64_t s = stride_of(t, i);
+        int64_t s = lyco_stride(t, i);
         if (rs < 0) { rs = s; expect = s * t->shape[i]; }
         else if (s != expect) ok = false;
         else expect = s * t->shape[i];
@@ -142,7 +135,7 @@ static int64_t offset_of(const cpu_view *v, int64_t r, int64_t c) {
         int64_t *idx = i < v->split ? &r : &c;
         int64_t n = t->shape[i];
         if (n == 0) return 0;
-        off += (*idx % n) * stride_of(t, i);
+        off += (*idx % n) * lyco_stride(t, i);
         *idx /= n;
     }
     return off;

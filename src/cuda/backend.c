@@ -31,13 +31,6 @@ lyco_status lk_decline(char *why, size_t why_len, const char *fmt, ...) {
     return LYCO_ERR_UNSUPPORTED;
 }
 
-static int64_t stride_of(const DLTensor *t, int d) {
-    if (t->strides) return t->strides[d];
-    int64_t s = 1;
-    for (int i = d + 1; i < t->ndim; i++) s *= t->shape[i];
-    return s;
-}
-
 /* Dims [a, b) as one (size, stride); false when they do not collapse. */
 static bool collapse(const DLTensor *t, int a, int b, int64_t *n, int64_t *st) {
     int64_t size = 1, stride = 1, expect = -1;
@@ -46,7 +39,7 @@ static bool collapse(const DLTensor *t, int a, int b, int64_t *n, int64_t *st) {
         int64_t sh = t->shape[d];
         size *= sh;
         if (sh == 1) continue;
-        int64_t sd = stride_of(t, d);
+        int64_t sd = lyco_stride(t, d);
         if (first) {
             stride = sd;
             expect = sd * sh;

@@ -47,13 +47,6 @@ typedef struct {
     int nr;
 } staged;
 
-static int64_t stride_of(const DLTensor *t, int d) {
-    if (t->strides) return t->strides[d];
-    int64_t s = 1;
-    for (int i = d + 1; i < t->ndim; i++) s *= t->shape[i];
-    return s;
-}
-
 /* Registers t (device); returns its mirror index, or -1 for NULL/host tensors. */
 static int add(staged *s, const DLTensor *t, bool output) {
     if (!t || t->device.device_type != kDLCUDA) return -1;
@@ -70,7 +63,7 @@ static int add(staged *s, const DLTensor *t, bool output) {
     int64_t mn = 0, mx = 0;
     bool empty = lyco_numel(t) == 0;
     for (int i = 0; i < t->ndim && !empty; i++) {
-        int64_t e = (t->shape[i] - 1) * stride_of(t, i);
+        int64_t e = (t->shape[i] - 1) * lyco_stride(t, i);
         if (e < 0) mn += e;
         else mx += e;
     }

@@ -17,13 +17,6 @@
         if (e_ != cudaSuccess) return lyco_fail(LYCO_ERR_BACKEND, "cuda: %s failed: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
 
-static int64_t stride_of(const DLTensor *t, int d) {
-    if (t->strides) return t->strides[d];
-    int64_t s = 1;
-    for (int i = d + 1; i < t->ndim; i++) s *= t->shape[i];
-    return s;
-}
-
 lyco_status lyco_stage_in(lyco_stage *s, const DLTensor *host, bool copy) {
     memset(s, 0, sizeof *s);
     if (!host) return LYCO_OK;
@@ -31,7 +24,7 @@ lyco_status lyco_stage_in(lyco_stage *s, const DLTensor *host, bool copy) {
     int64_t mn = 0, mx = 0;
     bool empty = lyco_numel(host) == 0;
     for (int i = 0; i < host->ndim && !empty; i++) {
-        int64_t e = (host->shape[i] - 1) * stride_of(host, i);
+        int64_t e = (host->shape[i] - 1) * lyco_stride(host, i);
         if (e < 0) mn += e;
         else mx += e;
     }
