@@ -10,6 +10,7 @@
 #   4. determinism: the fused families' check twice with the same seed, tables compared (the
 #      bench in step 6 also runs each row twice on the same inputs and compares outputs bit for
 #      bit);
+#   3c. the Python binding's tests (pytest) on the device when torch is there;
 #   5. compute-sanitizer memcheck and racecheck on the fused families (16-bit rows);
 #   6. `lyco bench --backend cuda --first-call` (ceilings, every fused family: ULP fused/eager,
 #      time, floor, extra memory, first call in a fresh process) and PNG plots when matplotlib is
@@ -79,7 +80,7 @@ else
         exit 1
     fi
     say "build"
-    if ! cmake --build "$BUILD" -j "$JOBS" --target lyco test_cuda_locon_conv >>"$LOG" 2>&1; then
+    if ! cmake --build "$BUILD" -j "$JOBS" --target lyco lyco_shared test_cuda_locon_conv >>"$LOG" 2>&1; then
         fail "build failed (see $LOG)"
         grep -E "error|warning" "$LOG" | head -40
         exit 1
@@ -124,6 +125,21 @@ if [ -x "$GPU_TEST" ]; then
     say "test_cuda_locon_conv (seed $SEED)"
     LYCO_SEED="$SEED" "$GPU_TEST" >"$OUT/test_cuda_locon_conv.txt" 2>&1 || fail "test_cuda_locon_conv failed (see test_cuda_locon_conv.txt)"
     tail -n 2 "$OUT/test_cuda_locon_conv.txt" | tee -a "$LOG"
+fi
+
+# ---- 3c. the Python binding's tests on the device (torch there; lycoris-lora from wheels carried
+# in build-deps/wheels/, installed into build-deps/pylib — the device has no network) ----
+if [ -z "${LYCO_SKIP_PYTHON:-}" ] && python3 -c "import torch, pytest" 2>/dev/null && [ -f "${LYCO_BUILD_DIR:-build-gpu}/liblyco.so" ]; then
+    if ls build-deps/wheels/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-deps --no-index --target "$PWD/build-deps/pylib" build-deps/wheels/*.whl >>"$LOG" 2>&1 \
+            || echo "   (wheels in build-deps/wheels did not install: the LyCORIS tests will skip)" | tee -a "$LOG"
+    fi
+    say "python binding tests (pytest, torch $(python3 -c 'import torch; print(torch.__version__)'))"
+    PYTHONPATH="$PWD/build-deps/pylib:$PWD/python${PYTHONPATH:+:$PYTHONPATH}" LYCO_LIBRARY="$PWD/${LYCO_BUILD_DIR:-build-gpu}/liblyco.so" \
+        python3 -m pytest -rs -q -p no:cacheprovider python/tests >"$OUT/pytest.txt" 2>&1
+    rc=$?
+    tail -n 15 "$OUT/pytest.txt" | tee -a "$LOG"
+    [ $rc != 0 ] && fail "python binding tests failed (see pytest.txt)"
 fi
 
 # ---- 4. determinism (the fused families) ----
