@@ -22,7 +22,8 @@
  *     creation, the first call of a shape, the second call, and the first call of a new shape
  *     (wall clock, synchronised): lyco compiles every kernel ahead of time, so the first call
  *     should cost about what the second does plus module loading.
- * --quick: rank 32 and bf16 rows only; --algo FAMILIES (lora, dora, lora-conv, ia3, full, glora,
+ * Ranks 8/32/128 sweep the bf16 rows; the mixed dtype rows run at the item's rank (conversions
+ * cost the same at every rank). --quick: the item's rank and bf16 rows only; --algo FAMILIES (lora, dora, lora-conv, ia3, full, glora,
  * dylora, norm), --dir, --dtypes filter the rows. --csv FILE, --json FILE write the rows too.
  */
 #ifdef LYCO_HAVE_CUDA
@@ -280,7 +281,7 @@ static double row_flops(const lyco_case *c, lyco_direction d) {
 }
 
 typedef struct {
-    double ulp_fused, ulp_eager, med_us, min_us, floor_us, gbs, extra_mib;
+    double ulp_fused, ulp_eager, budget, med_us, min_us, floor_us, gbs, extra_mib;
     bool pass, det;
     char path[200];
 } row_result;
@@ -458,7 +459,7 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
     if (copy_bandwidth(&bw) || gemm_rate(&rate, why, sizeof why)) return 2;
     printf("ceilings: copy %.0f GB/s (read + write), bf16 GEMM %.0f TFLOP/s%s%s\n", bw / 1e9, rate / 1e12, why[0] ? "; " : "", why);
     printf("timing: CUDA events, 3 warm-up + %d repeats (median, min), %d alternating input sets, 128 MiB L2 flush before each;"
-           " ulp: max RMS-normalised ULP vs the fp64 oracle at a proxy shape (O' = min(O, 256), T' = min(T, 64), conv N = 1, "
+           " ulp: max RMS-normalised ULP vs the fp64 oracle (budget: NUMERICS.md's for the fused path; mixed rows count the policy's 16-bit rounding points in the output dtype's ULP) at a proxy shape (O' = min(O, 256), T' = min(T, 64), conv N = 1, "
            "spatial ≤ 16); extra = peak stream-ordered scratch of one call\n",
            reps, NSETS);
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL, *json = json_path ? fopen(json_path, "w") : NULL;
@@ -467,11 +468,11 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
         return 2;
     }
     if (csv)
-        fprintf(csv, "family,dir,shape,rank,dtypes,ulp_fused,ulp_eager,time_med_us,time_min_us,floor_us,time_over_floor,gb_s,"
+        fprintf(csv, "family,dir,shape,rank,dtypes,ulp_fused,ulp_eager,ulp_budget,time_med_us,time_min_us,floor_us,time_over_floor,gb_s,"
                      "extra_mib,deterministic,path,pass\n");
     if (json) fprintf(json, "{\"device\": \"%s\", \"copy_gb_s\": %.1f, \"gemm_tflop_s\": %.1f, \"rows\": [\n", prop.name, bw / 1e9, rate / 1e12);
-    printf("%-9s %-10s %-26s %-17s | %9s %9s | %9s %9s | %9s %6s | %6s %8s | %-3s | %s\n", "family", "dir", "shape", "dtypes", "ulp_fused",
-           "ulp_eager", "med_us", "min_us", "floor_us", "t/fl", "GB/s", "extraMiB", "det", "path");
+    printf("%-9s %-10s %-26s %-17s | %9s %9s %9s | %9s %9s | %9s %6s | %6s %8s | %-3s | %s\n", "family", "dir", "shape", "dtypes", "ulp_fused",
+           "ulp_eager", "budget", "med_us", "min_us", "floor_us", "t/fl", "GB/s", "extraMiB", "det", "path");
     enum { NFAM = 16 };
     const char *fam[NFAM];
     double lsum[NFAM][LYCO_DIR_COUNT][2];
@@ -494,6 +495,7 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
                     lyco_case c = it->c;
                     if (it->sweep_rank) c.rank = ranks[ri];
                     if (quick && (c.rank != it->c.rank || di != 0)) continue;
+                    if (di != 0 && c.rank != it->c.rank) continue; /* mixed dtype rows at the item's rank only */
                     const lyco_dtype_row *row = row_named(rows[di]);
                     if (!row || !listed(co->dtypes, row->name)) continue;
                     lyco_direction dir = (lyco_direction)d;
@@ -504,9 +506,10 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
                     o.backend = LYCO_BACKEND_CUDA;
                     o.mode = LYCO_OUTPUT_PROMOTE;
                     lyco_check_result cr;
-                    r.ulp_fused = r.ulp_eager = NAN;
+                    r.ulp_fused = r.ulp_eager = r.budget = NAN;
                     if (lyco_check_one(&pc, dir, row, &o, &cr) == LYCO_OK) {
                         r.ulp_fused = cr.backend.max_ulp;
+                        r.budget = cr.budget;
                         r.ulp_eager = cr.eager_ok ? cr.eager.max_ulp : NAN;
                         r.pass = cr.pass;
                     }
@@ -518,8 +521,8 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
                     char shape[48];
                     snprintf(shape, sizeof shape, "%s%s%lld", c.name, c.rank ? " r" : "", (long long)c.rank);
                     if (!c.rank) snprintf(shape, sizeof shape, "%s", c.name);
-                    printf("%-9s %-10s %-26s %-17s | %9.3f %9.3f | %9.1f %9.1f | %9.1f %6.2f | %6.0f %8.1f | %-3s | %.60s%s\n", it->family,
-                           lyco_direction_name(dir), shape, row->name, r.ulp_fused, r.ulp_eager, r.med_us, r.min_us, r.floor_us, ratio, r.gbs,
+                    printf("%-9s %-10s %-26s %-17s | %9.3f %9.3f %9.2f | %9.1f %9.1f | %9.1f %6.2f | %6.0f %8.1f | %-3s | %.60s%s\n", it->family,
+                           lyco_direction_name(dir), shape, row->name, r.ulp_fused, r.ulp_eager, r.budget, r.med_us, r.min_us, r.floor_us, ratio, r.gbs,
                            r.extra_mib, r.det ? "yes" : "NO", r.path, r.pass ? "" : " (ulp over budget)");
                     fflush(stdout);
                     if (ratio > 0 && fused) {
@@ -531,17 +534,17 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
                         }
                     }
                     if (csv)
-                        fprintf(csv, "%s,%s,%s,%lld,%s,%.4f,%.4f,%.2f,%.2f,%.2f,%.3f,%.1f,%.2f,%d,\"%s\",%d\n", it->family,
-                                lyco_direction_name(dir), c.name, (long long)c.rank, row->name, r.ulp_fused, r.ulp_eager, r.med_us,
+                        fprintf(csv, "%s,%s,%s,%lld,%s,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%.3f,%.1f,%.2f,%d,\"%s\",%d\n", it->family,
+                                lyco_direction_name(dir), c.name, (long long)c.rank, row->name, r.ulp_fused, r.ulp_eager, r.budget, r.med_us,
                                 r.min_us, r.floor_us, ratio, r.gbs, r.extra_mib, r.det, r.path, r.pass);
                     if (json)
                         fprintf(json,
                                 "%s  {\"family\": \"%s\", \"dir\": \"%s\", \"shape\": \"%s\", \"rank\": %lld, \"dtypes\": \"%s\", "
-                                "\"ulp_fused\": %.4f, \"ulp_eager\": %.4f, \"time_med_us\": %.2f, \"time_min_us\": %.2f, "
+                                "\"ulp_fused\": %.4f, \"ulp_eager\": %.4f, \"ulp_budget\": %.4f, \"time_med_us\": %.2f, \"time_min_us\": %.2f, "
                                 "\"floor_us\": %.2f, \"time_over_floor\": %.3f, \"gb_s\": %.1f, \"extra_mib\": %.2f, "
                                 "\"deterministic\": %s, \"fused\": %s, \"pass\": %s}",
                                 nrow ? ",\n" : "", it->family, lyco_direction_name(dir), c.name, (long long)c.rank, row->name,
-                                isnan(r.ulp_fused) ? -1.0 : r.ulp_fused, isnan(r.ulp_eager) ? -1.0 : r.ulp_eager, r.med_us, r.min_us,
+                                isnan(r.ulp_fused) ? -1.0 : r.ulp_fused, isnan(r.ulp_eager) ? -1.0 : r.ulp_eager, isnan(r.budget) ? -1.0 : r.budget, r.med_us, r.min_us,
                                 r.floor_us, isnan(ratio) ? -1.0 : ratio, r.gbs, r.extra_mib, r.det ? "true" : "false",
                                 fused ? "true" : "false", r.pass ? "true" : "false");
                     nrow++;

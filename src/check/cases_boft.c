@@ -45,12 +45,17 @@ const int lyco_cases_boft_count = (int)(sizeof lyco_cases_boft / sizeof lyco_cas
 
 bool case_oft_rescale(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca); /* cases_diag_oft.c */
 
-bool case_build_boft(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca) {
-    int64_t b = c->rank, nb = c->O / c->rank, stages = c->extra[0];
+int64_t case_boft_stages(const lyco_case *c) {
+    int64_t nb = c->O / c->rank, stages = c->extra[0];
     if (stages <= 0) {   /* the full butterfly: log2(nb) + 1 */
         stages = 1;
         while (((int64_t)1 << (stages - 1)) < nb) stages++;
     }
+    return stages;
+}
+
+bool case_build_boft(const lyco_case *c, lyco_dtype d, lyco_rng *rng, case_adapter *ca) {
+    int64_t b = c->rank, nb = c->O / c->rank, stages = case_boft_stages(c);
     int64_t sh[4] = {stages, nb, b, b};
     if (!case_slot(ca, LYCO_OFT_BLOCKS, d, 4, sh, c->opts, rng, 0.3)) return false;
     return case_oft_rescale(c, d, rng, ca);

@@ -304,11 +304,19 @@ static double reduction_length(const lyco_case *c, lyco_direction dir) {
     double dora = (c->opts & (CASE_DORA_OUT | CASE_DORA_IN)) ? ik + (double)c->O : 0.0;
     /* GLoRA's ΔW contains W·A1, a product over the input channels */
     double glora = c->algo == LYCO_ALGO_GLORA ? (double)c->I : 0.0;
+    /* Tucker's core (r × r × k) adds a contraction over r·k to every chain, twice on the backward
+       ones (the core's transpose feeds both d_down and dx); without it the H200's conv test saw
+       d_down at 38 ULP over a 33 budget and dx at 67 over 53 (cu_conv2d_tucker_r70) */
+    double tucker = (c->opts & CASE_TUCKER) ? r * k : 0.0;
+    /* BOFT chains its m butterfly stages, each a product with b × b blocks (rank = b, extra[0] =
+       m): m·b more fp32 roundings deep; m = 0 in a case means the full log2(nb) + 1 (boft_linear_1280_b10_m8, fp16+fp32adapter merge: 19.8 ULP
+       against a 17.6 budget that counted one stage) */
+    double boft = c->algo == LYCO_ALGO_BOFT ? (double)case_boft_stages(c) * r : 0.0;
     switch (dir) {
-    case LYCO_DIR_MERGE_FWD: return r * k + dora + glora + 1;
-    case LYCO_DIR_MERGE_BWD: return ik + (double)c->O + dora;
-    case LYCO_DIR_BYPASS_FWD: return ik + r + dora + glora;
-    default: return (double)c->tokens * sp + ik + (double)c->O + dora;
+    case LYCO_DIR_MERGE_FWD: return r * k + dora + glora + tucker + boft + 1;
+    case LYCO_DIR_MERGE_BWD: return ik + (double)c->O + dora + 2.0 * tucker + 2.0 * boft;
+    case LYCO_DIR_BYPASS_FWD: return ik + r + dora + glora + tucker + boft;
+    default: return (double)c->tokens * sp + ik + (double)c->O + dora + 2.0 * tucker + 2.0 * boft;
     }
 }
 
@@ -843,8 +851,9 @@ lyco_status lyco_prepared_output_hash(lyco_prepared *p, uint64_t *h) {
     for (int i = 0; i < ol.n; i++) {
         const DLTensor *t = ol.t[i];
         size_t es = lyco_dtype_size(lyco_dtype_of(t));
-        for (int64_t k = 0; k < lyco_numel(t); k++) {
-            const unsigned char *e = lyco_elem_at(t, k);
+        int64_t n = lyco_numel(t);
+        for (int64_t k = 0; k < n; k++) {
+            const unsigned char *e = t->strides ? lyco_elem_at(t, k) : (const unsigned char *)t->data + t->byte_offset + (size_t)k * es;
             for (size_t b = 0; b < es; b++) *h = (*h ^ e[b]) * 1099511628211ull;
         }
     }

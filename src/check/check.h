@@ -119,6 +119,8 @@ LYCO_DECLARE_CASES(glora)
 LYCO_DECLARE_CASES(dylora)
 LYCO_DECLARE_CASES(full)
 LYCO_DECLARE_CASES(norm)
+/* BOFT's number of butterfly stages m of a case (extra[0], or log2(nb) + 1 when that is 0). */
+int64_t case_boft_stages(const lyco_case *c);
 
 /* ---- running one (case, direction, dtype row) ---- */
 typedef struct {
