@@ -24,7 +24,7 @@
  *     should cost about what the second does plus module loading.
  * Ranks 8/32/128 sweep the bf16 rows; the mixed dtype rows run at the item's rank (conversions
  * cost the same at every rank). --quick: the item's rank and bf16 rows only; --algo FAMILIES (lora, dora, lora-conv, ia3, full, glora,
- * dylora, norm), --dir, --dtypes filter the rows. --csv FILE, --json FILE write the rows too.
+ * dylora, norm, loha, lokr, diag-oft, boft), --dir, --dtypes filter the rows. --csv FILE, --json FILE write the rows too.
  */
 #ifdef LYCO_HAVE_CUDA
 #include <math.h>
@@ -233,6 +233,23 @@ static const bench_item items[] = {
      {.name = "8192tok 4096x4096", .algo = LYCO_ALGO_DYLORA, .O = 4096, .I = 4096, .rank = 32, .tokens = 8192, .alpha = 16,
       .extra = {4, 3}},
      BYPASS, false, false},
+    {"loha", LIN("4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 0, 0), MERGE, false, true},
+    {"loha", LIN("8192tok 4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 8192, 0), BYPASS, false, false},
+    {"lokr", {.name = "4096x4096 f8 w2 r16", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .rank = 16, .alpha = 16,
+              .extra = {8, 8}, .opts = CASE_W2_LOWRANK},
+     MERGE, false, true},
+    {"lokr", {.name = "4096x4096 64x64 full", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .extra = {64, 64}}, MERGE, false,
+     false},
+    {"lokr", {.name = "8192tok 4096x4096 f8 w2 r16", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .rank = 16, .alpha = 16,
+              .tokens = 8192, .extra = {8, 8}, .opts = CASE_W2_LOWRANK},
+     BYPASS, false, false},
+    {"diag-oft", LIN("4096x4096 b32", LYCO_ALGO_DIAG_OFT, 4096, 4096, 32, 0, 0), MERGE, false, true},
+    {"diag-oft", LIN("8192tok 4096x4096 b32", LYCO_ALGO_DIAG_OFT, 4096, 4096, 32, 8192, 0), BYPASS, false, false},
+    {"boft", {.name = "4096x4096 b32 m4", .algo = LYCO_ALGO_BOFT, .O = 4096, .I = 4096, .rank = 32, .extra = {4}}, MERGE,
+     false, true},
+    {"boft", {.name = "8192tok 4096x4096 b32 m4", .algo = LYCO_ALGO_BOFT, .O = 4096, .I = 4096, .rank = 32, .tokens = 8192,
+              .extra = {4}},
+     BYPASS, false, false},
     {"norm", {.name = "8192tok C4096", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 4096, .I = 4096, .tokens = 8192,
               .opts = CASE_BIAS},
      MERGE | BYPASS, false, false},
@@ -274,6 +291,33 @@ static double row_flops(const lyco_case *c, lyco_direction d) {
         case LYCO_DIR_BYPASS_FWD: return 2.0 * P * r * (IK + O) + ((c->opts & CASE_DORA_OUT) ? 2.0 * P * IK * O : 0);
         default: return 4.0 * P * r * (IK + O) + ((c->opts & CASE_DORA_OUT) ? 4.0 * P * IK * O : 0);
         }
+    case LYCO_ALGO_LOHA: /* ΔW = (u1·d1)∘(u2·d2): two rank-r products; bypass through the r² face-splitting form */
+        switch (d) {
+        case LYCO_DIR_MERGE_FWD: return 4.0 * O * IK * r;
+        case LYCO_DIR_MERGE_BWD: return 8.0 * O * IK * r;
+        case LYCO_DIR_BYPASS_FWD: return 2.0 * P * r * r * (IK + O);
+        default: return 4.0 * P * r * r * (IK + O);
+        }
+    case LYCO_ALGO_LOKR: { /* y = W1·X·W2ᵀ per token (X: c×d·K): b·c·(d·K + a) multiply-adds */
+        double a = (double)c->extra[0], cc = (double)c->extra[1], b = O / a, dd = IK / cc;
+        double per_tok = b * cc * (dd + a);
+        switch (d) {
+        case LYCO_DIR_MERGE_FWD: return 2.0 * O * IK; /* one multiply per ΔW element */
+        case LYCO_DIR_MERGE_BWD: return 4.0 * O * IK;
+        case LYCO_DIR_BYPASS_FWD: return 2.0 * P * per_tok;
+        default: return 4.0 * P * per_tok;
+        }
+    }
+    case LYCO_ALGO_DIAG_OFT:
+    case LYCO_ALGO_BOFT: { /* m block-diagonal b×b stages on W (merge) or on y0 (bypass) */
+        double m = c->algo == LYCO_ALGO_BOFT ? (double)case_boft_stages(c) : 1.0;
+        switch (d) {
+        case LYCO_DIR_MERGE_FWD: return 2.0 * m * O * IK * r;
+        case LYCO_DIR_MERGE_BWD: return 4.0 * m * O * IK * r;
+        case LYCO_DIR_BYPASS_FWD: return 2.0 * m * P * O * r;
+        default: return 4.0 * m * P * O * r;
+        }
+    }
     case LYCO_ALGO_GLORA: /* ΔW = W·A1·A2 + B1·B2: W·A1 plus a rank-2r product */
         return d == LYCO_DIR_MERGE_FWD ? 2.0 * O * IK * r + 4.0 * O * IK * r : 4.0 * O * IK * r + 8.0 * O * IK * r;
     default: return 0;

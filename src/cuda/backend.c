@@ -203,6 +203,10 @@ lyco_status lyco_cuda_run(const lyco_call *c, void *stream, char *why, size_t wh
     case LYCO_ALGO_NORM: return lk_run_norm(c, &dev, st, why, why_len);
     case LYCO_ALGO_GLORA: return lk_run_glora(c, &dev, st, why, why_len);
     case LYCO_ALGO_DYLORA: return lk_run_dylora(c, &dev, st, why, why_len);
+    case LYCO_ALGO_LOHA: return lk_run_loha(c, &dev, st, why, why_len);
+    case LYCO_ALGO_LOKR: return lk_run_lokr(c, &dev, st, why, why_len);
+    case LYCO_ALGO_DIAG_OFT: return lk_run_diag_oft(c, &dev, st, why, why_len);
+    case LYCO_ALGO_BOFT: return lk_run_boft(c, &dev, st, why, why_len);
     default: break;
     }
     return lk_decline(why, why_len, "no CUDA kernel for %s %s yet", lyco_algo_name(c->a->algo), lyco_direction_name(c->dir));

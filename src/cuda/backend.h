@@ -48,5 +48,9 @@ lyco_status lk_run_full(const lyco_call *c, const lk_device *dev, void *st, char
 lyco_status lk_run_norm(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
 lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
 lyco_status lk_run_dylora(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_lokr(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_diag_oft(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
+lyco_status lk_run_boft(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);
 
 #endif
