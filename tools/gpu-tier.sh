@@ -80,7 +80,7 @@ else
         exit 1
     fi
     say "build"
-    if ! cmake --build "$BUILD" -j "$JOBS" --target lyco lyco_shared test_cuda_locon_conv >>"$LOG" 2>&1; then
+    if ! cmake --build "$BUILD" -j "$JOBS" --target lyco lyco_shared test_cuda_locon_conv test_cuda_device >>"$LOG" 2>&1; then
         fail "build failed (see $LOG)"
         grep -E "error|warning" "$LOG" | head -40
         exit 1
@@ -125,6 +125,14 @@ if [ -x "$GPU_TEST" ]; then
     say "test_cuda_locon_conv (seed $SEED)"
     LYCO_SEED="$SEED" "$GPU_TEST" >"$OUT/test_cuda_locon_conv.txt" 2>&1 || fail "test_cuda_locon_conv failed (see test_cuda_locon_conv.txt)"
     tail -n 2 "$OUT/test_cuda_locon_conv.txt" | tee -a "$LOG"
+fi
+
+GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_device"
+if [ -x "$GPU_TEST" ]; then
+    say "test_cuda_device (stream capture of every fused call, device checks; seed $SEED)"
+    LYCO_SEED="$SEED" "$GPU_TEST" >"$OUT/test_cuda_device.txt" 2>&1 || fail "test_cuda_device failed (see test_cuda_device.txt)"
+    grep -E "^FAIL" "$OUT/test_cuda_device.txt" | head -20 | tee -a "$LOG"
+    tail -n 2 "$OUT/test_cuda_device.txt" | tee -a "$LOG"
 fi
 
 # ---- 3c. the Python binding's tests on the device (torch there; lycoris-lora from wheels carried

@@ -19,6 +19,7 @@
  * bypass, and any device where a pipelined layout does not fit.
  *
  * merge forward: out = W + m·dW | m·dW | W − m·dW, dW = (s·σs·q_o)·U·D (DoRA: merge_ep.cuh).
+ *   r ≤ 32 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, no tensor cores).
  *   k2_merge_fwd (r ≤ 128): a block owns 64 rows; its U rows stay in shared memory; it walks its
  *   128-column tiles (grid-stride), staging W and D tiles S deep; the fp32 dW tile goes through
  *   shared memory to a coalesced elementwise epilogue (in place allowed: out may be W).
@@ -1358,6 +1359,8 @@ static size_t bypass_bwd_bytes(const lk_bypass_bwd_args *a) {
 
 extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
+    int done = 0, rc = lk_locon_merge_fwd_small(a, dev, stream, &done); /* r ≤ 32, row-major: locon_merge_small.cu */
+    if (rc || done) return rc;
     switch (a->L.ct) {
     case DT_BF16: return merge_fwd_t<bf16_t>(a, dev, s);
     case DT_F16: return merge_fwd_t<f16_t>(a, dev, s);

@@ -3,7 +3,8 @@
  * bypass plain and Tucker, Tucker merge) on shapes the shared case table does not reach: several
  * 64-wide tiles along every axis (ranks 65…130, O > 64, more than 64 output pixels per image),
  * reductions long enough to split into several partials, stride/padding/dilation on every dim,
- * Δ-only bypass (conv, and linear: dy0 = 0), strided and unaligned operands.
+ * Δ-only bypass (conv, and linear: dy0 = 0), strided and unaligned operands; and the linear
+ * small-rank merge kernel (locon_merge_small.cu) across several column strips and row ranges.
  *
  * Each (case, direction, dtype row) runs through the harness of `lyco check` (lyco_check_one: the
  * backend against the fp64 oracle with the table's budgets; --require-fused semantics: a fallback
@@ -51,6 +52,13 @@ static const lyco_case cases[] = {
     /* linear, Δ alone: dy0 must be 0 (dispatch_locon.c zeroes it; locon.cu's kernel writes RN(dy)) */
     {.name = "cu_linear_delta_only", .algo = LYCO_ALGO_LOCON, .O = 24, .I = 20, .rank = 4, .tokens = 9, .alpha = 2,
      .opts = CASE_NO_Y0},
+    /* the small-rank merge kernel (locon_merge_small.cu): two 256-column strips and a partial one,
+       row ranges over several blocks, r below its rank bound; and fp32-friendly I = 4 mod 8 (the
+       last 8-column chunk partial on fp32 rows) with r at the bound */
+    {.name = "cu_linear_small_merge_r17", .algo = LYCO_ALGO_LOCON, .O = 300, .I = 600, .rank = 17, .tokens = 3, .alpha = 4,
+     .opts = CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "cu_linear_small_merge_r32_i4", .algo = LYCO_ALGO_LOCON, .O = 77, .I = 260, .rank = 32, .tokens = 2, .alpha = 8,
+     .multiplier = 0.7},
     /* empty batch: outputs empty, gradients zero */
     {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 2, .tokens = 0, .spatial = {5, 5, 1}, .opts = CASE_TUCKER},
