@@ -1,12 +1,12 @@
 /*
- * dispatch_diag_oft.c — Diag-OFT (ALGORITHMS.md §2.4) on the CUDA backend. Placeholder until the family's kernels land
- * (issue 5): declines every call, so the api layer runs the eager twin on host copies and the
- * path report says why.
+ * dispatch_diag_oft.c — Diag-OFT (ALGORITHMS.md §2.4) on the CUDA backend: all four directions,
+ * linear and conv, block sizes up to LK_OFT_MAX_BS, through dispatch_oft.c (operand views) and
+ * oft.cu (Cayley transform and the block-diagonal passes). Declines, with the reason: norm
+ * layers, block size > LK_OFT_MAX_BS, operands whose dims do not collapse (dispatch_oft.h).
  */
-#include "cuda/backend.h"
+#include "cuda/dispatch_oft.h"
 
 lyco_status lk_run_diag_oft(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
-    (void)dev;
-    (void)st;
-    return lk_decline(why, why_len, "no CUDA kernel for %s %s yet", lyco_algo_name(c->a->algo), lyco_direction_name(c->dir));
+    static const lk_oft_family fam = {lk_diag_oft_fwd, lk_diag_oft_bwd, "Diag-OFT", 0};
+    return lk_run_oft(c, &fam, dev, st, why, why_len);
 }

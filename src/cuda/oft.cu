@@ -1,0 +1,633 @@
+/*
+ * oft.cu — Diag-OFT (ALGORITHMS.md §2.4) on the GPU, all four directions, and the OFT family's
+ * shared Cayley transform (oft.cuh). Semantics, formulas and roundings are those of the fused CPU
+ * kernels (src/cpu/diag_oft.c, cayley.c): per block k of bs channel rows of X (merge: W̄,
+ * bypass: y0 with channels as rows; kern_oft.h),
+ *   Y_k = ρ_k ⊙ (M_kᵀ X_k)                                  (merge WEIGHT, bypass y)
+ *   Y_k − X_k = ρ_k ⊙ ((M_k − I)ᵀ X_k) + (ρ_k − 1) ⊙ X_k     (merge DELTA, bypass DELTA_ONLY)
+ * backward, G'' = ρ ⊙ GY:  G_ρ[o] = Σ_j GY[o,j]·(MᵀX)[o,j];  G_M_k = X_k·G''_kᵀ;
+ *   G_R = m·G_M (⊙ D);  G_B = Cayley adjoint;  bypass dy0_k = M_k·G''_k (delta-only:
+ *   (M_k − I)·G''_k + (ρ_k − 1) ⊙ dy_k).  X, GY and ρ are rounded to the compute dtype on load.
+ *
+ * Cayley (once per call, oft.cuh): k_cay_part (‖Q0_k‖² per block) → k_cay_norm (one block, fixed
+ * order) → k_cay_fwd (one CUDA block per OFT block: Gauss–Jordan + refinement in shared memory,
+ * 5·bs² + bs floats of dynamic shared memory) writes A, R − I, M and M − I. Adjoint: k_cay_bwd1
+ * (G_Q = 2·Aᵀ·G_R·Aᵀ in double, per-block ⟨G_Q, Q0⟩) → k_cay_dot → k_cay_bwd2 (constraint,
+ * skew part, rounded once into ∂L/∂B).
+ *
+ * Tiling (bs ≤ 64): a row tile is g = ⌊64/bs⌋ whole blocks (R = g·bs ≤ 64 rows; blocks never
+ * straddle tiles, so a tile needs only its own rows of X), a column tile 64 columns. The tile's
+ * block-diagonal operator sits in shared memory as a dense R×R matrix C[ν][μ] (only its diagonal
+ * blocks are read); 256 threads × 4×4 outputs, each a fixed-order fp32 sum over the row's own
+ * block. Tiles are staged in shared memory (coalesced along whichever of channels / columns is
+ * contiguous) and stored from there.
+ *   forward : grid (column tiles, row tiles), 33 KB static shared memory.
+ *   backward: grid (S splits, row tiles); split s walks column tiles s, s+S, …, keeps G_M (4×4
+ *             per thread) and G_ρ in registers, writes them to its own partial slice (no atomics);
+ *             oft_sum_grad / oft_sum_rho add the S slices in order. 5 tiles of dynamic shared
+ *             memory (83 KB). dy0 is stored per tile.
+ * Extra memory: the Cayley state (oft.cuh) + S·(nb·bs² + O) floats of partials (backward).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/oft.cuh"
+
+/* ============================================================================================
+ * Cayley transform
+ * ========================================================================================== */
+
+__device__ __forceinline__ float blk_ct(const lk_blk &B, i64 nb, i64 k, i64 r, i64 c, int ct) {
+    return round_to(ld_elem(blk_addr(B, k / nb, k % nb, r, c), B.dt, B.flags & LK_UNALIGNED), ct);
+}
+
+/* Q0 = B − Bᵀ per block (B rounded to CT), part[k] = ‖Q0_k‖²_F (fp32) */
+__global__ __launch_bounds__(NT) void k_cay_part(lk_blk B, int ct, i64 nb, i64 n, float *Q0, float *part) {
+    __shared__ float red[NT / 32];
+    const i64 k = blockIdx.x, nn = n * n;
+    float acc = 0.0f;
+    for (i64 e = threadIdx.x; e < nn; e += NT) {
+        i64 a = e / n, b = e % n;
+        float q = blk_ct(B, nb, k, a, b, ct) - blk_ct(B, nb, k, b, a, ct);
+        Q0[k * nn + e] = q;
+        acc = fmaf(q, q, acc);
+    }
+    float s = block_sum(acc, red);
+    if (threadIdx.x == 0) part[k] = s;
+}
+
+/* out[0] = Σ_k (double)in[k], fixed order (one block) */
+__global__ __launch_bounds__(NT) void k_sum_f2d(const float *in, i64 n, double *out) {
+    __shared__ double red[NT];
+    double acc = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += NT) acc += (double)in[i];
+    double s = block_sum_d(acc, red);
+    if (threadIdx.x == 0) out[0] = s;
+}
+__global__ __launch_bounds__(NT) void k_sum_d2d(const double *in, i64 n, double *out) {
+    __shared__ double red[NT];
+    double acc = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += NT) acc += in[i];
+    double s = block_sum_d(acc, red);
+    if (threadIdx.x == 0) out[0] = s;
+}
+
+struct cay_scale {
+    bool active;
+    float scale;
+    double q0norm, nu;
+};
+__device__ __forceinline__ cay_scale cay_scale_of(const double *stat, double kc) {
+    cay_scale c;
+    c.q0norm = sqrt(stat[0]);
+    c.nu = c.q0norm + 1e-8;
+    c.active = kc > 0.0 && c.nu > kc;
+    c.scale = c.active ? (float)(kc / c.nu) : 1.0f;
+    return c;
+}
+
+/* Y += A·E (n×n, fp32 sums; T scratch). All threads; ends synchronised. */
+__device__ void cay_refine(int n, const float *A, const float *E, float *T, float *Y) {
+    const int nn = n * n;
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        int a = e / n, b = e % n;
+        float s = 0.0f;
+        for (int j = 0; j < n; j++) s = fmaf(A[a * n + j], E[j * n + b], s);
+        T[e] = s;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nn; e += NT) Y[e] += T[e];
+    __syncthreads();
+}
+
+/* One CUDA block per OFT block k: A = (I − Q)^{-1}, R − I, and the family's operators. */
+__global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, lk_view mask) {
+    extern __shared__ float sm[];
+    const int n = (int)s.n, nn = n * n;
+    float *Q = sm, *X = Q + nn, *A = X + nn, *Rk = A + nn, *T = Rk + nn, *f = T + nn;
+    __shared__ int piv_s;
+    const i64 k = blockIdx.x;
+    const cay_scale cs = cay_scale_of(s.stat, s.kc);
+    const float *Q0k = s.Q0 + k * nn;
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        int a = e / n, b = e % n;
+        float q = cs.active ? Q0k[e] * cs.scale : Q0k[e];
+        Q[e] = q;
+        X[e] = (a == b ? 1.0f : 0.0f) - q;
+        A[e] = a == b ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    /* Gauss–Jordan with partial pivoting on X = I − Q, A ← X^{-1} */
+    for (int col = 0; col < n; col++) {
+        if (threadIdx.x == 0) {
+            int piv = col;
+            for (int r = col + 1; r < n; r++)
+                if (fabsf(X[r * n + col]) > fabsf(X[piv * n + col])) piv = r;
+            piv_s = piv;
+        }
+        __syncthreads();
+        const int piv = piv_s;
+        if (piv != col)
+            for (int c = threadIdx.x; c < n; c += NT) {
+                float t = X[col * n + c];
+                X[col * n + c] = X[piv * n + c];
+                X[piv * n + c] = t;
+                t = A[col * n + c];
+                A[col * n + c] = A[piv * n + c];
+                A[piv * n + c] = t;
+            }
+        __syncthreads();
+        const float inv = 1.0f / X[col * n + col];
+        __syncthreads();
+        for (int c = threadIdx.x; c < n; c += NT) {
+            X[col * n + c] *= inv;
+            A[col * n + c] *= inv;
+        }
+        __syncthreads();
+        for (int r = threadIdx.x; r < n; r += NT) f[r] = r == col ? 0.0f : X[r * n + col];
+        __syncthreads();
+        for (int e = threadIdx.x; e < nn; e += NT) {
+            int r = e / n, c = e % n;
+            float fr = f[r];
+            if (fr == 0.0f) continue;
+            X[e] = fmaf(-fr, X[col * n + c], X[e]);
+            A[e] = fmaf(-fr, A[col * n + c], A[e]);
+        }
+        __syncthreads();
+    }
+    /* refinement: E = I − A + Q·A (double), A ← A + A·E */
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        int a = e / n, b = e % n;
+        double r = (a == b ? 1.0 : 0.0) - (double)A[e];
+        for (int j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)A[j * n + b];
+        X[e] = (float)r;
+    }
+    __syncthreads();
+    cay_refine(n, A, X, T, A);
+    /* R − I = 2·A·Q, refined with r = 2Q − (I − Q)·(R − I) */
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        int a = e / n, b = e % n;
+        float acc = 0.0f;
+        for (int j = 0; j < n; j++) acc = fmaf(A[a * n + j], Q[j * n + b], acc);
+        Rk[e] = 2.0f * acc;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        int a = e / n, b = e % n;
+        double r = 2.0 * (double)Q[e] - (double)Rk[e];
+        for (int j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Rk[j * n + b];
+        X[e] = (float)r;
+    }
+    __syncthreads();
+    cay_refine(n, A, X, T, Rk);
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        const i64 i = k * nn + e;
+        const int a = e / n, b = e % n;
+        const float rm1 = Rk[e];
+        s.A[i] = A[e];
+        s.Rm1[i] = rm1;
+        if (family == OFT_FAM_DIAG) {
+            float mm;
+            if (mask.p) {
+                float d = vload(mask, 0, i);
+                mm = a == b ? m * ((1.0f + rm1) * d - 1.0f) : m * rm1 * d;
+            } else {
+                mm = m * rm1;
+            }
+            s.Op2[i] = mm;
+            s.Op1[i] = mm + (a == b ? 1.0f : 0.0f);
+        } else {
+            s.Op1[i] = m == 1.0f ? rm1 : m * rm1;
+        }
+    }
+}
+
+/* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ (double) and dot[k] = ⟨G_Q_k, Q0_k⟩. Shared: A, G_R (float), T (double). */
+__global__ __launch_bounds__(NT) void k_cay_bwd1(oft_cay s, const float *GR, double *GQ, double *dot) {
+    extern __shared__ double smd[];
+    const int n = (int)s.n, nn = n * n;
+    double *T = smd;
+    float *A = (float *)(T + nn), *G = A + nn;
+    __shared__ double red[NT];
+    const i64 k = blockIdx.x;
+    for (int e = threadIdx.x; e < nn; e += NT) {
+        A[e] = s.A[k * nn + e];
+        G[e] = GR[k * nn + e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nn; e += NT) { /* T = Aᵀ·G_R */
+        int a = e / n, b = e % n;
+        double acc = 0.0;
+        for (int j = 0; j < n; j++) acc += (double)A[j * n + a] * (double)G[j * n + b];
+        T[e] = acc;
+    }
+    __syncthreads();
+    double d = 0.0;
+    for (int e = threadIdx.x; e < nn; e += NT) { /* G_Q = 2·T·Aᵀ */
+        int a = e / n, b = e % n;
+        double acc = 0.0;
+        for (int j = 0; j < n; j++) acc += T[a * n + j] * (double)A[b * n + j];
+        GQ[k * nn + e] = 2.0 * acc;
+        d += 2.0 * acc * (double)s.Q0[k * nn + e];
+    }
+    double tot = block_sum_d(d, red);
+    if (threadIdx.x == 0) dot[k] = tot;
+}
+
+/* G_Q0 (constraint), G_B = G_Q0 − G_Q0ᵀ rounded once into gB. Grid-stride over all elements. */
+__global__ __launch_bounds__(NT) void k_cay_bwd2(oft_cay s, const double *GQ, lk_blk gB) {
+    const cay_scale cs = cay_scale_of(s.stat, s.kc);
+    const double dot = s.stat[1];
+    const double sc = cs.active ? s.kc / cs.nu : 1.0;
+    const double c2 = cs.active && cs.q0norm > 0.0 ? s.kc / (cs.nu * cs.nu) * dot / cs.q0norm : 0.0;
+    const i64 n = s.n, nn = s.nn, tot = s.nblk * nn;
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < tot; i += (i64)gridDim.x * NT) {
+        const i64 k = i / nn, e = i % nn, a = e / n, b = e % n, t = k * nn + b * n + a;
+        double ga = GQ[i], gb = GQ[t];
+        if (cs.active) {
+            ga = sc * ga - c2 * (double)s.Q0[i];
+            gb = sc * gb - c2 * (double)s.Q0[t];
+        }
+        st_elem((char *)blk_addr(gB, k / s.nb, k % s.nb, a, b), gB.dt, gB.flags & LK_UNALIGNED, (float)(ga - gb));
+    }
+}
+
+static i64 grid_for(i64 n) {
+    i64 b = cdiv(n, NT);
+    if (b < 1) b = 1;
+    return b > 65536 ? 65536 : b;
+}
+
+int oft_cay_free(oft_cay *s, cudaStream_t st) {
+    int rc = lk_scratch_free(s->mem, st);
+    s->mem = NULL;
+    return rc;
+}
+
+int oft_cay_fwd(oft_cay *s, const lk_oft_args *a, int family, cudaStream_t st) {
+    memset(s, 0, sizeof *s);
+    s->nb = a->nb;
+    s->nblk = a->M * a->nb;
+    s->n = a->bs;
+    s->nn = a->bs * a->bs;
+    s->kc = a->kc;
+    if (s->n < 1 || s->n > LK_OFT_MAX_BS || s->nblk < 1 || s->nblk > 0x7fffffff)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda oft: %lld blocks of %lld×%lld are outside the Cayley kernel's range",
+                         (long long)s->nblk, (long long)s->n, (long long)s->n);
+    const i64 all = s->nblk * s->nn;
+    size_t bytes = sizeof(double) * 2 + sizeof(float) * (size_t)(5 * all + s->nblk);
+    int rc = lk_scratch_alloc(&s->mem, bytes, st);
+    if (rc) return rc;
+    s->stat = (double *)s->mem;
+    s->Q0 = (float *)(s->stat + 2);
+    s->A = s->Q0 + all;
+    s->Rm1 = s->A + all;
+    s->Op1 = s->Rm1 + all;
+    s->Op2 = s->Op1 + all;
+    s->part = s->Op2 + all;
+    k_cay_part<<<(unsigned)s->nblk, NT, 0, st>>>(a->B, a->ct, s->nb, s->n, s->Q0, s->part);
+    LK_LAUNCHED("oft cayley partial norms");
+    k_sum_f2d<<<1, NT, 0, st>>>(s->part, s->nblk, s->stat);
+    LK_LAUNCHED("oft cayley norm");
+    const int smem = (int)(sizeof(float) * (size_t)(5 * s->nn + s->n));
+    LK_CHECK(cudaFuncSetAttribute(k_cay_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    lk_view mask = family == OFT_FAM_DIAG ? a->mask : lk_view{};
+    k_cay_fwd<<<(unsigned)s->nblk, NT, smem, st>>>(*s, family, (float)a->m, mask);
+    LK_LAUNCHED("oft cayley transform");
+    return LYCO_OK;
+}
+
+int oft_cay_bwd(const oft_cay *s, const lk_oft_args *a, const float *GR, cudaStream_t st) {
+    const i64 all = s->nblk * s->nn;
+    void *mem = NULL;
+    int rc = lk_scratch_alloc(&mem, sizeof(double) * (size_t)(all + s->nblk), st);
+    if (rc) return rc;
+    double *GQ = (double *)mem, *dot = GQ + all;
+    const int smem = (int)(sizeof(double) * (size_t)s->nn + 2 * sizeof(float) * (size_t)s->nn);
+    cudaError_t e = cudaFuncSetAttribute(k_cay_bwd1, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) {
+        k_cay_bwd1<<<(unsigned)s->nblk, NT, smem, st>>>(*s, GR, GQ, dot);
+        k_sum_d2d<<<1, NT, 0, st>>>(dot, s->nblk, s->stat + 1);
+        k_cay_bwd2<<<(unsigned)grid_for(all), NT, 0, st>>>(*s, GQ, a->gB);
+        e = cudaGetLastError();
+    }
+    rc = lk_scratch_free(mem, st);
+    if (e != cudaSuccess)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: oft cayley adjoint failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return rc;
+}
+
+/* ============================================================================================
+ * fixed-order partial sums
+ * ========================================================================================== */
+
+__global__ __launch_bounds__(NT) void k_sum_grad(const float *part, i64 S, i64 n, float m, lk_view mask, float *GR) {
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
+        double acc = 0.0;
+        for (i64 s = 0; s < S; s++) acc += (double)part[s * n + i];
+        float g = (float)acc;
+        GR[i] = mask.p ? m * g * vload(mask, 0, i) : m * g;
+    }
+}
+
+__global__ __launch_bounds__(NT) void k_sum_rho(const float *part, i64 S, i64 O, lk_view grho) {
+    for (i64 o = (i64)blockIdx.x * NT + threadIdx.x; o < O; o += (i64)gridDim.x * NT) {
+        double acc = 0.0;
+        for (i64 s = 0; s < S; s++) acc += (double)part[s * O + o];
+        vstore(grho, 0, o, (float)acc);
+    }
+}
+
+int oft_sum_grad(const float *part, i64 S, i64 n, double m, const lk_view *mask, float *GR, cudaStream_t st) {
+    k_sum_grad<<<(unsigned)grid_for(n), NT, 0, st>>>(part, S, n, (float)m, mask ? *mask : lk_view{}, GR);
+    LK_LAUNCHED("oft gradient sum");
+    return LYCO_OK;
+}
+
+int oft_sum_rho(const float *part, i64 S, i64 O, const lk_view *grho, cudaStream_t st) {
+    k_sum_rho<<<(unsigned)grid_for(O), NT, 0, st>>>(part, S, O, *grho);
+    LK_LAUNCHED("oft rescale gradient sum");
+    return LYCO_OK;
+}
+
+/* ============================================================================================
+ * Diag-OFT passes
+ * ========================================================================================== */
+
+#define DR 64            /* max rows of a tile */
+#define DTW 64           /* columns of a tile */
+#define DLD (DTW + 1)    /* row pitch of the shared tiles (DR == DTW, so one pitch serves both) */
+#define DTILE (DR * DLD)
+
+typedef struct {
+    lk_oft_args a;
+    const float *Mf, *Mm;   /* M, M − I (nb·bs·bs) */
+    i64 g, ntc;             /* blocks per row tile, column tiles */
+} doft_k;
+
+struct doft_tile {
+    i64 k0, kb, o0, nr;     /* first block, blocks, first row, rows */
+};
+__device__ __forceinline__ doft_tile doft_tile_of(const doft_k &P, i64 rt) {
+    doft_tile t;
+    t.k0 = rt * P.g;
+    t.kb = P.a.nb - t.k0 < P.g ? P.a.nb - t.k0 : P.g;
+    t.o0 = t.k0 * P.a.bs;
+    t.nr = t.kb * P.a.bs;
+    return t;
+}
+
+/* S[rr][cc] = RN_CT(v(o0 + rr, j0 + cc)), 0 outside nr × w */
+__device__ void tile_in(float *S, const lk_rows &v, i64 o0, i64 nr, i64 j0, i64 w, int ct) {
+    const bool chfast = v.sc == 1;
+    for (int idx = threadIdx.x; idx < DR * DTW; idx += NT) {
+        const int rr = chfast ? idx % DR : idx / DTW, cc = chfast ? idx / DR : idx % DTW;
+        S[rr * DLD + cc] = rr < nr && cc < w ? round_to(rows_load(v, o0 + rr, j0 + cc), ct) : 0.0f;
+    }
+}
+__device__ void tile_out(const float *S, const lk_rows &v, i64 o0, i64 nr, i64 j0, i64 w) {
+    const bool chfast = v.sc == 1;
+    for (int idx = threadIdx.x; idx < DR * DTW; idx += NT) {
+        const int rr = chfast ? idx % DR : idx / DTW, cc = chfast ? idx / DR : idx % DTW;
+        if (rr < nr && cc < w) rows_store(v, o0 + rr, j0 + cc, S[rr * DLD + cc]);
+    }
+}
+/* C[ν][μ] (tile coordinates) = Op_k[ν][μ] for the tile's blocks; other entries are never read */
+__device__ void op_in(float *C, const float *Op, const doft_tile &t, i64 bs) {
+    const i64 nn = bs * bs, tot = t.kb * nn;
+    for (i64 e = threadIdx.x; e < tot; e += NT) {
+        const i64 kk = e / nn, rem = e % nn, a = rem / bs, b = rem % bs;
+        C[(kk * bs + a) * DLD + kk * bs + b] = Op[t.k0 * nn + e];
+    }
+}
+
+/* Y = rows(X) (delta: rows(X) − X); grid (column tiles, row tiles) */
+__global__ __launch_bounds__(NT) void k_doft_fwd(doft_k P) {
+    __shared__ float Cs[DTILE], Xs[DTILE];
+    const lk_oft_args &a = P.a;
+    const doft_tile t = doft_tile_of(P, blockIdx.y);
+    const i64 j0 = (i64)blockIdx.x * DTW, w = a.ncol - j0 < DTW ? a.ncol - j0 : DTW, bs = a.bs;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    op_in(Cs, a.delta ? P.Mm : P.Mf, t, bs);
+    tile_in(Xs, a.X, t.o0, t.nr, j0, w, a.ct);
+    __syncthreads();
+    float acc[4][4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[p][q] = 0.0f;
+        const int r = ty + 16 * p;
+        if (r >= t.nr) continue;
+        const int lo = (int)((r / bs) * bs);
+        for (int kc = lo; kc < lo + bs; kc++) {
+            const float c = Cs[kc * DLD + r];
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[p][q] = fmaf(c, Xs[kc * DLD + tx + 16 * q], acc[p][q]);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const int r = ty + 16 * p;
+        if (r >= t.nr) continue;
+        const float pr = rho_ct(a.rho, t.o0 + r, a.ct), p1 = pr - 1.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int c = tx + 16 * q;
+            const float x = Xs[r * DLD + c];
+            Xs[r * DLD + c] = a.delta ? fmaf(pr, acc[p][q], p1 * x) : (a.rho.p ? pr * acc[p][q] : acc[p][q]);
+        }
+    }
+    __syncthreads();
+    tile_out(Xs, a.Y, t.o0, t.nr, j0, w);
+}
+
+/* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
+__global__ __launch_bounds__(NT) void k_doft_bwd(doft_k P, int want_b, int want_rho, float *gpart, float *rpart) {
+    extern __shared__ float sm[];
+    float *Cm = sm, *Cd = Cm + DTILE, *Xs = Cd + DTILE, *Gs = Xs + DTILE, *Ys = Gs + DTILE;
+    __shared__ float rs[DR];
+    const lk_oft_args &a = P.a;
+    const doft_tile t = doft_tile_of(P, blockIdx.y);
+    const i64 bs = a.bs, s = blockIdx.x, S = gridDim.x;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const bool want_gx = a.GX.p != NULL, need_x = want_b || want_rho;
+    const float *Cop = a.delta ? Cd : Cm;
+    op_in(Cm, P.Mf, t, bs);
+    if (want_gx && a.delta) op_in(Cd, P.Mm, t, bs);
+    for (int r = threadIdx.x; r < DR; r += NT) rs[r] = r < t.nr ? rho_ct(a.rho, t.o0 + r, a.ct) : 0.0f;
+    float gacc[4][4], racc[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        racc[p] = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) gacc[p][q] = 0.0f;
+    }
+    for (i64 ctile = s; ctile < P.ntc; ctile += S) {
+        const i64 j0 = ctile * DTW, w = a.ncol - j0 < DTW ? a.ncol - j0 : DTW;
+        tile_in(Ys, a.GY, t.o0, t.nr, j0, w, a.ct);
+        if (need_x) tile_in(Xs, a.X, t.o0, t.nr, j0, w, a.ct);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < DTILE; idx += NT) Gs[idx] = rs[idx / DLD] * Ys[idx];
+        __syncthreads();
+        if (want_rho)   /* G_ρ[r] += Σ_c GY[r][c]·(MᵀX)[r][c] */
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const int r = ty + 16 * p;
+                if (r >= t.nr) continue;
+                const int lo = (int)((r / bs) * bs);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int c = tx + 16 * q;
+                    float z = 0.0f;
+                    for (int kc = lo; kc < lo + bs; kc++) z = fmaf(Cm[kc * DLD + r], Xs[kc * DLD + c], z);
+                    racc[p] = fmaf(Ys[r * DLD + c], z, racc[p]);
+                }
+            }
+        if (want_b)     /* G_M[ν][μ] += Σ_c X[ν][c]·G''[μ][c] */
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const int kc = ty + 16 * p;
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int r = tx + 16 * q;
+                    if (kc >= t.nr || r >= t.nr || kc / bs != r / bs) continue;
+                    float acc = gacc[p][q];
+                    for (int c = 0; c < w; c++) acc = fmaf(Xs[kc * DLD + c], Gs[r * DLD + c], acc);
+                    gacc[p][q] = acc;
+                }
+            }
+        float gx[4][4];
+        if (want_gx)    /* GX[ν][c] = Σ_μ Op[ν][μ]·G''[μ][c] (+ (ρ − 1)·GY) */
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const int kc = ty + 16 * p;
+                const int lo = kc < t.nr ? (int)((kc / bs) * bs) : 0, hi = kc < t.nr ? lo + (int)bs : 0;
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int c = tx + 16 * q;
+                    float v = 0.0f;
+                    for (int r = lo; r < hi; r++) v = fmaf(Cop[kc * DLD + r], Gs[r * DLD + c], v);
+                    if (a.delta && kc < t.nr) v = fmaf(rs[kc] - 1.0f, Ys[kc * DLD + c], v);
+                    gx[p][q] = v;
+                }
+            }
+        __syncthreads();
+        if (want_gx) {
+#pragma unroll
+            for (int p = 0; p < 4; p++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) Xs[(ty + 16 * p) * DLD + tx + 16 * q] = gx[p][q];
+            __syncthreads();
+            tile_out(Xs, a.GX, t.o0, t.nr, j0, w);
+        }
+        __syncthreads();
+    }
+    if (want_rho)
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            float v = racc[p];
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            const int r = ty + 16 * p;
+            if (tx == 0 && r < t.nr) rpart[s * a.O + t.o0 + r] = v;
+        }
+    if (want_b) {
+        const i64 nn = bs * bs;
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int kc = ty + 16 * p, r = tx + 16 * q;
+                if (kc >= t.nr || r >= t.nr || kc / bs != r / bs) continue;
+                const i64 kk = kc / bs;
+                gpart[s * a.nb * nn + (t.k0 + kk) * nn + (kc - kk * bs) * bs + (r - kk * bs)] = gacc[p][q];
+            }
+    }
+}
+
+static void doft_setup(doft_k *P, const lk_oft_args *a, const oft_cay *cy) {
+    memset(P, 0, sizeof *P);
+    P->a = *a;
+    P->Mf = cy->Op1;
+    P->Mm = cy->Op2;
+    P->g = a->bs >= DR ? 1 : DR / a->bs;
+    if (P->g > a->nb) P->g = a->nb;
+    P->ntc = cdiv(a->ncol, DTW);
+}
+
+static int doft_check(const lk_oft_args *a) {
+    if (a->bs < 1 || a->bs > LK_OFT_MAX_BS || a->nb < 1 || a->M != 1)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: block size %lld × %lld blocks outside the kernels' range",
+                         (long long)a->bs, (long long)a->nb);
+    return LYCO_OK;
+}
+
+extern "C" int lk_diag_oft_fwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
+    (void)dev;
+    cudaStream_t st = (cudaStream_t)stream;
+    int rc = doft_check(a);
+    if (rc || a->ncol == 0) return rc;
+    oft_cay cy;
+    if ((rc = oft_cay_fwd(&cy, a, OFT_FAM_DIAG, st))) {
+        oft_cay_free(&cy, st);
+        return rc;
+    }
+    doft_k P;
+    doft_setup(&P, a, &cy);
+    const i64 nrt = cdiv(a->nb, P.g);
+    if (nrt > 65535 || P.ntc > 0x7fffffff) {
+        oft_cay_free(&cy, st);
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld row tiles × %lld column tiles exceed the grid", (long long)nrt, (long long)P.ntc);
+    }
+    k_doft_fwd<<<dim3((unsigned)P.ntc, (unsigned)nrt), NT, 0, st>>>(P);
+    cudaError_t e = cudaGetLastError();
+    rc = oft_cay_free(&cy, st);
+    if (e != cudaSuccess)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of diag-oft forward failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return rc;
+}
+
+/* The backward after the Cayley transform: partials, sums, adjoint. */
+static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_cay *cy, cudaStream_t st, void **mem) {
+    const bool want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL;
+    doft_k P;
+    doft_setup(&P, a, cy);
+    const i64 nrt = cdiv(a->nb, P.g), nn = a->bs * a->bs, all = a->nb * nn;
+    if (nrt > 65535) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld row tiles exceed the grid", (long long)nrt);
+    /* splits: about 2 blocks per SM, partials within 8M floats, at most one split per column tile */
+    i64 S = cdiv(2 * (i64)(dev->sms > 0 ? dev->sms : 1), nrt);
+    const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
+    if (per > 0 && S > (8 << 20) / per) S = (8 << 20) / per;
+    if (S > P.ntc) S = P.ntc;
+    if (S > 1024) S = 1024;
+    if (S < 1) S = 1;
+    const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
+    int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
+    if (rc) return rc;
+    float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
+    const int smem = (int)(sizeof(float) * 5 * DTILE);
+    LK_CHECK(cudaFuncSetAttribute(k_doft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    k_doft_bwd<<<dim3((unsigned)S, (unsigned)nrt), NT, smem, st>>>(P, want_b, want_rho, gpart, rpart);
+    LK_LAUNCHED("diag-oft backward");
+    if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
+    if (want_b) {
+        if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
+        if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
+    }
+    return LYCO_OK;
+}
+
+extern "C" int lk_diag_oft_bwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    int rc = doft_check(a);
+    if (rc) return rc;
+    if (!a->gB.p && !(a->grho.p && a->rho.p) && !a->GX.p) return LYCO_OK;
+    oft_cay cy;
+    void *mem = NULL;
+    rc = oft_cay_fwd(&cy, a, OFT_FAM_DIAG, st);
+    if (!rc) rc = doft_bwd_run(a, dev, &cy, st, &mem);
+    int rc2 = lk_scratch_free(mem, st), rc3 = oft_cay_free(&cy, st);
+    return rc ? rc : rc2 ? rc2 : rc3;
+}
