@@ -1,0 +1,279 @@
+/*
+ * lokr.cu — LoKr (ALGORITHMS.md §2.3) on the GPU: merge forward/backward (linear and conv, W1
+ * full or w1_a·w1_b, W2 full, w2_a·w2_b or Tucker, rank mask, σs, the upstream s² merge scale,
+ * DoRA on both axes through merge_ep.cuh) and bypass forward/backward (lokr_bypass.cu).
+ *
+ *   ΔW̄[i·b+j, p·dK+n] = ρ_o·W1[i,p]·W2[j,n],  o = i·b+j,  ρ_o = s'·q_o,  dK = d·K,  IK = I·K
+ *   (s' = s, or s² with the upstream merge scale, which also drops σs).
+ *
+ * Numerics follow the fused CPU path (src/cpu/lokr.c): every factor is rounded to the compute
+ * dtype CT as it is read; the halves W1 (a×c) and W2 (b×dK) and their gradient chains are
+ * formed in fp64 (they are small: a·c + b·dK elements against ΔW's a·c·b·dK) and W2 is rounded
+ * once to fp32; an element of ΔW̄ is dl = RN_f32(ρ_o·W1[i,p])·W2f[j,n] (one fp32 multiply), the
+ * producer's dW = σs·dl; the merge epilogue (plain or DoRA) is merge_ep.cuh's.
+ *
+ * Memory: the halves are built once per call in stream-ordered scratch (W1 a×c doubles, W2 b×dK
+ * doubles + fp32 copy, the factors as fp64 copies, Tucker's P = t2 ×₂ w2_b r×dK doubles) —
+ * ΔW itself is never built: each element is produced in registers where it is consumed.
+ *
+ * merge forward: one pass over W/out, 8 columns per thread (16-byte vector loads/stores where
+ *   the views allow), grid-stride; DoRA: merge_ep.cuh's two-pass statistics with the LoKr
+ *   producer (lokr_delta: the dW tile written into shared memory), then the same pass.
+ * merge backward (Γ = m·RN_CT(G), or DoRA's ∂L/∂V; H = σs·Γ):
+ *   G_W1[i,p] = Σ_{j,n} ρ_o·H[o, p·dK+n]·W2[j,n]    block per (i,p) × a split of the j range,
+ *                                                      fixed-order block sums → fp32 partials
+ *   G_σs      = Σ Γ·dl                                 (same blocks; partials summed in order)
+ *   G_W2[j,n] = Σ_{i,p} RN_f32(ρ_o·W1[i,p])·H[o, p·dK+n]   thread per (j,n) × a split of the i
+ *                                                      range → fp32 partials
+ *   then the fixed-order finalisation (fp64) and the factor chain in fp64, one thread per
+ *   output element, each gradient rounded once to its own dtype. Deterministic: no atomics,
+ *   split counts depend on the shape only. Extra memory: the halves, z₁·a·c (×2 with σs) +
+ *   z₂·b·dK fp32 partials, G_W1 / G_W2 (and Tucker's G_P) in fp64.
+ */
+#include "cuda/lokr_common.cuh"
+
+/* =============================================================================================
+ * the producer: a tile of dW = σs·ΔW̄ (for merge_ep.cuh's DoRA statistics)
+ * =========================================================================================== */
+template <typename CT, int BM, int BN, int WM> struct lokr_delta {
+    typedef lokr_dev args_t;
+    static const int LDC = BN + 4;
+    static const int SMEM_U = 0, SMEM_IN = 0;
+    static const int SMEM_C = BM * LDC * 4;
+    /* Leaves Cs valid for every thread (synchronises before writing and after). */
+    static __device__ void run(const lokr_dev &A, i64 o0, i64 j0, CT *, CT *, float *Cs, float *, float sig) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+            int rr = idx / BN, cc = idx % BN;
+            i64 o = o0 + rr, j = j0 + cc;
+            Cs[rr * LDC + cc] = (o < A.O && j < A.IK) ? sig * lokr_dl(A, o, j) : 0.0f;
+        }
+        __syncthreads();
+    }
+};
+
+/* =============================================================================================
+ * merge forward
+ * =========================================================================================== */
+__global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk_view out, int mode, lk_dora dr,
+                                                       const float *st) {
+    const i64 nch = cdiv(A.IK, 8), total = A.O * nch;
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
+    const bool dora = dr.on != 0;
+    for (i64 q = (i64)blockIdx.x * NT + threadIdx.x; q < total; q += (i64)gridDim.x * NT) {
+        const i64 o = q / nch, c0 = (q % nch) * 8;
+        float w[8], o8[8];
+        if (W.p) {
+            vload8(w, W, o, c0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) w[e] = 0.0f;
+        }
+        const i64 i = o / A.b, jr = o % A.b;
+        const double rho = lokr_rho(A, o);
+        i64 p = c0 / A.dK, n = c0 % A.dK; /* walked along the 8 columns */
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const i64 col = c0 + e;
+            float dw = 0.0f;
+            const float *s3 = NULL;
+            if (col < A.IK) {
+                dw = sig * ((float)(rho * A.W1d[i * A.c + p]) * A.W2f[jr * A.dK + n]);
+                if (dora) s3 = st + 3 * dora_kept(dr, o, col, A.K);
+            } else if (dora) {
+                s3 = st;
+            }
+            if (++n == A.dK) {
+                n = 0;
+                p++;
+            }
+            o8[e] = merge_elem(round_to(w[e], A.ct), dw, mode, mf, dora, s3);
+        }
+        vstore8(out, o, c0, o8);
+    }
+}
+
+/* =============================================================================================
+ * merge backward
+ * =========================================================================================== */
+/* Γ at (o, col) from G (and, under DoRA, W and the statistics); dl = ΔW̄[o, col] without σs. */
+__device__ __forceinline__ float lokr_gamma(const lokr_dev &A, const lk_view &G, const lk_view &W, const lk_dora &dr,
+                                            const float *st, float sig, i64 o, i64 col, float dl) {
+    const float g = round_to(vload(G, o, col), A.ct);
+    if (!dr.on) return (float)A.m * g;
+    const float w = round_to(vload(W, o, col), A.ct);
+    return dora_gv(g, w, sig * dl, st + 3 * dora_kept(dr, o, col, A.K));
+}
+
+/* G_W1 and G_σs partials: block (ip = i·c + p, z) reduces rows j ∈ [z·jper, (z+1)·jper). */
+__global__ __launch_bounds__(NT) void k_lokr_mb_w1(lokr_dev A, lk_view G, lk_view W, lk_dora dr, const float *st,
+                                                   i64 jper, float *pw1, double *psig) {
+    __shared__ float red[NT / 32];
+    const i64 ac = A.a * A.c, ip = blockIdx.x, z = blockIdx.y;
+    const i64 i = ip / A.c, p = ip % A.c;
+    const i64 j0 = z * jper, j1 = j0 + jper < A.b ? j0 + jper : A.b;
+    const i64 nel = (j1 > j0 ? j1 - j0 : 0) * A.dK;
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f;
+    const double w1 = A.W1d[ip];
+    float acc = 0.0f, sacc = 0.0f;
+    for (i64 e = threadIdx.x; e < nel; e += NT) {
+        const i64 j = j0 + e / A.dK, n = e % A.dK, o = i * A.b + j, col = p * A.dK + n;
+        const double rho = lokr_rho(A, o);
+        const float w2 = A.W2f[j * A.dK + n], dl = (float)(rho * w1) * w2;
+        const float gam = lokr_gamma(A, G, W, dr, st, sig, o, col, dl);
+        sacc = fmaf(gam, dl, sacc);
+        acc = fmaf((float)rho, (gam * sig) * w2, acc);
+    }
+    const float s1 = block_sum(acc, red);
+    const float s2 = psig ? block_sum(sacc, red) : 0.0f;
+    if (threadIdx.x == 0) {
+        pw1[z * ac + ip] = s1;
+        if (psig) psig[z * ac + ip] = (double)s2;
+    }
+}
+
+/* G_W2 partials: thread per (j, n), block row z covers i ∈ [z·iper, (z+1)·iper). */
+__global__ __launch_bounds__(NT) void k_lokr_mb_w2(lokr_dev A, lk_view G, lk_view W, lk_dora dr, const float *st,
+                                                   i64 iper, float *pw2) {
+    const i64 n2 = A.b * A.dK, idx = (i64)blockIdx.x * NT + threadIdx.x, z = blockIdx.y;
+    if (idx >= n2) return;
+    const i64 j = idx / A.dK, n = idx % A.dK;
+    const i64 i0 = z * iper, i1 = i0 + iper < A.a ? i0 + iper : A.a;
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f;
+    const float w2 = A.W2f[idx];
+    float acc = 0.0f;
+    for (i64 i = i0; i < i1; i++) {
+        const i64 o = i * A.b + j;
+        const double rho = lokr_rho(A, o);
+        for (i64 p = 0; p < A.c; p++) {
+            const i64 col = p * A.dK + n;
+            const float w1s = (float)(rho * A.W1d[i * A.c + p]);
+            const float gam = lokr_gamma(A, G, W, dr, st, sig, o, col, w1s * w2);
+            acc = fmaf(w1s, gam * sig, acc);
+        }
+    }
+    pw2[z * n2 + idx] = acc;
+}
+
+/* =============================================================================================
+ * launchers
+ * =========================================================================================== */
+struct mb_plan {
+    i64 z1, jper, z2, iper;
+};
+
+/* Splits so that about 1024 blocks run; functions of the shape only (deterministic). */
+static mb_plan mb_plan_of(const lk_lokr_args *a) {
+    mb_plan pl;
+    const i64 ac = a->a * a->c, dK = a->d * a->K, b2 = cdiv(a->b * dK, NT);
+    i64 z = cdiv(1024, ac);
+    if (z > a->b) z = a->b;
+    if (z > 65535) z = 65535;
+    if (z < 1) z = 1;
+    pl.jper = cdiv(a->b, z);
+    pl.z1 = cdiv(a->b, pl.jper);
+    z = cdiv(1024, b2);
+    if (z > a->a) z = a->a;
+    if (z > 65535) z = 65535;
+    if (z < 1) z = 1;
+    pl.iper = cdiv(a->a, z);
+    pl.z2 = cdiv(a->a, pl.iper);
+    return pl;
+}
+
+static i64 dora_ws_floats(const lk_lokr_args *a) {
+    if (!a->dora.on) return 0;
+    const i64 IK = a->I * a->K, n = a->dora.on_out ? a->O : IK, kept = a->dora.on_out ? a->O : a->I;
+    return 2 * n + 3 * kept;
+}
+
+template <typename CT>
+static int dora_stats_t(const lokr_dev &A, const lk_dora &dr, const lk_view &W, const lk_view &G, float *ws, float **st,
+                        cudaStream_t s) {
+    return dora_stats<CT, lokr_delta>(A, dr, W, G, ws, st, s);
+}
+
+static int dora_stats_any(const lokr_dev &A, const lk_dora &dr, const lk_view &W, const lk_view &G, float *ws, float **st,
+                          cudaStream_t s) {
+    switch (A.ct) {
+    case DT_BF16: return dora_stats_t<bf16_t>(A, dr, W, G, ws, st, s);
+    case DT_F16: return dora_stats_t<f16_t>(A, dr, W, G, ws, st, s);
+    default: return dora_stats_t<float>(A, dr, W, G, ws, st, s);
+    }
+}
+
+static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *dev, cudaStream_t s) {
+    lokr_halves h;
+    float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a) * 4);
+    int rc = lokr_halves_build(a, cv, &h, false, s);
+    if (rc || !cv.base) return rc;
+    const lokr_dev A = lokr_dev_of(a, &h, true);
+    float *st = NULL;
+    if (a->dora.on) {
+        lk_view none;
+        memset(&none, 0, sizeof none);
+        if ((rc = dora_stats_any(A, a->dora, a->W, none, ws, &st, s))) return rc;
+    }
+    const i64 total = a->O * cdiv(a->I * a->K, 8);
+    i64 grid = cdiv(total, NT), cap = (i64)dev->sms * 16;
+    if (grid > cap) grid = cap;
+    if (grid < 1) grid = 1;
+    k_lokr_merge_fwd<<<(unsigned)grid, NT, 0, s>>>(A, a->W, a->out, a->mode, a->dora, st);
+    LK_LAUNCHED("lokr_merge_fwd");
+    return LYCO_OK;
+}
+
+static int merge_bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
+    const mb_plan pl = mb_plan_of(a);
+    const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
+    const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
+    const bool needsig = a->gsigma.p && !a->compat;
+    float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a) * 4);
+    float *pw1 = (float *)carve_take(cv, (size_t)(pl.z1 * ac) * 4);
+    double *psig = (double *)carve_take(cv, needsig ? (size_t)(pl.z1 * ac) * 8 : 0);
+    float *pw2 = (float *)carve_take(cv, need2 ? (size_t)(pl.z2 * n2) * 4 : 0);
+    lokr_grads gr;
+    lokr_grads_carve(a, cv, &gr);
+    lokr_halves h;
+    int rc = lokr_halves_build(a, cv, &h, false, s);
+    if (rc || !cv.base) return rc;
+    const lokr_dev A = lokr_dev_of(a, &h, true);
+    float *st = NULL;
+    if (a->dora.on && (rc = dora_stats_any(A, a->dora, a->W, a->G, ws, &st, s))) return rc;
+    if (need1 || needsig) {
+        k_lokr_mb_w1<<<dim3((unsigned)ac, (unsigned)pl.z1), NT, 0, s>>>(A, a->G, a->W, a->dora, st, pl.jper, pw1,
+                                                                          needsig ? psig : NULL);
+        LK_LAUNCHED("lokr_mb_w1");
+    }
+    if (need2) {
+        k_lokr_mb_w2<<<dim3((unsigned)cdiv(n2, NT), (unsigned)pl.z2), NT, 0, s>>>(A, a->G, a->W, a->dora, st, pl.iper, pw2);
+        LK_LAUNCHED("lokr_mb_w2");
+    }
+    if (needsig && (rc = lokr_sum_store(psig, pl.z1 * ac, a->gsigma, 1.0, s))) return rc;
+    if (a->gsigma.p && a->compat && (rc = lk_copy_round(&a->gsigma, NULL, a->ct, s))) return rc;
+    lk_view none;
+    memset(&none, 0, sizeof none);
+    return lokr_chain(a, &h, &gr, need1 ? pw1 : NULL, pl.z1, need2 ? pw2 : NULL, pl.z2, 1.0, none, s);
+}
+
+static int with_scratch(const lk_lokr_args *a, const lk_device *dev, cudaStream_t s, bool fwd) {
+    lk_carve cv = {0, NULL};
+    int rc = fwd ? merge_fwd_body(a, cv, dev, s) : merge_bwd_body(a, cv, s); /* sizing pass */
+    if (rc) return rc;
+    size_t bytes = cv.off;
+    cv.off = 0;
+    if ((rc = lk_scratch_alloc((void **)&cv.base, bytes, s))) return rc;
+    rc = fwd ? merge_fwd_body(a, cv, dev, s) : merge_bwd_body(a, cv, s);
+    int rf = lk_scratch_free(cv.base, s);
+    return rc ? rc : rf;
+}
+
+extern "C" int lk_lokr_merge_fwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
+    if (a->O == 0 || a->I * a->K == 0) return LYCO_OK;
+    return with_scratch(a, dev, (cudaStream_t)stream, true);
+}
+
+extern "C" int lk_lokr_merge_bwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
+    if (a->a * a->c > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda lokr: a·c exceeds the grid limit");
+    return with_scratch(a, dev, (cudaStream_t)stream, false);
+}
