@@ -1,12 +1,199 @@
 /*
- * dispatch_loha.c — LoHa (ALGORITHMS.md §2.2) on the CUDA backend. Placeholder until the family's kernels land
- * (issue 5): declines every call, so the api layer runs the eager twin on host copies and the
- * path report says why.
+ * dispatch_loha.c — LoHa (ALGORITHMS.md §2.2) on the CUDA backend: turns a validated call into
+ * kern_loha.h's argument struct and launches loha.cu's / loha_bypass.cu's kernels: all four
+ * directions, linear and conv (groups = 1; ΔW̄ flattened to O × I·K), plain and Tucker, any
+ * ranks (the two terms may differ), the output-row rank mask, σs, the multiplier, the upstream
+ * s² merge scale (LYCO_FLAG_UPSTREAM_MERGE_SCALE: s' = s², σs dropped and its gradient 0, merge
+ * directions only), DoRA on both axes in the merge directions.
+ * Views: Ā_t = hada_w*_a (O × r) or, Tucker, the transposed view of the r × O factor (its
+ * gradient likewise); B̄_t = hada_w*_b as r × (everything after dim 0); Tucker cores r × (r·k).
+ * Bypass activations as N × C × spatial views (linear: tokens × features), dy0 = RN(dy) (or 0
+ * when y0 was given with LYCO_BYPASS_DELTA_ONLY) through lk_copy_round.
+ * Declines, with the reason: DoRA in the bypass directions (the API question is open for every
+ * family), norm layers, grouped conv, operands whose dims do not collapse to the views above.
  */
+#include <string.h>
+
 #include "cuda/backend.h"
+#include "cuda/kern_loha.h"
+
+static const DLTensor *want(const lyco_call *c, lyco_slot s) { return lyco_call_wants(c, s) ? c->g->grad[s] : NULL; }
+
+/* v viewed transposed (rows ↔ columns); the 16-byte vector flag no longer holds. */
+static void transpose(lk_view *v) {
+    int64_t t = v->s0;
+    v->s0 = v->s1;
+    v->s1 = t;
+    t = v->rows;
+    v->rows = v->cols;
+    v->cols = t;
+    v->flags &= LK_UNALIGNED;
+}
+
+static bool is_bypass(const lyco_call *c) { return c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD; }
+
+/* Factors and scalars into a->L; requests appended to rq. */
+static void fill_factors(const lyco_call *c, lk_loha_args *a, lk_view_req *rq, int *n) {
+    const lyco_adapter *ad = c->a;
+    lk_loha *L = &a->L;
+    bool compat = !is_bypass(c) && (ad->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE);
+    L->ct = (int32_t)c->dt.compute;
+    L->O = c->dims.O;
+    L->I = c->dims.I;
+    L->K = c->dims.K;
+    L->IK = c->dims.I * c->dims.K;
+    L->r1 = c->dims.r;
+    L->r2 = c->dims.r2 > 0 ? c->dims.r2 : c->dims.r;
+    L->tucker = c->dims.tucker ? 1 : 0;
+    L->s = compat ? c->s * c->s : c->s;
+    L->m = c->m;
+    a->sigma_zero = compat ? 1 : 0;
+    rq[(*n)++] = (lk_view_req){ad->tensor[LYCO_HADA_W1_A], "hada_w1_a", 1, &L->A1};
+    rq[(*n)++] = (lk_view_req){ad->tensor[LYCO_HADA_W2_A], "hada_w2_a", 1, &L->A2};
+    rq[(*n)++] = (lk_view_req){ad->tensor[LYCO_HADA_W1_B], "hada_w1_b", 1, &L->B1};
+    rq[(*n)++] = (lk_view_req){ad->tensor[LYCO_HADA_W2_B], "hada_w2_b", 1, &L->B2};
+    rq[(*n)++] = (lk_view_req){L->tucker ? ad->tensor[LYCO_HADA_T1] : NULL, "hada_t1", 1, &L->T1};
+    rq[(*n)++] = (lk_view_req){L->tucker ? ad->tensor[LYCO_HADA_T2] : NULL, "hada_t2", 1, &L->T2};
+    rq[(*n)++] = (lk_view_req){ad->tensor[LYCO_RANK_MASK], "rank_mask", 0, &L->mask};
+    rq[(*n)++] = (lk_view_req){compat ? NULL : ad->tensor[LYCO_SCALAR], "scalar", 0, &L->sigma};
+}
+
+static void fill_grads(const lyco_call *c, lk_loha_args *a, lk_view_req *rq, int *n) {
+    rq[(*n)++] = (lk_view_req){want(c, LYCO_HADA_W1_A), "grad hada_w1_a", 1, &a->gA1};
+    rq[(*n)++] = (lk_view_req){want(c, LYCO_HADA_W2_A), "grad hada_w2_a", 1, &a->gA2};
+    rq[(*n)++] = (lk_view_req){want(c, LYCO_HADA_W1_B), "grad hada_w1_b", 1, &a->gB1};
+    rq[(*n)++] = (lk_view_req){want(c, LYCO_HADA_W2_B), "grad hada_w2_b", 1, &a->gB2};
+    rq[(*n)++] = (lk_view_req){a->L.tucker ? want(c, LYCO_HADA_T1) : NULL, "grad hada_t1", 1, &a->gT1};
+    rq[(*n)++] = (lk_view_req){a->L.tucker ? want(c, LYCO_HADA_T2) : NULL, "grad hada_t2", 1, &a->gT2};
+    rq[(*n)++] = (lk_view_req){want(c, LYCO_SCALAR), "grad scalar", 0, &a->gsigma};
+}
+
+/* After lk_views: Tucker's A factors (and their gradients) seen as O × r. */
+static void orient(lk_loha_args *a) {
+    if (!a->L.tucker) return;
+    transpose(&a->L.A1);
+    transpose(&a->L.A2);
+    if (a->gA1.p) transpose(&a->gA1);
+    if (a->gA2.p) transpose(&a->gA2);
+}
+
+static bool any_grad(const lk_loha_args *a) {
+    return a->gA1.p || a->gA2.p || a->gB1.p || a->gB2.p || a->gT1.p || a->gT2.p || a->gsigma.p || a->dora.grad_d.p;
+}
+
+/* The activation view of t (N × C × spatial; linear: tokens × features); false when the spatial
+   dims (or, linear, the leading token dims) do not collapse to one stride. t NULL: zeroed. */
+static bool act_view(const lyco_call *c, const DLTensor *t, lk_act *v) {
+    memset(v, 0, sizeof *v);
+    if (!t) return true;
+    lk_view m;
+    if (c->a->layer.kind != LYCO_LAYER_CONV) {
+        if (!lk_mk_view(t, lk_last_split(t), &m)) return false;
+        v->sn = m.s0;
+        v->sc = m.s1;
+    } else { /* dims 0, 1 single; spatial dims [2, ndim) collapse as the columns of a 2-split view */
+        const DLTensor sub = {.data = t->data, .device = t->device, .ndim = t->ndim - 1, .dtype = t->dtype,
+                              .shape = t->shape + 1, .strides = t->strides ? t->strides + 1 : NULL, .byte_offset = t->byte_offset};
+        if (!lk_mk_view(&sub, 1, &m)) return false;
+        v->sn = lyco_stride(t, 0);
+        v->sc = m.s0;
+        v->sp = m.s1;
+    }
+    v->p = m.p;
+    v->dt = m.dt;
+    v->flags = m.flags & LK_UNALIGNED;
+    return true;
+}
+
+static void fill_geo(const lyco_call *c, lk_geo *g) {
+    const lyco_layer *l = &c->a->layer;
+    memset(g, 0, sizeof *g);
+    g->spin = g->spout = 1;
+    if (l->kind != LYCO_LAYER_CONV) return;
+    g->nd = l->conv_dims;
+    for (int d = 0; d < g->nd; d++) {
+        g->in[d] = c->sp_in[d];
+        g->out[d] = c->sp_out[d];
+        g->k[d] = l->kernel[d];
+        g->st[d] = l->stride[d];
+        g->pad[d] = l->padding[d];
+        g->dil[d] = l->dilation[d];
+    }
+    g->spin = c->sp_in_n;
+    g->spout = c->sp_out_n;
+}
+
+typedef struct {
+    const DLTensor *t;
+    const char *name;
+    lk_act *v;
+} act_req;
+
+static lyco_status act_views(const lyco_call *c, const act_req *rq, int n, char *why, size_t why_len) {
+    for (int i = 0; i < n; i++)
+        if (!act_view(c, rq[i].t, rq[i].v)) return lk_decline(why, why_len, "%s has strides whose spatial dims do not collapse", rq[i].name);
+    return LYCO_OK;
+}
+
+/* dy0 = RN(dy), or 0 when y did not read y0 (LYCO_BYPASS_DELTA_ONLY). */
+static lyco_status write_dy0(const lyco_call *c, int ct, void *st, char *why, size_t why_len) {
+    if (!c->dy0) return LYCO_OK;
+    bool delta_only = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) != 0;
+    lk_view dst, src;
+    if (!lk_mk_view(c->dy0, lk_last_split(c->dy0), &dst) || !lk_mk_view(c->dy, lk_last_split(c->dy), &src))
+        return lk_decline(why, why_len, "%s has strides whose dims do not collapse", "dy or dy0");
+    return (lyco_status)lk_copy_round(&dst, delta_only ? NULL : &src, ct, st);
+}
 
 lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
-    (void)dev;
-    (void)st;
-    return lk_decline(why, why_len, "no CUDA kernel for %s %s yet", lyco_algo_name(c->a->algo), lyco_direction_name(c->dir));
+    const lyco_layer *l = &c->a->layer;
+    if (l->kind != LYCO_LAYER_LINEAR && l->kind != LYCO_LAYER_CONV) return lk_decline(why, why_len, "LoHa on a norm layer is not supported");
+    if (l->kind == LYCO_LAYER_CONV && l->groups != 1)
+        return lk_decline(why, why_len, "LoHa on a grouped conv (groups = %lld) is not supported", (long long)l->groups);
+    if (is_bypass(c) && c->dims.dora)
+        return lk_decline(why, why_len, "DoRA in %s has no CUDA kernel yet (merge directions do)", lyco_direction_name(c->dir));
+    lk_loha_args a;
+    memset(&a, 0, sizeof a);
+    lk_view_req rq[24];
+    int n = 0;
+    lyco_status rc;
+    fill_factors(c, &a, rq, &n);
+    switch (c->dir) {
+    case LYCO_DIR_MERGE_FWD:
+        lk_fill_dora(c, &a.dora, rq, &n);
+        a.mode = (int32_t)c->merge->mode;
+        rq[n++] = (lk_view_req){c->merge->mode != LYCO_MERGE_DELTA || c->dims.dora ? c->merge->weight : NULL, "W", 1, &a.W};
+        rq[n++] = (lk_view_req){c->out, "out", 1, &a.out};
+        if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        orient(&a);
+        return (lyco_status)lk_loha_merge_fwd(&a, dev, st);
+    case LYCO_DIR_MERGE_BWD:
+        lk_fill_dora(c, &a.dora, rq, &n);
+        fill_grads(c, &a, rq, &n);
+        rq[n++] = (lk_view_req){c->dims.dora ? c->merge->weight : NULL, "W", 1, &a.W};
+        rq[n++] = (lk_view_req){c->d_out, "d_out", 1, &a.G};
+        if ((rc = lk_views(rq, n, why, why_len))) return rc;
+        orient(&a);
+        if (!any_grad(&a)) return LYCO_OK;
+        return (lyco_status)lk_loha_merge_bwd(&a, dev, st);
+    case LYCO_DIR_BYPASS_FWD: {
+        const DLTensor *y0 = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? NULL : c->bypass->y0;
+        act_req ar[] = {{c->bypass->x, "x", &a.x}, {y0, "y0", &a.y0}, {c->y, "y", &a.y}};
+        a.T = c->tokens;
+        fill_geo(c, &a.geo);
+        if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
+        orient(&a);
+        return (lyco_status)lk_loha_bypass_fwd(&a, dev, st);
+    }
+    default: {
+        act_req ar[] = {{c->bypass->x, "x", &a.x}, {c->dy, "dy", &a.dy}, {c->dx, "dx", &a.dx}};
+        a.T = c->tokens;
+        fill_geo(c, &a.geo);
+        fill_grads(c, &a, rq, &n);
+        if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
+        orient(&a);
+        if ((rc = write_dy0(c, a.L.ct, st, why, why_len))) return rc;
+        return (lyco_status)lk_loha_bypass_bwd(&a, dev, st);
+    }
+    }
 }
