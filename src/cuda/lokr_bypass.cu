@@ -16,10 +16,13 @@
  *                     src/cpu/lokr.c), only when asked
  *   dy0 = RN(dy) (0 when y was Δ alone), then the factor chain (lokr_common.cuh).
  *
- * Work split: one thread per element of Z / y / GZ / dx (grid-stride, element index with the
- * spatial position fastest, then j), reading W2 transposed (coalesced over j on linear layers).
- * G_W1: block per (i,p) × a split of the batch; G_W2: thread per (j, q·K+κ) × a split of the
- * (n, s') range; fp32 partials summed in a fixed order (deterministic, no atomics).
+ * Work split: every product above except the conv dx is one call of a tiled fp32 GEMM
+ * (k_lokr_gemm: 64×64 tiles, k steps of 16 in shared memory, 4×4 FFMA per thread) whose operands
+ * are index maps: im2col of x (implicit, never stored; 0 in the padding), dy, the Z-shaped
+ * scratch in either orientation, W1/W2 — and whose epilogue writes Z, GZ, y (+ y0), dx (linear)
+ * or split-K partials. G_W1 (a×c) and G_W2 (b×dK) are split over their reduction (tokens and
+ * positions) into fp32 partials summed in a fixed order in fp64 (deterministic, no atomics;
+ * splits depend on the shape only). Conv dx: one thread per element of dx (transposed conv).
  * Extra memory (scratch, fp32): Z N·c·b·sp_out (+ GZ the same, backward), partials
  * z₁·a·c + z₂·b·dK, G_σs partials (fp64, one per block), the halves (lokr_common.cuh).
  */
@@ -29,7 +32,7 @@ struct lokr_byp {
     int32_t ct;
     i64 N, a, b, c, d, K, dK, O, I;
     lk_geo g;
-    const float *W2T, *W2f, *W1s;
+    const float *W2f, *W1s;
     const double *W1d, *W2d;
 };
 
@@ -76,43 +79,131 @@ __device__ __forceinline__ bool out_pos(const lk_geo &g, i64 si, i64 kap, i64 &s
 
 #define GRID_STRIDE(e, total) for (i64 e = (i64)blockIdx.x * NT + threadIdx.x; e < (total); e += (i64)gridDim.x * NT)
 
-/* Z (fp32, [n][p][j][s']) */
-__global__ __launch_bounds__(NT) void k_lokr_bz(lokr_byp B, lk_act x, float *Z) {
-    const i64 so_n = B.g.spout, total = B.N * B.c * B.b * so_n;
-    GRID_STRIDE(e, total) {
-        const i64 so = e % so_n, j = (e / so_n) % B.b, p = (e / (so_n * B.b)) % B.c, n = e / (so_n * B.b * B.c);
-        float acc = 0.0f;
-        for (i64 q = 0; q < B.d; q++)
-            for (i64 k = 0; k < B.K; k++) {
-                i64 si;
-                if (!in_pos(B.g, so, k, si)) continue;
-                acc = fmaf(B.W2T[(q * B.K + k) * B.b + j], round_to(act_ld(x, n, p * B.d + q, si), B.ct), acc);
+/* ---- index maps of the Z-shaped scratch ([n][p][j][s'], Z and GZ) ----
+   column n' = (n·b + j)·sp_out + s' of the token-side operands; row m = (n·c + p)·sp_out + s' of the
+   group-side operands */
+__device__ __forceinline__ i64 zt_index(const lokr_byp &B, i64 p, i64 np) {
+    const i64 bs = B.b * B.g.spout, n = np / bs;
+    return (n * B.c + p) * bs + np % bs;
+}
+__device__ __forceinline__ i64 zm_index(const lokr_byp &B, i64 j, i64 m) {
+    const i64 so = B.g.spout;
+    return ((m / so) * B.b + j) * so + m % so;
+}
+
+/* ---- GEMM operands: ld(r, c) of an M×K (A) or K×N (B) operand; ep: st(m, n, z, v) ---- */
+struct op_mat { /* base[r·rs + c·cs] (fp32 scratch) */
+    const float *p;
+    i64 rs, cs;
+    __device__ float ld(i64 r, i64 c) const { return p[r * rs + c * cs]; }
+};
+struct op_x { /* im2col of x: row (n·c + p)·sp_out + s', column q·K + κ; RN_CT; 0 in the padding */
+    lokr_byp B;
+    lk_act x;
+    __device__ float ld(i64 m, i64 k) const {
+        const i64 so = B.g.spout, ncp = m / so, n = ncp / B.c, p = ncp % B.c, q = k / B.K;
+        i64 si;
+        if (!in_pos(B.g, m % so, k % B.K, si)) return 0.0f;
+        return round_to(act_ld(x, n, p * B.d + q, si), B.ct);
+    }
+};
+struct op_dy { /* dy as a×(N·b·sp_out): (i, n') → RN_CT(dy[n, i·b+j, s']) */
+    lokr_byp B;
+    lk_act dy;
+    __device__ float ld(i64 i, i64 np) const {
+        const i64 so = B.g.spout, bs = B.b * so, n = np / bs, r = np % bs;
+        return round_to(act_ld(dy, n, i * B.b + r / so, r % so), B.ct);
+    }
+};
+template <bool TR> struct op_zt { /* Z as c×(N·b·sp_out) (TR: its transpose) */
+    lokr_byp B;
+    const float *z;
+    __device__ float ld(i64 r, i64 c) const { return TR ? z[zt_index(B, c, r)] : z[zt_index(B, r, c)]; }
+};
+struct op_zm { /* GZ as b×(N·c·sp_out): (j, m) */
+    lokr_byp B;
+    const float *z;
+    __device__ float ld(i64 j, i64 m) const { return z[zm_index(B, j, m)]; }
+};
+struct ep_zm { /* Z[(m, j)] = v */
+    lokr_byp B;
+    float *z;
+    __device__ void st(i64 m, i64 j, i64, float v) const { z[zm_index(B, j, m)] = v; }
+};
+struct ep_zt { /* GZ[(p, n')] = v */
+    lokr_byp B;
+    float *z;
+    __device__ void st(i64 p, i64 np, i64, float v) const { z[zt_index(B, p, np)] = v; }
+};
+struct ep_y { /* y[n, i·b+j, s'] = RN_CT(y0) + v */
+    lokr_byp B;
+    lk_act y0, y;
+    __device__ void st(i64 i, i64 np, i64, float v) const {
+        const i64 so = B.g.spout, bs = B.b * so, n = np / bs, r = np % bs, ch = i * B.b + r / so, s = r % so;
+        const float base = y0.p ? round_to(act_ld(y0, n, ch, s), B.ct) : 0.0f;
+        act_st(y, n, ch, s, base + v);
+    }
+};
+struct ep_dx { /* linear: dx[t, p·d+q] = v, row m = t·c + p */
+    lokr_byp B;
+    lk_act dx;
+    __device__ void st(i64 m, i64 q, i64, float v) const { act_st(dx, m / B.c, (m % B.c) * B.d + q, 0, v); }
+};
+struct ep_part { /* split-K partials part[(z·M + m)·N + n] */
+    float *part;
+    i64 M, N;
+    __device__ void st(i64 m, i64 n, i64 z, float v) const { part[(z * M + m) * N + n] = v; }
+};
+
+/* C = A·B (M×N, fp32 FFMA), 64×64 tiles (blockIdx.x over the tiles), k steps of 16 from
+   [blockIdx.y·kper, min(Kd, (blockIdx.y+1)·kper)); each thread owns a 4×4 strided sub-tile.
+   A is staged k-fastest, B n-fastest (the contiguous axis of every operand used here). */
+#define GT 64
+#define GK 16
+template <class OA, class OB, class EP>
+__global__ __launch_bounds__(NT) void k_lokr_gemm(OA A, OB Bo, EP E, i64 M, i64 N, i64 Kd, i64 kper) {
+    __shared__ float As[GK][GT + 1];
+    __shared__ float Bs[GK][GT];
+    const i64 tn = cdiv(N, GT), m0 = ((i64)blockIdx.x / tn) * GT, n0 = ((i64)blockIdx.x % tn) * GT;
+    const i64 kb = (i64)blockIdx.y * kper, ke = kb + kper < Kd ? kb + kper : Kd;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) acc[u][v] = 0.0f;
+    for (i64 k0 = kb; k0 < ke; k0 += GK) {
+#pragma unroll
+        for (int l = 0; l < GT * GK / NT; l++) {
+            const int idx = threadIdx.x + l * NT;
+            const int am = idx / GK, ak = idx % GK, bn = idx % GT, bk = idx / GT;
+            const i64 m = m0 + am, ka = k0 + ak, n = n0 + bn, kbb = k0 + bk;
+            As[ak][am] = (m < M && ka < ke) ? A.ld(m, ka) : 0.0f;
+            Bs[bk][bn] = (n < N && kbb < ke) ? Bo.ld(kbb, n) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                a[u] = As[kk][ty + 16 * u];
+                b[u] = Bs[kk][tx + 16 * u];
             }
-        Z[e] = acc;
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int v = 0; v < 4; v++) acc[u][v] = fmaf(a[u], b[v], acc[u][v]);
+        }
+        __syncthreads();
     }
-}
-
-/* y = RN_CT(y0) + W̃1·Z */
-__global__ __launch_bounds__(NT) void k_lokr_by(lokr_byp B, lk_act y0, lk_act y, const float *Z) {
-    const i64 so_n = B.g.spout, total = B.N * B.a * B.b * so_n;
-    GRID_STRIDE(e, total) {
-        const i64 so = e % so_n, j = (e / so_n) % B.b, i = (e / (so_n * B.b)) % B.a, n = e / (so_n * B.b * B.a);
-        float acc = 0.0f;
-        for (i64 p = 0; p < B.c; p++) acc = fmaf(B.W1s[i * B.c + p], Z[((n * B.c + p) * B.b + j) * so_n + so], acc);
-        const float base = y0.p ? round_to(act_ld(y0, n, i * B.b + j, so), B.ct) : 0.0f;
-        act_st(y, n, i * B.b + j, so, base + acc);
-    }
-}
-
-/* GZ = W̃1ᵀ·RN_CT(dy) (fp32, laid out as Z) */
-__global__ __launch_bounds__(NT) void k_lokr_bgz(lokr_byp B, lk_act dy, float *GZ) {
-    const i64 so_n = B.g.spout, total = B.N * B.c * B.b * so_n;
-    GRID_STRIDE(e, total) {
-        const i64 so = e % so_n, j = (e / so_n) % B.b, p = (e / (so_n * B.b)) % B.c, n = e / (so_n * B.b * B.c);
-        float acc = 0.0f;
-        for (i64 i = 0; i < B.a; i++) acc = fmaf(B.W1s[i * B.c + p], round_to(act_ld(dy, n, i * B.b + j, so), B.ct), acc);
-        GZ[e] = acc;
-    }
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const i64 m = m0 + ty + 16 * u, n = n0 + tx + 16 * v;
+            if (m < M && n < N) E.st(m, n, blockIdx.y, acc[u][v]);
+        }
 }
 
 /* dx (transposed conv of GZ with W2) */
@@ -130,38 +221,6 @@ __global__ __launch_bounds__(NT) void k_lokr_bdx(lokr_byp B, lk_act dx, const fl
         }
         act_st(dx, n, ch, si, acc);
     }
-}
-
-/* G_W1 partials: block (ip, z), z covering samples [z·nper, (z+1)·nper) */
-__global__ __launch_bounds__(NT) void k_lokr_bgw1(lokr_byp B, lk_act dy, const float *Z, i64 nper, float *pw1) {
-    __shared__ float red[NT / 32];
-    const i64 ip = blockIdx.x, z = blockIdx.y, i = ip / B.c, p = ip % B.c, so_n = B.g.spout, per = B.b * so_n;
-    const i64 n0 = z * nper, n1 = n0 + nper < B.N ? n0 + nper : B.N;
-    const i64 nel = (n1 > n0 ? n1 - n0 : 0) * per;
-    float acc = 0.0f;
-    for (i64 e = threadIdx.x; e < nel; e += NT) {
-        const i64 n = n0 + e / per, r = e % per, j = r / so_n, so = r % so_n;
-        acc = fmaf(round_to(act_ld(dy, n, i * B.b + j, so), B.ct), Z[(n * B.c + p) * per + r], acc);
-    }
-    const float s = block_sum(acc, red);
-    if (threadIdx.x == 0) pw1[z * B.a * B.c + ip] = s;
-}
-
-/* G_W2 partials: thread per (j, q·K+κ); block row z covers u = n·sp_out + s' ∈ [z·uper, (z+1)·uper) */
-__global__ __launch_bounds__(NT) void k_lokr_bgw2(lokr_byp B, lk_act x, const float *GZ, i64 uper, float *pw2) {
-    const i64 n2 = B.b * B.dK, idx = (i64)blockIdx.x * NT + threadIdx.x, z = blockIdx.y;
-    if (idx >= n2) return;
-    const i64 j = idx / B.dK, q = (idx % B.dK) / B.K, k = idx % B.K, so_n = B.g.spout, U = B.N * so_n;
-    const i64 u0 = z * uper, u1 = u0 + uper < U ? u0 + uper : U;
-    float acc = 0.0f;
-    for (i64 u = u0; u < u1; u++) {
-        const i64 n = u / so_n, so = u % so_n;
-        i64 si;
-        if (!in_pos(B.g, so, k, si)) continue;
-        for (i64 p = 0; p < B.c; p++)
-            acc = fmaf(GZ[((n * B.c + p) * B.b + j) * so_n + so], round_to(act_ld(x, n, p * B.d + q, si), B.ct), acc);
-    }
-    pw2[z * n2 + idx] = acc;
 }
 
 /* G_σs partials (fp64, one per block): Σ (W1dᵀ·dy)·(X ⊛ W2d) */
@@ -224,7 +283,6 @@ static lokr_byp byp_of(const lk_lokr_args *a, const lokr_halves *h) {
     B.I = a->I;
     B.g = a->geo;
     if (B.g.nd == 0) B.g.spin = B.g.spout = 1;
-    B.W2T = h->W2T;
     B.W2f = h->W2f;
     B.W1s = h->W1s;
     B.W1d = h->W1d;
@@ -234,52 +292,67 @@ static lokr_byp byp_of(const lk_lokr_args *a, const lokr_halves *h) {
 
 static i64 z_size(const lk_lokr_args *a) { return a->T * a->c * a->b * (a->geo.nd ? a->geo.spout : 1); }
 
+/* split of a K-reduction so that about 512 blocks run (each split ≥ 256 long, a multiple of GK);
+   a function of the shape only (deterministic) */
+static void ksplit(i64 M, i64 N, i64 Kd, i64 *z, i64 *kper) {
+    if (Kd <= 0) {
+        *z = 1;
+        *kper = GK;
+        return;
+    }
+    i64 zz = cdiv(512, cdiv(M, GT) * cdiv(N, GT)), maxz = cdiv(Kd, 256);
+    if (zz > maxz) zz = maxz;
+    if (zz > 65535) zz = 65535;
+    if (zz < 1) zz = 1;
+    *kper = cdiv(cdiv(Kd, zz), GK) * GK;
+    *z = cdiv(Kd, *kper);
+}
+
+template <class OA, class OB, class EP>
+static int gemm(const OA &A, const OB &B, const EP &E, i64 M, i64 N, i64 Kd, i64 z, i64 kper, cudaStream_t s, const char *what) {
+    const i64 tiles = cdiv(M, GT) * cdiv(N, GT);
+    if (tiles == 0) return LYCO_OK;
+    if (tiles > 2147483647LL || z > 65535)
+        return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda lokr: %s grid (%lld tiles × %lld splits) exceeds the launch limits", what,
+                         (long long)tiles, (long long)z);
+    k_lokr_gemm<OA, OB, EP><<<dim3((unsigned)tiles, (unsigned)z), NT, 0, s>>>(A, B, E, M, N, Kd, kper);
+    LK_LAUNCHED(what);
+    return LYCO_OK;
+}
+
+/* Z = im2col(x)·W2ᵀ */
+static int run_z(const lk_lokr_args *a, const lokr_byp &B, float *Z, cudaStream_t s) {
+    const op_x ax = {B, a->x};
+    const op_mat w2 = {B.W2f, 1, B.dK};
+    const ep_zm ez = {B, Z};
+    return gemm(ax, w2, ez, B.N * B.c * B.g.spout, B.b, B.dK, 1, B.dK, s, "lokr_gemm_z");
+}
+
 static int fwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     float *Z = (float *)carve_take(cv, (size_t)z_size(a) * 4);
     lokr_halves h;
     int rc = lokr_halves_build(a, cv, &h, true, s);
     if (rc || !cv.base) return rc;
     const lokr_byp B = byp_of(a, &h);
-    k_lokr_bz<<<grid_of(z_size(a)), NT, 0, s>>>(B, a->x, Z);
-    LK_LAUNCHED("lokr_bz");
-    k_lokr_by<<<grid_of(B.N * B.O * B.g.spout), NT, 0, s>>>(B, a->y0, a->y, Z);
-    LK_LAUNCHED("lokr_by");
-    return LYCO_OK;
-}
-
-struct bb_plan {
-    i64 z1, nper, z2, uper;
-};
-
-/* splits so that about 1024 blocks run; functions of the shape only (deterministic) */
-static bb_plan bb_plan_of(const lk_lokr_args *a) {
-    bb_plan pl;
-    const i64 ac = a->a * a->c, b2 = cdiv(a->b * a->d * a->K, NT);
-    const i64 T = a->T > 0 ? a->T : 1, U = T * (a->geo.nd ? a->geo.spout : 1); /* T = 0: one empty split */
-    i64 z = cdiv(1024, ac);
-    if (z > T) z = T;
-    if (z > 65535) z = 65535;
-    if (z < 1) z = 1;
-    pl.nper = cdiv(T, z);
-    pl.z1 = cdiv(T, pl.nper);
-    z = cdiv(1024, b2);
-    if (z > U) z = U;
-    if (z > 65535) z = 65535;
-    if (z < 1) z = 1;
-    pl.uper = cdiv(U, z);
-    pl.z2 = cdiv(U, pl.uper);
-    return pl;
+    if ((rc = run_z(a, B, Z, s))) return rc;
+    const op_mat w1 = {B.W1s, B.c, 1};
+    const op_zt<false> zt = {B, Z};
+    const ep_y ey = {B, a->y0, a->y};
+    return gemm(w1, zt, ey, B.a, B.N * B.b * B.g.spout, B.c, 1, B.c, s, "lokr_gemm_y");
 }
 
 static int bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
-    const bb_plan pl = bb_plan_of(a);
-    const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K, spo = a->geo.nd ? a->geo.spout : 1, spi = a->geo.nd ? a->geo.spin : 1;
+    const i64 ac = a->a * a->c, dK = a->d * a->K, n2 = a->b * dK, spo = a->geo.nd ? a->geo.spout : 1, spi = a->geo.nd ? a->geo.spin : 1;
+    const i64 Kw1 = a->T * a->b * spo, Kw2 = a->T * a->c * spo;
+    i64 z1, k1, z2, k2;
+    ksplit(a->a, a->c, Kw1, &z1, &k1);
+    ksplit(a->b, dK, Kw2, &z2, &k2);
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
-    const bool needZ = need1, needGZ = need2 || a->dx.p;
-    float *Z = (float *)carve_take(cv, needZ ? (size_t)z_size(a) * 4 : 0);
+    const bool needGZ = need2 || a->dx.p;
+    float *Z = (float *)carve_take(cv, need1 ? (size_t)z_size(a) * 4 : 0);
     float *GZ = (float *)carve_take(cv, needGZ ? (size_t)z_size(a) * 4 : 0);
-    float *pw1 = (float *)carve_take(cv, (size_t)(pl.z1 * ac) * 4);
-    float *pw2 = (float *)carve_take(cv, (size_t)(pl.z2 * n2) * 4);
+    float *pw1 = (float *)carve_take(cv, need1 ? (size_t)(z1 * ac) * 4 : 0);
+    float *pw2 = (float *)carve_take(cv, need2 ? (size_t)(z2 * n2) * 4 : 0);
     double *psig = (double *)carve_take(cv, a->gsigma.p ? (size_t)SIG_BLOCKS * 8 : 0);
     lokr_grads gr;
     lokr_grads_carve(a, cv, &gr);
@@ -287,29 +360,36 @@ static int bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     int rc = lokr_halves_build(a, cv, &h, true, s);
     if (rc || !cv.base) return rc;
     const lokr_byp B = byp_of(a, &h);
+    const op_dy gdy = {B, a->dy};
     if (a->dy0.p) {
         lk_act none;
         memset(&none, 0, sizeof none);
         k_lokr_act_copy<<<grid_of(a->T * a->O * spo), NT, 0, s>>>(a->dy0, a->dy0_zero ? none : a->dy, a->T, a->O, spo, a->ct);
         LK_LAUNCHED("lokr_act_copy");
     }
-    if (needZ) {
-        k_lokr_bz<<<grid_of(z_size(a)), NT, 0, s>>>(B, a->x, Z);
-        LK_LAUNCHED("lokr_bz");
-        k_lokr_bgw1<<<dim3((unsigned)ac, (unsigned)pl.z1), NT, 0, s>>>(B, a->dy, Z, pl.nper, pw1);
-        LK_LAUNCHED("lokr_bgw1");
+    if (need1) { /* G_W1 (unscaled) = Σ dy·Zᵀ */
+        const op_zt<true> zt = {B, Z};
+        const ep_part ep = {pw1, a->a, a->c};
+        if ((rc = run_z(a, B, Z, s)) || (rc = gemm(gdy, zt, ep, a->a, a->c, Kw1, z1, k1, s, "lokr_gemm_gw1"))) return rc;
     }
-    if (needGZ) {
-        k_lokr_bgz<<<grid_of(z_size(a)), NT, 0, s>>>(B, a->dy, GZ);
-        LK_LAUNCHED("lokr_bgz");
+    if (needGZ) { /* GZ = W̃1ᵀ·dy */
+        const op_mat w1t = {B.W1s, 1, B.c};
+        const ep_zt ep = {B, GZ};
+        if ((rc = gemm(w1t, gdy, ep, B.c, B.N * B.b * spo, B.a, 1, B.a, s, "lokr_gemm_gz"))) return rc;
     }
-    if (a->dx.p) {
+    if (a->dx.p && a->geo.nd == 0) { /* dx = GZ·W2 */
+        const op_mat gz = {GZ, B.b, 1}, w2 = {B.W2f, B.dK, 1};
+        const ep_dx ep = {B, a->dx};
+        if ((rc = gemm(gz, w2, ep, B.N * B.c, B.d, B.b, 1, B.b, s, "lokr_gemm_dx"))) return rc;
+    } else if (a->dx.p) {
         k_lokr_bdx<<<grid_of(a->T * a->I * spi), NT, 0, s>>>(B, a->dx, GZ);
         LK_LAUNCHED("lokr_bdx");
     }
-    if (need2) {
-        k_lokr_bgw2<<<dim3((unsigned)cdiv(n2, NT), (unsigned)pl.z2), NT, 0, s>>>(B, a->x, GZ, pl.uper, pw2);
-        LK_LAUNCHED("lokr_bgw2");
+    if (need2) { /* G_W2 = GZᵀ·im2col(x) */
+        const op_zm gz = {B, GZ};
+        const op_x ax = {B, a->x};
+        const ep_part ep = {pw2, a->b, dK};
+        if ((rc = gemm(gz, ax, ep, a->b, dK, Kw2, z2, k2, s, "lokr_gemm_gw2"))) return rc;
     }
     if (a->gsigma.p) {
         i64 nb = cdiv(z_size(a), NT);
@@ -319,7 +399,7 @@ static int bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
         LK_LAUNCHED("lokr_bsig");
         if ((rc = lokr_sum_store(psig, nb, a->gsigma, a->s * a->m, s))) return rc;
     }
-    return lokr_chain(a, &h, &gr, need1 ? pw1 : NULL, pl.z1, need2 ? pw2 : NULL, pl.z2, a->s * a->m, a->sigma, s);
+    return lokr_chain(a, &h, &gr, need1 ? pw1 : NULL, z1, need2 ? pw2 : NULL, z2, a->s * a->m, a->sigma, s);
 }
 
 static int with_scratch(const lk_lokr_args *a, cudaStream_t s, bool fwd) {

@@ -7,8 +7,7 @@
  *   W1d a×c (fp64)          = w1, or w1_a·w1_b
  *   W2d b×dK (fp64)         = w2, or w2_a·w2_b, or Tucker w2_aᵀ·P with P[l, q·K+κ] = Σ_m t2[l,m,κ]·w2_b[m,q]
  *   W2f b×dK (fp32)         = RN_f32(W2d)
- *   bypass only: W2T dK×b   = W2fᵀ (fp32, for coalesced token products),
- *                W1s a×c    = RN_f32(s·m·σs·W1d) (σs read on the device)
+ *   bypass only: W1s a×c    = RN_f32(s·m·σs·W1d) (σs read on the device)
  * plus fp64 copies of the factors (the chains read them). All compact row-major.
  *
  * The gradient chain (lokr_chain): fp32 partials of G_W1 (z₁ × a·c) and G_W2 (z₂ × b·dK) are
@@ -51,7 +50,7 @@ struct lokr_dev {
 
 struct lokr_halves {
     double *W1d, *W2d, *w1a, *w1b, *w2a, *w2b, *t2, *P;
-    float *W2f, *W2T, *W1s;
+    float *W2f, *W1s;
 };
 
 struct lokr_grads {
@@ -75,7 +74,7 @@ lokr_dev lokr_dev_of(const lk_lokr_args *a, const lokr_halves *h, bool merge);
 void lokr_grads_carve(const lk_lokr_args *a, lk_carve &cv, lokr_grads *g);
 int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g, const float *pw1, i64 z1, const float *pw2,
                i64 z2, double scale1, const lk_view &sigma1, cudaStream_t s);
-/* out (1×1) = scale·Σ parts[0..n) in index order (one block, fixed-order tree) */
+/* out (1×1) = scale·Σ parts[0..n) (one block, fixed summation order) */
 int lokr_sum_store(const double *parts, i64 n, const lk_view &out, double scale, cudaStream_t s);
 
 #endif

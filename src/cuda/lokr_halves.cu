@@ -5,7 +5,7 @@
  * halves match src/cpu/lokr.c to fp64 rounding. Shapes: W1 a×c, W2 b×dK (dK = d·K), factors
  * w1_a a×r, w1_b r×c, w2_a b×r (Tucker r×b), w2_b r×dK (Tucker r×d), t2 r×r×K.
  * Extra memory (scratch, carved by the caller): the fp64 factor copies, W1d, W2d, W2f (and for
- * bypass W2T, W1s), Tucker's P; gradients: G1 a·c, G2 b·dK, G_P r·dK doubles.
+ * bypass W1s), Tucker's P; gradients: G1 a·c, G2 b·dK, G_P r·dK doubles.
  */
 #include "cuda/lokr_common.cuh"
 
@@ -40,13 +40,11 @@ __global__ __launch_bounds__(NT) void k_lokr_tucker_p(i64 r, i64 d, i64 K, const
     P[idx] = acc;
 }
 
-/* W2f = RN_f32(W2d); W2T = W2fᵀ (optional) */
-__global__ __launch_bounds__(NT) void k_lokr_w2f(const double *W2d, i64 b, i64 dK, float *W2f, float *W2T) {
+/* W2f = RN_f32(W2d) */
+__global__ __launch_bounds__(NT) void k_lokr_w2f(const double *W2d, i64 n, float *W2f) {
     const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
-    if (idx >= b * dK) return;
-    const float v = (float)W2d[idx];
-    W2f[idx] = v;
-    if (W2T) W2T[(idx % dK) * b + idx / dK] = v;
+    if (idx >= n) return;
+    W2f[idx] = (float)W2d[idx];
 }
 
 /* W1s = RN_f32(W1d·sm·σs) */
@@ -133,10 +131,7 @@ int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool 
     h->W1d = take_d(cv, A_ * c);
     h->W2d = take_d(cv, b * dK);
     h->W2f = take_f(cv, b * dK);
-    if (bypass) {
-        h->W2T = take_f(cv, b * dK);
-        h->W1s = take_f(cv, A_ * c);
-    }
+    if (bypass) h->W1s = take_f(cv, A_ * c);
     if (!a->w1_full) {
         h->w1a = take_d(cv, A_ * r);
         h->w1b = take_d(cv, r * c);
@@ -172,7 +167,7 @@ int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool 
             (rc = dmm(b, dK, r, h->w2a, r, 1, h->w2b, dK, 1, h->W2d, NULL, s)))
             return rc;
     }
-    k_lokr_w2f<<<blocks_for(b * dK), NT, 0, s>>>(h->W2d, b, dK, h->W2f, h->W2T);
+    k_lokr_w2f<<<blocks_for(b * dK), NT, 0, s>>>(h->W2d, b * dK, h->W2f);
     LK_LAUNCHED("lokr_w2f");
     if (bypass) {
         k_lokr_w1s<<<blocks_for(A_ * c), NT, 0, s>>>(h->W1d, A_ * c, a->s * a->m, a->sigma, ct, h->W1s);
