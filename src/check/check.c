@@ -347,8 +347,14 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
     /* the max over n elements reaches further into the error's tail than the ~4096-element
        cases the constants were calibrated on (seen: 25 ULP at 4096×4096, rank 32, fp32) */
     double tail = n > 4096 ? log2((double)n) / 12.0 : 1.0;
+    /* bypass backward's weight gradients reduce over tokens a product that already carries the
+       recomputed h = x·Dᵀ's own fp32 error (length I·K): the two stages' errors add, so the chain
+       counts as sqrt(K − I·K) + sqrt(I·K) rather than sqrt(K) (H200 conv test, cu_conv2d_r67_o70
+       fp32 lora_up: 56.9 ULP against 52.5 counted as one chain) */
+    double ik = (double)c->I * (double)((c->k[0] ? c->k[0] : 1) * (c->k[1] ? c->k[1] : 1) * (c->k[2] ? c->k[2] : 1));
+    double chain = dir == LYCO_DIR_BYPASS_BWD && K > ik ? sqrt(K - ik) + sqrt(ik) : sqrt(K);
     double acc = out != LYCO_F32 ? 0.5 + (full_reduction ? ldexp(0.5 * K, lyco_dtype_precision(out) - 24) : 0.0)
-                 : full_reduction ? 8.0 + 0.5 * K : 8.0 + 1.5 * sqrt(K) * tail;
+                 : full_reduction ? 8.0 + 0.5 * K : 8.0 + 1.5 * chain * tail;
     /* DoRA's epilogue adds about four fp32 roundings per element (norm, d/n, the interpolation,
        V·c) on elements up to ~4× the RMS: measured up to 21.9 ULP on fp32 outputs */
     if (out == LYCO_F32 && (c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) acc += 16.0;
