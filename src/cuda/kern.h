@@ -88,7 +88,7 @@ typedef struct {
 /* Launchers (locon.cu, dora.cu). stream is a cudaStream_t. */
 int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream);
 /* The small-rank merge forward (locon_merge_small.cu): runs it and sets *done when it applies (no
-   DoRA, r ≤ 32, row-major 16-byte-aligned out and W); LYCO_CUDA_NO_SMALL_MERGE=1 turns it off (A/B). */
+   DoRA, r ≤ 16, row-major 16-byte-aligned out and W); LYCO_CUDA_NO_SMALL_MERGE=1 turns it off (A/B). */
 int lk_locon_merge_fwd_small(const lk_merge_fwd_args *a, const lk_device *dev, void *stream, int *done);
 int lk_locon_merge_bwd(const lk_merge_bwd_args *a, const lk_device *dev, void *stream);
 int lk_locon_bypass_fwd(const lk_bypass_fwd_args *a, const lk_device *dev, void *stream, char *why, size_t why_len);

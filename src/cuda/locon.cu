@@ -19,7 +19,7 @@
  * bypass, and any device where a pipelined layout does not fit.
  *
  * merge forward: out = W + m·dW | m·dW | W − m·dW, dW = (s·σs·q_o)·U·D (DoRA: merge_ep.cuh).
- *   r ≤ 32 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, no tensor cores).
+ *   r ≤ 16 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, no tensor cores).
  *   k2_merge_fwd (r ≤ 128): a block owns 64 rows; its U rows stay in shared memory; it walks its
  *   128-column tiles (grid-stride), staging W and D tiles S deep; the fp32 dW tile goes through
  *   shared memory to a coalesced elementwise epilogue (in place allowed: out may be W).

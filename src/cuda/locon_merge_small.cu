@@ -1,5 +1,5 @@
 /*
- * locon_merge_small.cu — LoRA / LoCon merge forward for small ranks (r ≤ 32) on row-major
+ * locon_merge_small.cu — LoRA / LoCon merge forward for small ranks (r ≤ 16) on row-major
  * outputs: the memory-bound case (ALGORITHMS.md §2.1, NUMERICS.md §1), with FFMA instead of
  * tensor cores and no shared-memory round trip for W or the output.
  *
@@ -8,67 +8,98 @@
  * The same formula as locon.cu's k2_merge_fwd (products exact in fp32 for 16-bit CT, fp32
  * accumulation in k order); only the summation order within the r terms differs.
  *
- * Shapes: U O×r, D r×IK (IK = I·K), W/out O×IK. Taken when: no DoRA, r ≤ 32, out row-major with
- * 16-byte rows (LK_VEC), W absent or likewise; U, D and the mask any layout (read element-wise,
+ * Shapes: U O×r, D r×IK (IK = I·K), W/out O×IK. Taken when: no DoRA, r ≤ 16, out row-major with
+ * 16-byte rows (LK_VEC), W absent or likewise; U, D and the mask any layout (staged element-wise,
  * they are small). Anything else stays with locon.cu's kernels (lk_locon_merge_fwd).
  *
- * Tiling: a block (256 threads) owns a 256-column strip and a range of rows; the strip of D
- * (RK × 256, fp32, RN_CT applied) is staged once in shared memory. Each warp takes 4 rows at a
- * time: lane l owns columns l·8 … l·8+7 of those rows, issues the 4 (bf16: 16-byte) W loads
- * first, holds U[o+i, l] in a register and broadcasts U[o+i, k] with shuffles, accumulates the
- * 4×8 dW block with 32·r FFMA, then merges and stores 16 bytes per row. Edge columns (IK not a
- * multiple of 8 or of 256) take element-wise loads and stores. Per element: r FFMA + ~6 other
- * instructions, so r ≤ 32 stays under the memory floor (H200: 33 TFMA/s FFMA vs 4.2 TB/s).
- * Extra memory: none. In place (out = W) is safe: each element is read then written by one
- * thread. Deterministic: fixed order everywhere.
+ * Tiling: a block (256 threads) owns a 128-row × 256-column tile; it stages RN_CT(D) for its
+ * columns (RK × 256), RN_CT(U) for its rows (k-major, RK × 128) and the row scales c_o in shared
+ * memory once. Each warp then takes 4 rows at a time: lane l owns columns l·8 … l·8+7, issues the
+ * 4 raw 16-byte (fp32 W: 32-byte) W loads before any arithmetic (no branch between them), reads
+ * D as two float4 and the 4 rows' U as one broadcast float4 per k, accumulates the 4×8 dW block
+ * with 32·r FFMA, then widens W, merges and stores 16 bytes per row. Edge tiles (IK not a multiple
+ * of 8, a partial last row group) take element-wise loads and stores. Extra memory: none. In
+ * place (out = W) is safe: each element is read then written by one thread. Deterministic.
+ *
+ * Measured (H200, 4096², bf16, lyco bench): the first version (W loads through vload8 inside
+ * per-row branches, U through shuffles, r ≤ 32) ran r 8 in 61.4 µs (3.84× the floor; locon.cu's
+ * tensor-core kernel 78.2 µs) and r 32 in 113.9 µs (locon.cu: 80.5 µs), hence r ≤ 16 and this
+ * layout. LYCO_CUDA_NO_SMALL_MERGE=1 switches this path off (A/B in the bench).
  */
 #include "cuda/common.cuh"
 #include "cuda/merge_ep.cuh"
 
 namespace {
 
-const int MS_BN = 256;  /* columns per block */
-const int MS_ROWS = 4;  /* rows per warp step */
+const int MS_BN = 256;   /* columns per block */
+const int MS_BM = 128;   /* rows per block */
+const int MS_ROWS = 4;   /* rows per warp step */
 
-/* Row o's scale c_o = s · σ · q_o (0 outside the matrix). */
-__device__ __forceinline__ float row_scale(const lk_locon &L, i64 o, float sig) {
-    return o < L.O ? (float)L.s * sig * vget(L.mask, o, 1.0f) : 0.0f;
+/* One warp step's W rows, raw: 16 bytes (16-bit W) or 32 bytes (fp32 W) per lane and row. */
+template <int WES> struct w_raw {
+    uint4 v[MS_ROWS][WES == 4 ? 2 : 1];
+};
+
+template <int WES> __device__ __forceinline__ void w_issue(w_raw<WES> &w, const lk_view &W, i64 o0, i64 jl) {
+    const char *b = (const char *)W.p;
+#pragma unroll
+    for (int i = 0; i < MS_ROWS; i++) {
+        const uint4 *p = (const uint4 *)(b + ((o0 + i) * W.s0 + jl) * WES);
+        w.v[i][0] = p[0];
+        if (WES == 4) w.v[i][WES == 4 ? 1 : 0] = p[1];
+    }
 }
 
-template <typename CT, int RK>
-__global__ __launch_bounds__(NT, 2) void k_merge_fwd_small(lk_merge_fwd_args a, i64 rows_per_block) {
-    __shared__ __align__(16) float sD[RK][MS_BN];
+template <int WES> __device__ __forceinline__ void w_widen(const w_raw<WES> &w, int i, int dt, float (&o)[8]) {
+    if (WES == 4) {
+        const uint4 a = w.v[i][0], b = w.v[i][WES == 4 ? 1 : 0];
+        const unsigned u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[e] = __uint_as_float(u[e]);
+    } else {
+        const uint4 a = w.v[i][0];
+        const unsigned u[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            o[2 * e] = bits16_to_f(u[e] & 0xffffu, dt);
+            o[2 * e + 1] = bits16_to_f(u[e] >> 16, dt);
+        }
+    }
+}
+
+/* WES: bytes per W element (0 = no W: DELTA mode). */
+template <typename CT, int RK, int WES>
+__global__ __launch_bounds__(NT) void k_merge_fwd_small(lk_merge_fwd_args a) {
+    __shared__ __align__(16) float sD[RK][MS_BN];    /* RN_CT(D) strip, zero beyond r and IK */
+    __shared__ __align__(16) float sU[RK][MS_BM];    /* RN_CT(U) rows, k-major: 4 rows in one float4 */
+    __shared__ float sC[MS_BM];                      /* c_o = s·σ·q_o */
     const lk_locon &L = a.L;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const i64 j0 = (i64)blockIdx.x * MS_BN, jl = j0 + lane * 8;
-    const i64 ob = (i64)blockIdx.y * rows_per_block;
-    const i64 oe = ob + rows_per_block < L.O ? ob + rows_per_block : L.O;
+    const i64 j0 = (i64)blockIdx.x * MS_BN, jl = j0 + lane * 8, ob = (i64)blockIdx.y * MS_BM;
+    const i64 oe = ob + MS_BM < L.O ? ob + MS_BM : L.O;
     const int r = (int)L.r;
     const float sig = sigma_ct<CT>(L.sigma), mf = (float)L.m;
-    const bool hasW = a.W.p != NULL;
-    /* the D strip, RN_CT applied, zero beyond r and IK */
     for (int q = threadIdx.x; q < RK * MS_BN; q += NT) {
         const int k = q / MS_BN, c = q % MS_BN;
         const i64 j = j0 + c;
         sD[k][c] = (k < r && j < L.IK) ? rnd_ct<CT>(vload(L.D, k, j)) : 0.0f;
     }
+    for (int q = threadIdx.x; q < RK * MS_BM; q += NT) {
+        const int k = q / MS_BM, i = q % MS_BM;
+        const i64 o = ob + i;
+        sU[k][i] = (k < r && o < oe) ? rnd_ct<CT>(vload(L.U, o, k)) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < MS_BM; i += NT) {
+        const i64 o = ob + i;
+        sC[i] = o < oe ? (float)L.s * sig * vget(L.mask, o, 1.0f) : 0.0f;
+    }
     __syncthreads();
-    /* the whole 8-column chunk of this lane lies inside the matrix (vector path) */
-    const bool full = jl + 8 <= L.IK;
-    for (i64 o0 = ob + (i64)warp * MS_ROWS; o0 < oe; o0 += (NT / 32) * MS_ROWS) {
-        float w[MS_ROWS][8];
-        if (hasW) {
-#pragma unroll
-            for (int i = 0; i < MS_ROWS; i++) {
-                if (o0 + i < oe && full) vload8(w[i], a.W, o0 + i, jl);
-                else
-#pragma unroll
-                    for (int e = 0; e < 8; e++) w[i][e] = (o0 + i < oe && jl + e < L.IK) ? vload(a.W, o0 + i, jl + e) : 0.0f;
-            }
-        }
-        float u[MS_ROWS];
-#pragma unroll
-        for (int i = 0; i < MS_ROWS; i++) u[i] = (lane < r && o0 + i < oe) ? rnd_ct<CT>(vload(L.U, o0 + i, lane)) : 0.0f;
+    const bool full = jl + 8 <= L.IK; /* the lane's 8 columns all inside: 16-byte accesses */
+    for (int i0 = warp * MS_ROWS; i0 < MS_BM && ob + i0 < oe; i0 += (NT / 32) * MS_ROWS) {
+        const i64 o0 = ob + i0;
+        const bool fast = full && o0 + MS_ROWS <= oe;
+        w_raw<WES == 0 ? 2 : WES> wr;
+        if (WES && fast) w_issue<WES == 0 ? 2 : WES>(wr, a.W, o0, jl);
         float acc[MS_ROWS][8];
 #pragma unroll
         for (int i = 0; i < MS_ROWS; i++)
@@ -78,22 +109,28 @@ __global__ __launch_bounds__(NT, 2) void k_merge_fwd_small(lk_merge_fwd_args a, 
         for (int k = 0; k < RK; k++) {
             if (k >= r) break;
             const float4 d0 = *(const float4 *)&sD[k][lane * 8], d1 = *(const float4 *)&sD[k][lane * 8 + 4];
-            const float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+            const float4 u4 = *(const float4 *)&sU[k][i0];
+            const float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
 #pragma unroll
-            for (int i = 0; i < MS_ROWS; i++) {
-                const float uk = __shfl_sync(0xffffffffu, u[i], k);
+            for (int i = 0; i < MS_ROWS; i++)
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[i][e] = fmaf(uk, d[e], acc[i][e]);
-            }
+                for (int e = 0; e < 8; e++) acc[i][e] = fmaf(u[i], d[e], acc[i][e]);
         }
 #pragma unroll
         for (int i = 0; i < MS_ROWS; i++) {
             const i64 o = o0 + i;
             if (o >= oe) break;
-            const float c = row_scale(L, o, sig);
+            float w[8];
+            if (WES && fast) {
+                w_widen<WES == 0 ? 2 : WES>(wr, i, a.W.dt, w);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) w[e] = (WES && jl + e < L.IK) ? vload(a.W, o, jl + e) : 0.0f;
+            }
+            const float c = sC[i0 + i];
             float v[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = merge_elem(hasW ? rnd_ct<CT>(w[i][e]) : 0.0f, acc[i][e] * c, a.mode, mf, false, NULL);
+            for (int e = 0; e < 8; e++) v[e] = merge_elem(WES ? rnd_ct<CT>(w[e]) : 0.0f, acc[i][e] * c, a.mode, mf, false, NULL);
             if (full) vstore8(a.out, o, jl, v);
             else
                 for (int e = 0; e < 8 && jl + e < L.IK; e++) vstore(a.out, o, jl + e, v[e]);
@@ -101,25 +138,20 @@ __global__ __launch_bounds__(NT, 2) void k_merge_fwd_small(lk_merge_fwd_args a, 
     }
 }
 
-template <typename CT, int RK> int launch(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s) {
+template <typename CT, int RK> int launch(const lk_merge_fwd_args *a, cudaStream_t s) {
     const lk_locon &L = a->L;
-    const i64 gx = cdiv(L.IK, MS_BN);
-    /* about four blocks per SM in all; row ranges a multiple of one block step (32 rows) */
-    i64 gy = cdiv(4LL * dev->sms, gx);
-    if (gy > cdiv(L.O, 32)) gy = cdiv(L.O, 32);
-    if (gy < 1) gy = 1;
-    const i64 rpb = cdiv(cdiv(L.O, gy), 32) * 32;
-    gy = cdiv(L.O, rpb);
+    const i64 gx = cdiv(L.IK, MS_BN), gy = cdiv(L.O, MS_BM);
     if (gx > 2147483647LL || gy > 65535) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: merge grid %lld×%lld too large", (long long)gx, (long long)gy);
-    k_merge_fwd_small<CT, RK><<<dim3((unsigned)gx, (unsigned)gy), NT, 0, s>>>(*a, rpb);
+    const dim3 grid((unsigned)gx, (unsigned)gy);
+    if (!a->W.p) k_merge_fwd_small<CT, RK, 0><<<grid, NT, 0, s>>>(*a);
+    else if (a->W.dt == DT_F32) k_merge_fwd_small<CT, RK, 4><<<grid, NT, 0, s>>>(*a);
+    else k_merge_fwd_small<CT, RK, 2><<<grid, NT, 0, s>>>(*a);
     LK_LAUNCHED("merge_fwd (small rank)");
     return LYCO_OK;
 }
 
-template <typename CT> int launch_ct(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s) {
-    if (a->L.r <= 8) return launch<CT, 8>(a, dev, s);
-    if (a->L.r <= 16) return launch<CT, 16>(a, dev, s);
-    return launch<CT, 32>(a, dev, s);
+template <typename CT> int launch_ct(const lk_merge_fwd_args *a, cudaStream_t s) {
+    return a->L.r <= 8 ? launch<CT, 8>(a, s) : launch<CT, 16>(a, s);
 }
 
 bool row_major_vec(const lk_view &v) { return v.s1 == 1 && (v.flags & LK_VEC) && !(v.flags & LK_UNALIGNED); }
@@ -128,16 +160,17 @@ bool row_major_vec(const lk_view &v) { return v.s1 == 1 && (v.flags & LK_VEC) &&
 
 /* Runs the small-rank merge forward when it applies (*done = 1), else leaves it to the caller. */
 extern "C" int lk_locon_merge_fwd_small(const lk_merge_fwd_args *a, const lk_device *dev, void *stream, int *done) {
+    (void)dev;
     *done = 0;
     const lk_locon &L = a->L;
-    if (a->dora.on || L.r < 1 || L.r > 32 || !row_major_vec(a->out) || (a->W.p && !row_major_vec(a->W))) return LYCO_OK;
+    if (a->dora.on || L.r < 1 || L.r > 16 || !row_major_vec(a->out) || (a->W.p && !row_major_vec(a->W))) return LYCO_OK;
     if (getenv("LYCO_CUDA_NO_SMALL_MERGE")) return LYCO_OK; /* A/B switch for the bench */
     cudaStream_t s = (cudaStream_t)stream;
     int rc;
     switch (L.ct) {
-    case DT_BF16: rc = launch_ct<bf16_t>(a, dev, s); break;
-    case DT_F16: rc = launch_ct<f16_t>(a, dev, s); break;
-    default: rc = launch_ct<float>(a, dev, s); break;
+    case DT_BF16: rc = launch_ct<bf16_t>(a, s); break;
+    case DT_F16: rc = launch_ct<f16_t>(a, s); break;
+    default: rc = launch_ct<float>(a, s); break;
     }
     if (rc == LYCO_OK) *done = 1;
     return rc;

@@ -52,12 +52,13 @@ static const lyco_case cases[] = {
     /* linear, Δ alone: dy0 must be 0 (dispatch_locon.c zeroes it; locon.cu's kernel writes RN(dy)) */
     {.name = "cu_linear_delta_only", .algo = LYCO_ALGO_LOCON, .O = 24, .I = 20, .rank = 4, .tokens = 9, .alpha = 2,
      .opts = CASE_NO_Y0},
-    /* the small-rank merge kernel (locon_merge_small.cu): two 256-column strips and a partial one,
-       row ranges over several blocks, r below its rank bound; and fp32-friendly I = 4 mod 8 (the
-       last 8-column chunk partial on fp32 rows) with r at the bound */
-    {.name = "cu_linear_small_merge_r17", .algo = LYCO_ALGO_LOCON, .O = 300, .I = 600, .rank = 17, .tokens = 3, .alpha = 4,
+    /* the small-rank merge kernel (locon_merge_small.cu, r ≤ 16): three 256-column strips (the
+       last partial), three 128-row tiles with a partial last row group (O = 301), r below its
+       rank bound; and I = 260 (fp32 rows: a partial last 8-column chunk; 16-bit rows: not 16-byte
+       rows, so locon.cu's kernels) with r at the bound */
+    {.name = "cu_linear_small_merge_r13", .algo = LYCO_ALGO_LOCON, .O = 301, .I = 600, .rank = 13, .tokens = 3, .alpha = 4,
      .opts = CASE_SCALAR | CASE_RANK_MASK},
-    {.name = "cu_linear_small_merge_r32_i4", .algo = LYCO_ALGO_LOCON, .O = 77, .I = 260, .rank = 32, .tokens = 2, .alpha = 8,
+    {.name = "cu_linear_small_merge_r16_i4", .algo = LYCO_ALGO_LOCON, .O = 77, .I = 260, .rank = 16, .tokens = 2, .alpha = 8,
      .multiplier = 0.7},
     /* empty batch: outputs empty, gradients zero */
     {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
