@@ -99,7 +99,7 @@ if [ -z "${LYCO_SKIP_CHECK:-}" ]; then
 # A case the CUDA backend declines runs the eager twin on host copies (path "eager: eager via host
 # copies: <why>"); it must still pass the eager budget. Families listed in LYCO_FUSED_ALGOS must
 # take the fused path on every case (a fallback there is a failure).
-FUSED_ALGOS="${LYCO_FUSED_ALGOS:-locon,ia3,full,norm,glora,dylora}"
+FUSED_ALGOS="${LYCO_FUSED_ALGOS:-locon,loha,lokr,diag_oft,boft,ia3,full,norm,glora,dylora}"
 ALGOS="${LYCO_ALGOS:-}"
 say "lyco check --backend cuda ${ALGOS:+--algo $ALGOS }--seed $SEED (all dtype rows)"
 "$LYCO" check --backend cuda ${ALGOS:+--algo "$ALGOS"} --seed "$SEED" >"$OUT/check.txt" 2>&1
@@ -114,8 +114,9 @@ awk '/ PASS | FAIL /{split($1, n, "_"); a = n[1]; if (a == "diag") a = "diag_oft
      END {for (a in seen) printf "     %-9s fused %4d   eager %4d\n", a, f[a], e[a]}' "$OUT/check.txt" | sort | tee -a "$LOG"
 echo "   fallback reasons:" | tee -a "$LOG"
 grep -oE "eager via host copies: .*" "$OUT/check.txt" | sed 's/ *$//' | sort | uniq -c | sort -rn | head -30 | sed 's/^/     /' | tee -a "$LOG"
+# DoRA in the bypass directions is the one documented decline (issue 3: it needs x·Wᵀ again)
 for a in ${FUSED_ALGOS//,/ }; do
-    n=$(grep -E "^${a}_" "$OUT/check.txt" | grep -c "eager via host copies" || true)
+    n=$(grep -E "^${a}_" "$OUT/check.txt" | grep "eager via host copies" | grep -vc "DoRA in bypass" || true)
     [ "$n" != 0 ] && fail "$a: $n cases fell back to the eager twin (expected fused)"
 done
 
