@@ -9,7 +9,11 @@
  *                unaligned views work), EW_U chunks per thread and iteration with their loads
  *                issued before any use; conversions happen in registers; grid-stride loop.
  *                Measured on the H200 (lyco bench, 8192 tokens × 4096, IA3 bypass fwd bf16):
- *                93 µs = 1.95× the bench's floor with EW_U = 1, 148 µs with EW_U = 4.
+ *                93 µs = 1.95× the bench's floor with EW_U = 1, 148 µs with EW_U = 4; ncu: 91 µs,
+ *                instruction-bound (issue slots 69% busy, DRAM 26%). Hence k_ew_rows for K = 1
+ *                or row vectors (every IA3 bypass, Full/Norm merges): a 2-D grid (no index
+ *                division), the compute dtype a template parameter. LYCO_CUDA_EW_GENERIC=1 keeps
+ *                the generic kernel (A/B).
  *                Extra memory: none. In-place (out == W) is safe: same thread, same element.
  *   lk_chan_sum  per-channel Σ A·B (gradients of IA3 w, Full diff_b, Norm w_norm/b_norm).
  *                Deterministic, no float atomics:
@@ -20,6 +24,8 @@
  *                scales, and rounds once into the gradient's dtype.
  *                Extra memory: S·C or R floats of stream-ordered scratch (lk_scratch_alloc).
  */
+#include <stdlib.h>
+
 #include "cuda/common.cuh"
 #include "cuda/kern_simple.h"
 
@@ -108,9 +114,74 @@ template <bool SRCW> __global__ __launch_bounds__(NT) void k_ew_merge(lk_ew_args
     }
 }
 
+/* The common case, without index division: K = 1 (or no vector along columns), a 2-D grid of
+   8-column chunks (x) by rows (y, grid-stride), the compute dtype a template parameter so each
+   element is a handful of instructions (the generic kernel above measured instruction-bound on
+   the H200: 91 µs, issue slots 69% busy, DRAM 26%, for IA3 bypass fwd 8192 × 4096 bf16). Same
+   formula and rounding as k_ew_merge. */
+template <typename CT, bool SRCW> __global__ __launch_bounds__(NT) void k_ew_rows(lk_ew_args a) {
+    const i64 c0 = ((i64)blockIdx.x * NT + threadIdx.x) * 8;
+    if (c0 >= a.out.cols) return;
+    const float m = (float)a.m;
+    const bool cols8 = a.vec.p && !a.vec_on_rows, rows1 = a.vec.p && a.vec_on_rows;
+    float fv[8];
+    if (cols8) {
+        vload8(fv, a.vec, 0, c0);
+        if (!a.vec_exact)
+#pragma unroll
+            for (int e = 0; e < 8; e++) fv[e] = rnd_ct<CT>(fv[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) fv[e] = 1.0f;
+    }
+    for (i64 r = blockIdx.y; r < a.out.rows; r += gridDim.y) {
+        float w[8], d[8], res[8];
+        if (a.W.p) vload8(w, a.W, r, c0);
+        else
+#pragma unroll
+            for (int e = 0; e < 8; e++) w[e] = 0.0f;
+        if (!SRCW) {
+            if (a.D.p) vload8(d, a.D, r, c0);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++) d[e] = 0.0f;
+        }
+        float frow = 1.0f;
+        if (rows1) {
+            frow = vload(a.vec, 0, r % a.vec_mod);
+            if (!a.vec_exact) frow = rnd_ct<CT>(frow);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const float wv = rnd_ct<CT>(w[e]), dv = SRCW ? wv : rnd_ct<CT>(d[e]);
+            const float ev = m * (dv * (rows1 ? frow : fv[e]));
+            res[e] = a.mode == LYCO_MERGE_DELTA ? ev : a.mode == LYCO_MERGE_UNMERGE ? wv - ev : wv + ev;
+        }
+        vstore8(a.out, r, c0, res);
+    }
+}
+
+template <typename CT> static void launch_rows(const lk_ew_args *a, cudaStream_t s) {
+    const i64 gx = cdiv(cdiv(a->out.cols, 8), NT), gy = a->out.rows < 65535 ? a->out.rows : 65535;
+    const dim3 grid((unsigned)gx, (unsigned)gy);
+    if (a->src_is_W) k_ew_rows<CT, true><<<grid, NT, 0, s>>>(*a);
+    else k_ew_rows<CT, false><<<grid, NT, 0, s>>>(*a);
+}
+
 extern "C" int lk_ew_merge(const lk_ew_args *a, void *stream) {
     i64 n = a->out.rows * cdiv(a->out.cols, 8);
     if (!a->out.p || n == 0) return LYCO_OK;
+    /* the row kernel: a vector along columns only when K = 1; columns within one x-grid */
+    const bool rows_ok = !(a->vec.p && !a->vec_on_rows && a->K != 1) && cdiv(cdiv(a->out.cols, 8), NT) <= 2147483647LL &&
+                         !getenv("LYCO_CUDA_EW_GENERIC");
+    if (rows_ok) {
+        cudaStream_t s = (cudaStream_t)stream;
+        if (a->ct == DT_BF16) launch_rows<bf16_t>(a, s);
+        else if (a->ct == DT_F16) launch_rows<f16_t>(a, s);
+        else launch_rows<float>(a, s);
+        LK_LAUNCHED("ew_merge (rows)");
+        return LYCO_OK;
+    }
     const unsigned blocks = ew_blocks(cdiv(n, EW_U));
     if (a->src_is_W) k_ew_merge<true><<<blocks, NT, 0, (cudaStream_t)stream>>>(*a);
     else k_ew_merge<false><<<blocks, NT, 0, (cudaStream_t)stream>>>(*a);

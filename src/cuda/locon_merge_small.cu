@@ -26,6 +26,8 @@
  * tensor-core kernel 78.2 µs) and r 32 in 113.9 µs (locon.cu: 80.5 µs), hence r ≤ 16 and this
  * layout. LYCO_CUDA_NO_SMALL_MERGE=1 switches this path off (A/B in the bench).
  */
+#include <stdlib.h>
+
 #include "cuda/common.cuh"
 #include "cuda/merge_ep.cuh"
 
