@@ -18,7 +18,8 @@
 # Everything lands in $OUT (default ./gpu-tier-out): gpu-tier.log, check.txt, memcheck.txt,
 # racecheck.txt, bench.txt, bench.csv, bench.json, plots/. Exit status 0 only when every step passed.
 # LYCO_SKIP_CHECK=1 / LYCO_SKIP_SANITIZERS=1 / LYCO_SKIP_BENCH=1 leave those steps out (split runs);
-# LYCO_WERROR=OFF builds without -Werror (a newer compiler there may warn where ours does not).
+# LYCO_SANITIZE_ALGOS narrows the sanitizer runs; LYCO_LEGACY_AB checks kept legacy paths too;
+# LYCO_SKIP_PYTHON / LYCO_SKIP_DDP leave those out. LYCO_WERROR=OFF builds without -Werror (a newer compiler there may warn where ours does not).
 # The GPU image has no libjansson-dev: `bash tools/gpu-tier.sh --stage-deps` (on a machine that has
 # it, e.g. the dev box) copies its header, shared library and a relocatable jansson.pc into
 # build-deps/; carry that folder along and the build there uses it.
@@ -136,13 +137,22 @@ if [ -x "$GPU_TEST" ]; then
     tail -n 2 "$OUT/test_cuda_device.txt" | tee -a "$LOG"
 fi
 
+# ---- 3b'. the kept legacy paths (LYCO_LEGACY_AB="VAR:algo,algo VAR2:algo"): the same check with
+# each switch set, so a new kernel and the one it replaces are both verified in one run ----
+for ab in ${LYCO_LEGACY_AB:-}; do
+    var="${ab%%:*}"; algos="${ab#*:}"
+    say "check with $var=1 (--algo $algos)"
+    env "$var=1" "$LYCO" check --backend cuda --algo "$algos" --seed "$SEED" >"$OUT/check-$var.txt" 2>&1 || fail "check with $var=1 failed (see check-$var.txt)"
+    tail -n 1 "$OUT/check-$var.txt" | tee -a "$LOG"
+done
+
 # ---- 3c. the Python binding's tests on the device (torch there; lycoris-lora from wheels carried
 # in build-deps/wheels/, installed into build-deps/pylib — the device has no network) ----
+if ls build-deps/wheels/*.whl >/dev/null 2>&1 && [ ! -d build-deps/pylib ]; then
+    python3 -m pip install -q --no-deps --no-index --target "$PWD/build-deps/pylib" build-deps/wheels/*.whl >>"$LOG" 2>&1 \
+        || echo "   (wheels in build-deps/wheels did not install: the LyCORIS tests will skip)" | tee -a "$LOG"
+fi
 if [ -z "${LYCO_SKIP_PYTHON:-}" ] && python3 -c "import torch, pytest" 2>/dev/null && [ -f "${LYCO_BUILD_DIR:-build-gpu}/liblyco.so" ]; then
-    if ls build-deps/wheels/*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-deps --no-index --target "$PWD/build-deps/pylib" build-deps/wheels/*.whl >>"$LOG" 2>&1 \
-            || echo "   (wheels in build-deps/wheels did not install: the LyCORIS tests will skip)" | tee -a "$LOG"
-    fi
     say "python binding tests (pytest, torch $(python3 -c 'import torch; print(torch.__version__)'))"
     PYTHONPATH="$PWD/build-deps/pylib:$PWD/python${PYTHONPATH:+:$PYTHONPATH}" LYCO_LIBRARY="$PWD/${LYCO_BUILD_DIR:-build-gpu}/liblyco.so" \
         python3 -m pytest -rs -q -p no:cacheprovider python/tests >"$OUT/pytest.txt" 2>&1
@@ -176,18 +186,28 @@ if [ -n "${LYCO_SKIP_SANITIZERS:-}" ]; then
 elif command -v compute-sanitizer >/dev/null 2>&1; then
     say "compute-sanitizer memcheck (bf16 and fp32+bf16adapter rows, the fused families)"
     compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
-        "$LYCO" check --backend cuda --algo "$FUSED_ALGOS" --dtypes bf16,fp32+bf16adapter --seed "$SEED" >"$OUT/memcheck.txt" 2>&1
+        "$LYCO" check --backend cuda --algo "${LYCO_SANITIZE_ALGOS:-$FUSED_ALGOS}" --dtypes bf16,fp32+bf16adapter --seed "$SEED" >"$OUT/memcheck.txt" 2>&1
     rc=$?
     tail -3 "$OUT/memcheck.txt" | tee -a "$LOG"
     [ $rc = 99 ] && fail "memcheck found errors (see memcheck.txt)"
     say "compute-sanitizer racecheck (bf16 rows, the fused families)"
     compute-sanitizer --tool racecheck --error-exitcode 99 --print-limit 20 \
-        "$LYCO" check --backend cuda --algo "$FUSED_ALGOS" --dtypes bf16 --seed "$SEED" >"$OUT/racecheck.txt" 2>&1
+        "$LYCO" check --backend cuda --algo "${LYCO_SANITIZE_ALGOS:-$FUSED_ALGOS}" --dtypes bf16 --seed "$SEED" >"$OUT/racecheck.txt" 2>&1
     rc=$?
     tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
     [ $rc = 99 ] && fail "racecheck found hazards (see racecheck.txt)"
 else
     fail "compute-sanitizer not found"
+fi
+
+# ---- 5b. several GPUs (issue 8): the DDP script when the machine has two ----
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "${ngpu:-0}" -ge 2 ] && [ -f tests/python/ddp_lycoris.py ] && [ -z "${LYCO_SKIP_DDP:-}" ] && python3 -c "import torch" 2>/dev/null; then
+    say "DDP on $ngpu GPUs: tests/python/ddp_lycoris.py ${LYCO_DDP_ARGS:-}"
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    PYTHONPATH="$PWD/build-deps/pylib:$PWD/python${PYTHONPATH:+:$PYTHONPATH}" LYCO_LIBRARY="$PWD/${LYCO_BUILD_DIR:-build-gpu}/liblyco.so" \
+        python3 tests/python/ddp_lycoris.py --device cuda ${LYCO_DDP_ARGS:-} >"$OUT/ddp.txt" 2>&1 || fail "DDP script failed (see ddp.txt)"
+    tail -n 25 "$OUT/ddp.txt" | tee -a "$LOG"
 fi
 
 # ---- 6. bench ----
