@@ -57,6 +57,7 @@
  *   (CT) + gh T×r' (fp32) + partials z·r'·(O + I) (fp32) + σs partials.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/locon_delta.cuh"
 #include "cuda/merge_ep.cuh"
@@ -956,8 +957,20 @@ static int rank_tile(i64 r) { return r <= 32 ? 32 : r <= 64 ? 64 : 128; }
    counting the next range's first 32 columns twice. */
 #define DUP_SPLIT_STEP 64
 
+/* Tuning knobs read from the environment at each launch (experiments only; the defaults are the shipped
+   behaviour): LYCO_CUDA_SPLIT_BLOCKS, the block count the split reductions aim for (256), and
+   LYCO_CUDA_BLOCKS_PER_SM, the blocks per multiprocessor the pipelined kernels size their stages
+   for (2). The H200 profile of merge backward (k2_merge_dup / k2_kred: 23% occupancy, DRAM 16%,
+   ~256 blocks) asks whether more, shallower blocks help; the bench answers it. */
+static int env_knob(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    int x = v && *v ? atoi(v) : dflt;
+    return x < lo || x > hi ? dflt : x;
+}
+
 static void choose_split(i64 tiles, i64 Kd, i64 step, int *z, i64 *kper) {
-    i64 zz = cdiv(256, tiles > 0 ? tiles : 1);
+    const int target = env_knob("LYCO_CUDA_SPLIT_BLOCKS", 256, 1, 1 << 20);
+    i64 zz = cdiv(target, tiles > 0 ? tiles : 1);
     i64 maxz = cdiv(Kd > 0 ? Kd : 1, 4 * step);
     if (zz > maxz) zz = maxz;
     if (zz > 16) zz = 16;
@@ -982,7 +995,8 @@ static lk_view scratch_view(const void *p, i64 rows, i64 cols, int dt) {
 /* Stages for a kernel needing fixed + S·stage bytes: the deepest S ≤ Smax that lets two blocks
    share a multiprocessor, else the deepest that fits one; 0 = does not fit (use the fallback). */
 static int choose_stages(const lk_device *dev, int fixed, int stage, int Smax) {
-    const int two = dev->smem_sm / 2 - 2048;
+    const int per_sm = env_knob("LYCO_CUDA_BLOCKS_PER_SM", 2, 1, 8);
+    const int two = dev->smem_sm / per_sm - 2048;
     for (int S = Smax; S >= 2; S--)
         if (fixed + S * stage <= two && fixed + S * stage <= dev->smem_optin) return S;
     for (int S = Smax; S >= 2; S--)
