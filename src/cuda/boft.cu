@@ -13,20 +13,28 @@
  * backward (GY = ∂L/∂Y; G tracked as GY + ΔG, ΔG starting at (ρ − 1) ⊙ GY):
  *   G_ρ[o] = Σ_j GY·X_M;  stages in reverse: Ĝ = G[t], Ŵ = X_i[t]:  G_N_{i,k} += Ĝ·Ŵᵀ,
  *   ΔG[t] += (N − I)ᵀ·Ĝ;  then G_R = m·G_N and the Cayley adjoint; GX = ΔG (+ GY unless delta).
- *   X_i is REPLAYED from X_0 for each stage i (stages 0..i−1, M·(M−1)/2 stage applications per
- *   tile) instead of caching the M stage inputs.
  *
  * Tiling: a tile is all O rows × tw columns, held in fp32 buffers of O × (tw + 1) floats (forward
- * X_0, Δ, U; backward X_0, X_i, U, GY, ΔG); every stage of the tile runs in place there (U holds a
+ * X_0, Δ, U; backward X_i, U, GY, ΔG); every stage of the tile runs in place there (U holds a
  * stage's products between two barriers, since a stage's blocks gather rows that others write).
  * The buffers are dynamic shared memory (tw up to 32 within the device's opt-in limit) or, when
  * O is too large for even one column, a global scratch slice per CUDA block (tw = 8).
- * Grid: G CUDA blocks walking the column tiles (tile = blockIdx.x + n·G). Backward: block s keeps
- * its G_N and G_ρ partials in its own global slice (read-modify-write by that block only),
- * summed in slice order afterwards (oft_sum_grad / oft_sum_rho): deterministic, no atomics.
+ * Forward: one kernel, G CUDA blocks walking the column tiles (tile = blockIdx.x + n·G).
+ * Backward, per column chunk of CC columns (CC a multiple of tw, 2·M·O·CC ≤ 32M floats):
+ *   k_boft_bwd (one kernel for all M stages): per tile a forward sweep X_{i+1} = X_i + (N − I)·X_i
+ *   (the CPU backward's form) that stores each stage's gathered input Ŵ_i, G_ρ from X_M, then the
+ *   backward sweep that stores each stage's gathered Ĝ_i and updates ΔG, then GX. Ŵ_i / Ĝ_i go
+ *   to a chunk-sized staging area rather than being replayed: G_N is a reduction over all
+ *   columns, and with O rows per tile (tw is 1–3 columns at O = 4096) accumulating it per tile
+ *   would read-modify-write M·nb·b² partials per few columns;
+ *   k_boft_gn: one CUDA block per (i, k) contracts the chunk's Ŵ_i, Ĝ_i blocks (b×b entries,
+ *   fp32 steps of 32 columns summed in double, across chunks in chunk order).
+ *   G_ρ: one partial row per (chunk, CUDA block), summed in order (oft_sum_rho). Deterministic,
+ *   no atomics.
  * Work per thread: outputs (p, c) with c fastest (broadcast reads of N and the table).
- * Extra memory: Cayley state (oft.cuh), M·O ints (table); backward S·(M·nb·b² + O) floats of
- * partials + M·nb·b² floats; global-buffer path G·nbuf·O·(tw + 1) floats.
+ * Extra memory: Cayley state (oft.cuh), M·O ints (table); backward 2·M·O·CC floats of staging,
+ * M·nb·b² doubles + floats, chunks·S·O floats of G_ρ partials; global-buffer path
+ * G·nbuf·O·(tw + 1) floats.
  */
 #include <stdio.h>
 #include <string.h>
@@ -118,35 +126,47 @@ __global__ __launch_bounds__(NT) void k_boft_fwd(boft_k P) {
     }
 }
 
-/* grid S; gpart: S × M·nb·b², rpart: S × O (each block owns its slice) */
-__global__ __launch_bounds__(NT) void k_boft_bwd(boft_k P, int want_b, int want_rho, float *gpart, float *rpart) {
+/* Backward pass over the column tiles of one chunk [c0, c0 + cn) (grid S; block s takes tiles
+   s, s + S, …). Per tile: the forward sweep X_{i+1} = X_i + (N − I)·X_i from X_0, storing each
+   stage's gathered input Ŵ_i into Wst (want_b); G_ρ from X_M; the backward sweep storing each
+   stage's gathered Ĝ_i into Gst (want_b) and updating ΔG; GX. Wst / Gst: [M][O][CC] floats, row
+   p = k·b + ν of stage i, column = tile column − c0. rpart: S × O, block s owns row s. */
+__global__ __launch_bounds__(NT) void k_boft_bwd(boft_k P, i64 c0, i64 cn, i64 CC, int want_b, int want_rho, float *Wst,
+                                                 float *Gst, float *rpart) {
     extern __shared__ float sm[];
     const lk_oft_args &a = P.a;
     const i64 O = a.O, b = a.bs, nn = b * b, ld = P.ld, OL = O * ld, blk = a.nb * nn, s = blockIdx.x;
-    float *X0 = bbufs(P, sm), *Xi = X0 + OL, *U = Xi + OL, *GY = U + OL, *DG = GY + OL;
-    float *gp = gpart + s * a.M * blk, *rp = rpart + s * O;
+    float *Xi = bbufs(P, sm), *U = Xi + OL, *GY = U + OL, *DG = GY + OL;
+    float *rp = rpart + s * O;
     const bool need_x = want_b || want_rho, want_gx = a.GX.p != NULL;
-    if (want_b)
-        for (i64 e = threadIdx.x; e < a.M * blk; e += NT) gp[e] = 0.0f;
+    const i64 ntile = cdiv(cn, P.tw);
     if (want_rho)
         for (i64 o = threadIdx.x; o < O; o += NT) rp[o] = 0.0f;
-    __syncthreads();
-    for (i64 tile = s; tile < P.ntc; tile += gridDim.x) {
-        const i64 j0 = tile * P.tw;
-        const int w = (int)(a.ncol - j0 < P.tw ? a.ncol - j0 : P.tw);
+    for (i64 tile = s; tile < ntile; tile += gridDim.x) {
+        const i64 jc = tile * P.tw, j0 = c0 + jc;
+        const int w = (int)(cn - jc < P.tw ? cn - jc : P.tw);
         btile_in(GY, P, a.GY, j0, w);
-        if (need_x) btile_in(X0, P, a.X, j0, w);
+        if (need_x) btile_in(Xi, P, a.X, j0, w);
         __syncthreads();
-        if (want_rho) {   /* X_M from X_0, then G_ρ[o] += Σ_c GY·X_M */
-            for (i64 idx = threadIdx.x; idx < OL; idx += NT) Xi[idx] = X0[idx];
-            __syncthreads();
-            for (i64 i = 0; i < a.M; i++) bstage(P, i, NULL, Xi, U, w);
+        if (need_x)
+            for (i64 i = 0; i < a.M; i++) {
+                if (want_b) {
+                    const int *tb = P.tab + i * O;
+                    float *dst = Wst + i * O * CC + jc;
+                    for (i64 idx = threadIdx.x; idx < O * w; idx += NT) {
+                        const i64 p = idx / w;
+                        const int c = (int)(idx % w);
+                        dst[p * CC + c] = Xi[(i64)tb[p] * ld + c];
+                    }
+                }
+                bstage(P, i, NULL, Xi, U, w);
+            }
+        if (want_rho)   /* G_ρ[o] += Σ_c GY·X_M */
             for (i64 o = threadIdx.x; o < O; o += NT) {
                 float acc = 0.0f;
                 for (int c = 0; c < w; c++) acc = fmaf(GY[o * ld + c], Xi[o * ld + c], acc);
                 rp[o] += acc;
             }
-        }
         for (i64 idx = threadIdx.x; idx < O * w; idx += NT) {
             const i64 o = idx / w;
             const int c = (int)(idx % w);
@@ -156,16 +176,12 @@ __global__ __launch_bounds__(NT) void k_boft_bwd(boft_k P, int want_b, int want_
         for (i64 i = a.M - 1; i >= 0; i--) {
             const int *tb = P.tab + i * O;
             const float *N = P.Nm + i * blk;
-            if (want_b) {   /* replay X_i, then G_N_{i,k}[μ][ν] += Σ_c Ĝ[μ][c]·Ŵ[ν][c] */
-                for (i64 idx = threadIdx.x; idx < OL; idx += NT) Xi[idx] = X0[idx];
-                __syncthreads();
-                for (i64 i2 = 0; i2 < i; i2++) bstage(P, i2, NULL, Xi, U, w);
-                for (i64 e = threadIdx.x; e < blk; e += NT) {
-                    const i64 k = e / nn, mu = (e % nn) / b, nu = e % b;
-                    const i64 tm = tb[k * b + mu], tn = tb[k * b + nu];
-                    float acc = 0.0f;
-                    for (int c = 0; c < w; c++) acc = fmaf(GY[tm * ld + c] + DG[tm * ld + c], Xi[tn * ld + c], acc);
-                    gp[i * blk + e] += acc;
+            if (want_b) {   /* Ĝ_i[p] = G[t_p] */
+                float *dst = Gst + i * O * CC + jc;
+                for (i64 idx = threadIdx.x; idx < O * w; idx += NT) {
+                    const i64 p = idx / w, t = tb[p];
+                    const int c = (int)(idx % w);
+                    dst[p * CC + c] = GY[t * ld + c] + DG[t * ld + c];
                 }
             }
             /* U[k·b + ν] = Σ_μ (N − I)[μ][ν]·Ĝ[μ] */
@@ -199,6 +215,50 @@ __global__ __launch_bounds__(NT) void k_boft_bwd(boft_k P, int want_b, int want_
             }
         }
         __syncthreads();
+    }
+}
+
+#define GNC 32   /* columns per step of the G_N contraction */
+
+/* G_N_{i,k}[μ][ν] += Σ_{c < cn} Ĝ_i[k·b + μ][c]·Ŵ_i[k·b + ν][c] for one chunk; one CUDA block per
+   (i, k), entries e = μ·b + ν (≤ 16 per thread), fp32 steps of GNC columns summed in double across
+   steps and chunks (GNd; first: assigned). last: GR = m·(float)GNd. */
+__global__ __launch_bounds__(NT) void k_boft_gn(const float *Wst, const float *Gst, i64 CC, i64 cn, i64 O, i64 b, i64 nb,
+                                                int first, int last, float m, double *GNd, float *GR) {
+    __shared__ float Gs[LK_OFT_MAX_BS * (GNC + 1)], Ws[LK_OFT_MAX_BS * (GNC + 1)];
+    const i64 ik = blockIdx.x, i = ik / nb, k = ik % nb, nn = b * b;
+    const float *Gr = Gst + (i * O + k * b) * CC, *Wr = Wst + (i * O + k * b) * CC;
+    double acc[LK_OFT_MAX_BS * LK_OFT_MAX_BS / NT];
+#pragma unroll
+    for (int r = 0; r < LK_OFT_MAX_BS * LK_OFT_MAX_BS / NT; r++) acc[r] = 0.0;
+    for (i64 c0 = 0; c0 < cn; c0 += GNC) {
+        const int w = (int)(cn - c0 < GNC ? cn - c0 : GNC);
+        for (i64 idx = threadIdx.x; idx < b * GNC; idx += NT) {
+            const i64 r = idx / GNC;
+            const int c = (int)(idx % GNC);
+            Gs[r * (GNC + 1) + c] = c < w ? Gr[r * CC + c0 + c] : 0.0f;
+            Ws[r * (GNC + 1) + c] = c < w ? Wr[r * CC + c0 + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < LK_OFT_MAX_BS * LK_OFT_MAX_BS / NT; r++) {
+            const i64 e = threadIdx.x + (i64)r * NT;
+            if (e >= nn) continue;
+            const i64 mu = e / b, nu = e % b;
+            float part = 0.0f;
+            for (int c = 0; c < w; c++) part = fmaf(Gs[mu * (GNC + 1) + c], Ws[nu * (GNC + 1) + c], part);
+            acc[r] += (double)part;
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < LK_OFT_MAX_BS * LK_OFT_MAX_BS / NT; r++) {
+        const i64 e = threadIdx.x + (i64)r * NT;
+        if (e >= nn) continue;
+        const i64 g = ik * nn + e;
+        const double v = (first ? 0.0 : GNd[g]) + acc[r];
+        GNd[g] = v;
+        if (last) GR[g] = m * (float)v;
     }
 }
 
@@ -281,26 +341,44 @@ extern "C" int lk_boft_fwd(const lk_oft_args *a, const lk_device *dev, void *str
     return rc ? rc : rc2 ? rc2 : rc3;
 }
 
+/* Pass 1 chunk by chunk (columns [c0, c0 + CC)), each followed by the G_N contraction of its
+   staged Ŵ / Ĝ; then the sums and the Cayley adjoint. CC: a multiple of the tile width with the
+   staging (2·M·O·CC floats) within 32M floats. */
 static int boft_bwd_run(const lk_oft_args *a, const oft_cay *cy, const boft_k *P, i64 grid, int smem, cudaStream_t st,
                         void **mem) {
     const bool want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL;
-    const i64 all = a->M * a->nb * a->bs * a->bs;
-    i64 S = grid;
-    const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
-    if (per > 0 && S > (16 << 20) / per) S = (16 << 20) / per;
-    if (S < 1) S = 1;
-    const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
-    int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
-    if (rc) return rc;
-    float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
-    LK_CHECK(cudaFuncSetAttribute(k_boft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    k_boft_bwd<<<(unsigned)S, NT, smem, st>>>(*P, want_b, want_rho, gpart, rpart);
-    LK_LAUNCHED("boft backward");
-    if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
+    const i64 all = a->M * a->nb * a->bs * a->bs, MO = a->M * a->O;
+    i64 CC = P->ntc * P->tw;
     if (want_b) {
-        if ((rc = oft_sum_grad(gpart, S, all, a->m, NULL, GR, st))) return rc;
-        if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
+        i64 cap = ((i64)32 << 20) / (2 * MO) / P->tw * P->tw;
+        if (cap < P->tw) cap = P->tw;
+        if (CC > cap) CC = cap;
     }
+    if (CC < 1) CC = 1;
+    const i64 nch = a->ncol > 0 ? cdiv(a->ncol, CC) : 1;
+    i64 S = cdiv(CC, P->tw) < grid ? cdiv(CC, P->tw) : grid;
+    if (S < 1) S = 1;
+    const i64 stg = want_b ? 2 * MO * CC : 0, rsz = want_rho ? nch * S * a->O : 0, gsz = want_b ? all : 0;
+    const size_t bytes = sizeof(double) * (size_t)gsz + sizeof(float) * (size_t)(stg + rsz + gsz);
+    int rc = lk_scratch_alloc(mem, bytes, st);
+    if (rc) return rc;
+    double *GNd = (double *)*mem;
+    float *Wst = (float *)(GNd + gsz), *Gst = Wst + stg / 2, *rpart = Wst + stg, *GR = rpart + rsz;
+    LK_CHECK(cudaFuncSetAttribute(k_boft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (want_b && a->M * a->nb > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda boft: too many blocks for the grid");
+    for (i64 q = 0; q < nch; q++) {
+        const i64 c0 = q * CC, cn = a->ncol - c0 < CC ? a->ncol - c0 : CC;
+        k_boft_bwd<<<(unsigned)S, NT, smem, st>>>(*P, c0, cn > 0 ? cn : 0, CC, want_b, want_rho, Wst, Gst,
+                                                 want_rho ? rpart + q * S * a->O : rpart);
+        LK_LAUNCHED("boft backward");
+        if (want_b) {
+            k_boft_gn<<<(unsigned)(a->M * a->nb), NT, 0, st>>>(Wst, Gst, CC, cn > 0 ? cn : 0, a->O, a->bs, a->nb, q == 0,
+                                                             q == nch - 1, (float)a->m, GNd, GR);
+            LK_LAUNCHED("boft block gradient contraction");
+        }
+    }
+    if (want_rho && (rc = oft_sum_rho(rpart, nch * S, a->O, &a->grho, st))) return rc;
+    if (want_b && (rc = oft_cay_bwd(cy, a, GR, st))) return rc;
     return LYCO_OK;
 }
 
@@ -314,7 +392,7 @@ extern "C" int lk_boft_bwd(const lk_oft_args *a, const lk_device *dev, void *str
     i64 grid = 1;
     int smem = 0;
     void *mem = NULL, *mem2 = NULL;
-    rc = boft_prepare(a, dev, 5, &cy, &P, &grid, &smem, &mem, st);
+    rc = boft_prepare(a, dev, 4, &cy, &P, &grid, &smem, &mem, st);
     if (!rc) rc = boft_bwd_run(a, &cy, &P, grid, smem, st, &mem2);
     int rc2 = lk_scratch_free(mem2, st), rc3 = lk_scratch_free(mem, st), rc4 = oft_cay_free(&cy, st);
     return rc ? rc : rc2 ? rc2 : rc3 ? rc3 : rc4;
