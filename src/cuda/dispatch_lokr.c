@@ -4,9 +4,12 @@
  * kernels. Every half form (W1 full or w1_a·w1_b; W2 full, w2_a·w2_b or Tucker), linear and conv
  * layers (weights flattened to O×(I·K); the kernel-carrying W2 stored b×d×k or b×(d·K)), any
  * factor sizes, rank mask and the upstream s² merge scale (merge), DoRA in the merge directions.
+ * LYCO_CUDA_LOKR_LEGACY=1 in the environment selects the first (GPU-verified) kernels only: no
+ * low-rank bypass path (lokr_lowrank.cu), no one-pass merge backward.
  * Declines, with the reason: DoRA in bypass, grouped conv, norm layers, operands whose dims do not
  * collapse to a matrix (activations: whose spatial dims do not collapse to one stride).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/backend.h"
@@ -35,6 +38,8 @@ static void fill_factors(const lyco_call *c, lk_lokr_args *k, lk_view_req *rq, i
     k->compat = merge && (a->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE) ? 1 : 0;
     k->s = c->s;
     k->m = c->m;
+    const char *lg = getenv("LYCO_CUDA_LOKR_LEGACY");
+    k->legacy = lg && lg[0] == '1' ? 1 : 0;
     rq[(*n)++] = (lk_view_req){k->w1_full ? a->tensor[LYCO_LOKR_W1] : NULL, "lokr_w1", 1, &k->w1};
     rq[(*n)++] = (lk_view_req){k->w1_full ? NULL : a->tensor[LYCO_LOKR_W1_A], "lokr_w1_a", 1, &k->w1a};
     rq[(*n)++] = (lk_view_req){k->w1_full ? NULL : a->tensor[LYCO_LOKR_W1_B], "lokr_w1_b", 1, &k->w1b};

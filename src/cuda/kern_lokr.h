@@ -27,6 +27,7 @@ typedef struct {
     int64_t O, I, K, a, b, c, d, r, T;   /* T: tokens (bypass; conv: the batch N) */
     int32_t w1_full, w2_full, tucker;    /* which forms the halves take */
     int32_t compat;                      /* merge with LYCO_FLAG_UPSTREAM_MERGE_SCALE: s' = s², no σs */
+    int32_t legacy;                      /* LYCO_CUDA_LOKR_LEGACY=1: the first (GPU-verified) kernels only */
     lk_view w1, w1a, w1b, w2, w2a, w2b, t2;
     lk_view mask;                        /* merge: q_o (1×O); p NULL = none */
     lk_view sigma;                       /* σs (1×1); p NULL = 1 */

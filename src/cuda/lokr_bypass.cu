@@ -36,14 +36,6 @@ struct lokr_byp {
     const double *W1d, *W2d;
 };
 
-__device__ __forceinline__ float act_ld(const lk_act &v, i64 n, i64 ch, i64 sp) {
-    const char *p = (const char *)v.p + (n * v.sn + ch * v.sc + sp * v.sp) * (i64)dt_size(v.dt);
-    return ld_elem(p, v.dt, v.flags & LK_UNALIGNED);
-}
-__device__ __forceinline__ void act_st(const lk_act &v, i64 n, i64 ch, i64 sp, float x) {
-    char *p = (char *)v.p + (n * v.sn + ch * v.sc + sp * v.sp) * (i64)dt_size(v.dt);
-    st_elem(p, v.dt, v.flags & LK_UNALIGNED, x);
-}
 
 /* input position of output position so and kernel offset kap; false in the padding */
 __device__ __forceinline__ bool in_pos(const lk_geo &g, i64 so, i64 kap, i64 &si) {
@@ -361,12 +353,7 @@ static int bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     if (rc || !cv.base) return rc;
     const lokr_byp B = byp_of(a, &h);
     const op_dy gdy = {B, a->dy};
-    if (a->dy0.p) {
-        lk_act none;
-        memset(&none, 0, sizeof none);
-        k_lokr_act_copy<<<grid_of(a->T * a->O * spo), NT, 0, s>>>(a->dy0, a->dy0_zero ? none : a->dy, a->T, a->O, spo, a->ct);
-        LK_LAUNCHED("lokr_act_copy");
-    }
+    if (a->dy0.p && (rc = lokr_dy0_copy(a, s))) return rc;
     if (need1) { /* G_W1 (unscaled) = Σ dy·Zᵀ */
         const op_zt<true> zt = {B, Z};
         const ep_part ep = {pw1, a->a, a->c};
@@ -402,6 +389,15 @@ static int bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     return lokr_chain(a, &h, &gr, need1 ? pw1 : NULL, z1, need2 ? pw2 : NULL, z2, a->s * a->m, a->sigma, s);
 }
 
+int lokr_dy0_copy(const lk_lokr_args *a, cudaStream_t s) {
+    const i64 spo = a->geo.nd ? a->geo.spout : 1;
+    lk_act none;
+    memset(&none, 0, sizeof none);
+    k_lokr_act_copy<<<grid_of(a->T * a->O * spo), NT, 0, s>>>(a->dy0, a->dy0_zero ? none : a->dy, a->T, a->O, spo, a->ct);
+    LK_LAUNCHED("lokr_act_copy");
+    return LYCO_OK;
+}
+
 static int with_scratch(const lk_lokr_args *a, cudaStream_t s, bool fwd) {
     lk_carve cv = {0, NULL};
     int rc = fwd ? fwd_body(a, cv, s) : bwd_body(a, cv, s); /* sizing pass */
@@ -417,11 +413,13 @@ static int with_scratch(const lk_lokr_args *a, cudaStream_t s, bool fwd) {
 extern "C" int lk_lokr_bypass_fwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
     (void)dev;
     if (a->T == 0) return LYCO_OK;
+    if (lokr_lr_fwd_ok(a)) return lokr_lr_bypass_fwd(a, (cudaStream_t)stream); /* lokr_lowrank.cu */
     return with_scratch(a, (cudaStream_t)stream, true);
 }
 
 extern "C" int lk_lokr_bypass_bwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
     (void)dev;
     if (a->a * a->c > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda lokr: a·c exceeds the grid limit");
+    if (lokr_lr_bwd_ok(a)) return lokr_lr_bypass_bwd(a, (cudaStream_t)stream); /* lokr_lowrank.cu */
     return with_scratch(a, (cudaStream_t)stream, false);
 }

@@ -66,6 +66,16 @@ __device__ __forceinline__ float lokr_dl(const lokr_dev &A, i64 o, i64 col) {
     return (float)(lokr_rho(A, o) * A.W1d[i * A.c + p]) * A.W2f[j * A.dK + n];
 }
 
+/* activation element (n, ch, sp) of kern_glora.h's lk_act */
+__device__ __forceinline__ float act_ld(const lk_act &v, i64 n, i64 ch, i64 sp) {
+    const char *p = (const char *)v.p + (n * v.sn + ch * v.sc + sp * v.sp) * (i64)dt_size(v.dt);
+    return ld_elem(p, v.dt, v.flags & LK_UNALIGNED);
+}
+__device__ __forceinline__ void act_st(const lk_act &v, i64 n, i64 ch, i64 sp, float x) {
+    char *p = (char *)v.p + (n * v.sn + ch * v.sc + sp * v.sp) * (i64)dt_size(v.dt);
+    st_elem(p, v.dt, v.flags & LK_UNALIGNED, x);
+}
+
 __device__ __forceinline__ float lokr_sigma(const lk_view &sg, int ct) { return sg.p ? round_to(vload(sg, 0, 0), ct) : 1.0f; }
 
 /* lokr_halves.cu */
@@ -76,5 +86,15 @@ int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g,
                i64 z2, double scale1, const lk_view &sigma1, cudaStream_t s);
 /* out (1×1) = scale·Σ parts[0..n) (one block, fixed summation order) */
 int lokr_sum_store(const double *parts, i64 n, const lk_view &out, double scale, cudaStream_t s);
+
+/* lokr_lowrank.cu: the low-rank-W2 linear bypass (false: take the general path) */
+bool lokr_lr_fwd_ok(const lk_lokr_args *a);
+bool lokr_lr_bwd_ok(const lk_lokr_args *a);
+int lokr_lr_bypass_fwd(const lk_lokr_args *a, cudaStream_t s);
+int lokr_lr_bypass_bwd(const lk_lokr_args *a, cudaStream_t s);
+/* lokr_halves.cu: G_W1 (fp64, scaled) → gw1, or gw1a / gw1b */
+int lokr_chain_w1(const lk_lokr_args *a, const lokr_halves *h, const double *G1, cudaStream_t s);
+/* lokr_bypass.cu: dy0 = RN(RN_CT(dy)), or 0 with delta-only */
+int lokr_dy0_copy(const lk_lokr_args *a, cudaStream_t s);
 
 #endif

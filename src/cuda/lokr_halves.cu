@@ -203,7 +203,7 @@ void lokr_grads_carve(const lk_lokr_args *a, lk_carve &cv, lokr_grads *g) {
     g->GP = a->tucker ? take_d(cv, a->r * dK) : NULL;
 }
 
-static int chain_w1(const lk_lokr_args *a, const lokr_halves *h, const double *G1, cudaStream_t s) {
+int lokr_chain_w1(const lk_lokr_args *a, const lokr_halves *h, const double *G1, cudaStream_t s) {
     const i64 A_ = a->a, c = a->c, r = a->r;
     int rc = LYCO_OK;
     if (a->w1_full) {
@@ -257,7 +257,7 @@ int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g,
     if (pw1) {
         k_lokr_fin<<<blocks_for(n1), NT, 0, s>>>(pw1, z1, n1, scale1, sigma1, a->ct, g->G1);
         LK_LAUNCHED("lokr_fin");
-        if ((rc = chain_w1(a, h, g->G1, s))) return rc;
+        if ((rc = lokr_chain_w1(a, h, g->G1, s))) return rc;
     }
     if (pw2) {
         k_lokr_fin<<<blocks_for(n2), NT, 0, s>>>(pw2, z2, n2, 1.0, none, a->ct, g->G2);
