@@ -312,10 +312,14 @@ static double reduction_length(const lyco_case *c, lyco_direction dir) {
        m): m·b more fp32 roundings deep; m = 0 in a case means the full log2(nb) + 1 (boft_linear_1280_b10_m8, fp16+fp32adapter merge: 19.8 ULP
        against a 17.6 budget that counted one stage) */
     double boft = c->algo == LYCO_ALGO_BOFT ? (double)case_boft_stages(c) * r : 0.0;
+    /* LoHa's CUDA bypass forward runs through the face-splitting form (src/cuda/loha_fs.cu):
+       h = x·Kᵀ is I·K long, then y = h·Mᵀ sums r1·r2 pair terms instead of r */
+    double r2 = (double)(c->extra[0] > 0 ? c->extra[0] : (c->rank > 0 ? c->rank : 1));
+    double loha = c->algo == LYCO_ALGO_LOHA ? r * r2 : 0.0;
     switch (dir) {
     case LYCO_DIR_MERGE_FWD: return r * k + dora + glora + tucker + boft + 1;
     case LYCO_DIR_MERGE_BWD: return ik + (double)c->O + dora + 2.0 * tucker + 2.0 * boft;
-    case LYCO_DIR_BYPASS_FWD: return ik + r + dora + glora + tucker + boft;
+    case LYCO_DIR_BYPASS_FWD: return ik + r + dora + glora + tucker + boft + loha;
     default: return (double)c->tokens * sp + ik + (double)c->O + dora + 2.0 * tucker + 2.0 * boft;
     }
 }

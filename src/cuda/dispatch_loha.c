@@ -9,9 +9,13 @@
  * gradient likewise); B̄_t = hada_w*_b as r × (everything after dim 0); Tucker cores r × (r·k).
  * Bypass activations as N × C × spatial views (linear: tokens × features), dy0 = RN(dy) (or 0
  * when y0 was given with LYCO_BYPASS_DELTA_ONLY) through lk_copy_round.
+ * Bypass form: loha_fs.cu's face-splitting where lk_loha_fs_wanted's rule favours it (every row
+ * of the case table; the bench shape), else loha_bypass.cu's ΔW tiles; LYCO_CUDA_LOHA_LEGACY=1
+ * forces the ΔW-tile path (the H200-verified one) everywhere.
  * Declines, with the reason: DoRA in the bypass directions (the API question is open for every
  * family), norm layers, grouped conv, operands whose dims do not collapse to the views above.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/backend.h"
@@ -29,6 +33,15 @@ static void transpose(lk_view *v) {
     v->cols = t;
     v->flags &= LK_UNALIGNED;
 }
+
+/* LYCO_CUDA_LOHA_LEGACY=1: the bypass takes the ΔW-tile path (loha_bypass.cu) at every shape. */
+static bool legacy(void) {
+    const char *e = getenv("LYCO_CUDA_LOHA_LEGACY");
+    return e && e[0] == '1';
+}
+
+/* Face-splitting (loha_fs.cu) where its rule favours it, unless the legacy path is forced. */
+static bool use_fs(const lk_loha_args *a) { return !legacy() && lk_loha_fs_wanted(a); }
 
 static bool is_bypass(const lyco_call *c) { return c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD; }
 
@@ -183,6 +196,7 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
         fill_geo(c, &a.geo);
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
         orient(&a);
+        if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_fwd(&a, st);
         return (lyco_status)lk_loha_bypass_fwd(&a, dev, st);
     }
     default: {
@@ -193,6 +207,7 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
         orient(&a);
         if ((rc = write_dy0(c, a.L.ct, st, why, why_len))) return rc;
+        if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_bwd(&a, st);
         return (lyco_status)lk_loha_bypass_bwd(&a, dev, st);
     }
     }

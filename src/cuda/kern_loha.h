@@ -65,6 +65,16 @@ int64_t lk_loha_tucker_floats(const lk_loha *L);
 int lk_loha_tucker_prep(lk_loha *L, float *P, void *stream);
 /* Bypass backward's dx = dy·E (conv: the transposed conv with E), E = m·σs·ΔW̄ generated per tile. */
 int lk_loha_bypass_dx(const lk_loha_args *a, void *stream);
+/* Tucker's chain after G_P_t (r_t × IK fp32 at GP, G_P_2 after G_P_1): G_B_t and G_T_t into a's
+   gradients; a carries the raw (unprepped) B_t views. */
+int lk_loha_tucker_grads(const lk_loha_args *a, const float *GP, void *stream);
+
+/* loha_fs.cu: the bypass through the rank-r1·r2 face-splitting form (see its header). wanted:
+   the rule that picks it over the tile path (loha_bypass.cu) at this shape; bwd: dx and every
+   parameter gradient (dy0 is the dispatcher's). */
+int lk_loha_fs_wanted(const lk_loha_args *a);
+int lk_loha_fs_bypass_fwd(const lk_loha_args *a, void *stream);
+int lk_loha_fs_bypass_bwd(const lk_loha_args *a, void *stream);
 
 #ifdef __cplusplus
 }

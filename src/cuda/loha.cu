@@ -403,6 +403,37 @@ extern "C" int lk_loha_tucker_prep(lk_loha *L, float *P, void *stream) {
     }
 }
 
+/* Tucker's chain after G_P_t: G_B_t, G_T_t (a carries the raw B_t views). */
+template <typename CT> static int tucker_grads_t(const lk_loha_args *a, const float *GP, cudaStream_t s) {
+    const lk_loha &L = a->L;
+    for (int t = 0; t < 2; t++) {
+        const i64 r = t ? L.r2 : L.r1;
+        const float *gp = GP + (t ? L.r1 * L.IK : 0);
+        const lk_view &gB = t ? a->gB2 : a->gB1, &gT = t ? a->gT2 : a->gT1, &Tc = t ? L.T2 : L.T1;
+        const lk_view &Braw = t ? L.B2 : L.B1;
+        if (gB.p && r * L.I > 0) {
+            k_loha_tucker_gb<CT><<<blocks_of(r * L.I), NT, 0, s>>>(Tc, gp, r, L.I, L.K, gB);
+            LK_LAUNCHED("loha tucker_gb");
+        }
+        if (gT.p && r * r * L.K > 0) {
+            k_loha_tucker_gt<CT><<<blocks_of(r * r * L.K), NT, 0, s>>>(Braw, gp, r, L.I, L.K, gT);
+            LK_LAUNCHED("loha tucker_gt");
+        }
+    }
+    return LYCO_OK;
+}
+
+extern "C" int lk_loha_tucker_grads(const lk_loha_args *a, const float *GP, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (cdiv(LMAX(LMAX(a->L.r1, a->L.r2) * a->L.I, LMAX(a->L.r1, a->L.r2) * LMAX(a->L.r1, a->L.r2) * a->L.K), NT) > 2147483647LL)
+        return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda loha: Tucker gradient too large");
+    switch (a->L.ct) {
+    case DT_BF16: return tucker_grads_t<bf16_t>(a, GP, s);
+    case DT_F16: return tucker_grads_t<f16_t>(a, GP, s);
+    default: return tucker_grads_t<float>(a, GP, s);
+    }
+}
+
 /* ---- merge forward ---- */
 template <typename CT> static int merge_fwd_t(const lk_loha_args *a0, lh_carve &cv, cudaStream_t s) {
     lk_loha_args a = *a0;
@@ -473,22 +504,7 @@ template <typename CT, bool BYP> static int grads_t(const lk_loha_args *a0, lh_c
         k_loha_grad_cols<CT, BYP><<<dim3((unsigned)cdiv(L.IK, 32), (unsigned)nch), NT, 0, s>>>(a, st, d1, d2, nch1);
         LK_LAUNCHED("loha grad_cols");
     }
-    if (L.tucker) {
-        for (int t = 0; t < 2; t++) {
-            const i64 r = t ? L.r2 : L.r1;
-            const float *gp = GP + (t ? L.r1 * L.IK : 0);
-            const lk_view &gB = t ? a.gB2 : a.gB1, &gT = t ? a.gT2 : a.gT1, &Tc = t ? L.T2 : L.T1;
-            const lk_view &Braw = t ? a0->L.B2 : a0->L.B1; /* the raw B_t (L's were swapped for P_t) */
-            if (gB.p && r * L.I > 0) {
-                k_loha_tucker_gb<CT><<<blocks_of(r * L.I), NT, 0, s>>>(Tc, gp, r, L.I, L.K, gB);
-                LK_LAUNCHED("loha tucker_gb");
-            }
-            if (gT.p && r * r * L.K > 0) {
-                k_loha_tucker_gt<CT><<<blocks_of(r * r * L.K), NT, 0, s>>>(Braw, gp, r, L.I, L.K, gT);
-                LK_LAUNCHED("loha tucker_gt");
-            }
-        }
-    }
+    if (L.tucker && (rc = tucker_grads_t<CT>(a0, GP, s))) return rc;
     if (a.gsigma.p) {
         if (!want_sig || L.O == 0 || L.IK == 0) return lk_copy_round(&a.gsigma, NULL, L.ct, s);
         k_loha_sigma_sum<<<1, 32, 0, s>>>(sigpart, cdiv(L.O, 32), a.gsigma);
