@@ -25,6 +25,10 @@
  *   G_σs      = Σ Γ·dl                                 (same blocks; partials summed in order)
  *   G_W2[j,n] = Σ_{i,p} RN_f32(ρ_o·W1[i,p])·H[o, p·dK+n]   thread per (j,n) × a split of the i
  *                                                      range → fp32 partials
+ *   Default (unless LYCO_CUDA_LOKR_LEGACY=1, or c > MB_AC): both in ONE pass over G,
+ *   k_lokr_mb_one — thread per (j,n) × a split of the i range (iper·c ≤ MB_AC), the G_W2 sum in a
+ *   register, the G_W1[i,p] terms warp-reduced into shared memory and summed over the warps in
+ *   order (fp32 partials per (j,n)-block), G_σs per block;
  *   then the fixed-order finalisation (fp64) and the factor chain in fp64, one thread per
  *   output element, each gradient rounded once to its own dtype. Deterministic: no atomics,
  *   split counts depend on the shape only. Extra memory: the halves, z₁·a·c (×2 with σs) +
@@ -155,6 +159,55 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_w2(lokr_dev A, lk_view G, lk_vie
     pw2[z * n2 + idx] = acc;
 }
 
+/* One pass over G (not LYCO_CUDA_LOKR_LEGACY): thread per (j, n) = idx (blockIdx.x), block row
+   blockIdx.y covers i ∈ [y·iper, (y+1)·iper) (iper·c ≤ MB_AC). Per (i, p) the thread forms the same
+   element terms as k_lokr_mb_w1 / k_lokr_mb_w2: its G_W2 sum over (i, p) stays in a register
+   (→ pw2[y·n2 + idx]); its G_W1[i,p] term is summed over the warp (fixed shuffle tree) into
+   shared memory, then over the 8 warps in order (→ pw1[x·ac + i·c + p], z₁ = gridDim.x); G_σs:
+   fp32 per thread, block sum → psig[y·gridDim.x + x]. */
+#define MB_AC 256
+__global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_view W, lk_dora dr, const float *st, i64 iper,
+                                                    float *pw1, double *psig, float *pw2) {
+    __shared__ float sw1[(NT / 32) * MB_AC];
+    __shared__ float red[NT / 32];
+    const i64 n2 = A.b * A.dK, ac = A.a * A.c, idx = (i64)blockIdx.x * NT + threadIdx.x, z = blockIdx.y;
+    const i64 i0 = z * iper, i1 = i0 + iper < A.a ? i0 + iper : A.a;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const bool ok = idx < n2;
+    const i64 j = ok ? idx / A.dK : 0, n = ok ? idx % A.dK : 0;
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f;
+    const float w2 = ok ? A.W2f[idx] : 0.0f;
+    float acc2 = 0.0f, sacc = 0.0f;
+    for (i64 i = i0; i < i1; i++) {
+        const i64 o = i * A.b + j;
+        const double rho = ok ? lokr_rho(A, o) : 0.0;
+        for (i64 p = 0; p < A.c; p++) {
+            float g1 = 0.0f;
+            if (ok) {
+                const float w1s = (float)(rho * A.W1d[i * A.c + p]), dl = w1s * w2;
+                const float gam = lokr_gamma(A, G, W, dr, st, sig, o, p * A.dK + n, dl);
+                acc2 = fmaf(w1s, gam * sig, acc2);
+                g1 = (float)rho * ((gam * sig) * w2);
+                sacc = fmaf(gam, dl, sacc);
+            }
+            if (pw1) {
+                for (int off = 16; off > 0; off >>= 1) g1 += __shfl_down_sync(0xffffffffu, g1, off);
+                if (lane == 0) sw1[warp * MB_AC + (i - i0) * A.c + p] = g1;
+            }
+        }
+    }
+    if (ok && pw2) pw2[z * n2 + idx] = acc2;
+    const float ssum = psig ? block_sum(sacc, red) : 0.0f; /* synchronises */
+    __syncthreads();
+    if (pw1)
+        for (i64 e = threadIdx.x; e < (i1 - i0) * A.c; e += NT) {
+            float t = 0.0f;
+            for (int w = 0; w < NT / 32; w++) t += sw1[w * MB_AC + e];
+            pw1[(i64)blockIdx.x * ac + i0 * A.c + e] = t;
+        }
+    if (psig && threadIdx.x == 0) psig[z * gridDim.x + blockIdx.x] = (double)ssum;
+}
+
 /* =============================================================================================
  * launchers
  * =========================================================================================== */
@@ -223,7 +276,53 @@ static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *
     return LYCO_OK;
 }
 
+/* the one-pass plan: gx blocks over (j, n), z row blocks of iper rows i (iper·c ≤ MB_AC);
+   false: use the two-kernel path */
+static bool mb_one_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *iper) {
+    const i64 n2 = a->b * a->d * a->K;
+    if (a->legacy || a->c > MB_AC || a->a < 1 || n2 < 1) return false;
+    *gx = cdiv(n2, NT);
+    i64 zz = cdiv(1024, *gx);
+    if (zz > a->a) zz = a->a;
+    if (zz < 1) zz = 1;
+    i64 ip = cdiv(a->a, zz);
+    if (ip * a->c > MB_AC) ip = MB_AC / a->c;
+    *iper = ip;
+    *z = cdiv(a->a, ip);
+    return *gx <= 2147483647LL && *z <= 65535 && *gx * *z <= 2147483647LL;
+}
+
+static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, i64 gx, i64 z, i64 iper, cudaStream_t s) {
+    const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
+    const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
+    const bool needsig = a->gsigma.p && !a->compat;
+    float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a) * 4);
+    float *pw1 = (float *)carve_take(cv, need1 ? (size_t)(gx * ac) * 4 : 0);
+    double *psig = (double *)carve_take(cv, needsig ? (size_t)(gx * z) * 8 : 0);
+    float *pw2 = (float *)carve_take(cv, need2 ? (size_t)(z * n2) * 4 : 0);
+    lokr_grads gr;
+    lokr_grads_carve(a, cv, &gr);
+    lokr_halves h;
+    int rc = lokr_halves_build(a, cv, &h, false, s);
+    if (rc || !cv.base) return rc;
+    const lokr_dev A = lokr_dev_of(a, &h, true);
+    float *st = NULL;
+    if (a->dora.on && (rc = dora_stats_any(A, a->dora, a->W, a->G, ws, &st, s))) return rc;
+    if (need1 || need2 || needsig) {
+        k_lokr_mb_one<<<dim3((unsigned)gx, (unsigned)z), NT, 0, s>>>(A, a->G, a->W, a->dora, st, iper, need1 ? pw1 : NULL,
+                                                                     needsig ? psig : NULL, need2 ? pw2 : NULL);
+        LK_LAUNCHED("lokr_mb_one");
+    }
+    if (needsig && (rc = lokr_sum_store(psig, gx * z, a->gsigma, 1.0, s))) return rc;
+    if (a->gsigma.p && a->compat && (rc = lk_copy_round(&a->gsigma, NULL, a->ct, s))) return rc;
+    lk_view none;
+    memset(&none, 0, sizeof none);
+    return lokr_chain(a, &h, &gr, need1 ? pw1 : NULL, gx, need2 ? pw2 : NULL, z, 1.0, none, s);
+}
+
 static int merge_bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
+    i64 gx, z, iper;
+    if (mb_one_plan(a, &gx, &z, &iper)) return merge_bwd_one(a, cv, gx, z, iper, s);
     const mb_plan pl = mb_plan_of(a);
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
