@@ -159,35 +159,48 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_w2(lokr_dev A, lk_view G, lk_vie
     pw2[z * n2 + idx] = acc;
 }
 
-/* One pass over G (not LYCO_CUDA_LOKR_LEGACY): thread per (j, n) = idx (blockIdx.x), block row
+/* One pass over G (not LYCO_CUDA_LOKR_LEGACY): thread per MB_PT elements (j, n) = idx, block row
    blockIdx.y covers i ∈ [y·iper, (y+1)·iper) (iper·c ≤ MB_AC). Per (i, p) the thread forms the same
    element terms as k_lokr_mb_w1 / k_lokr_mb_w2: its G_W2 sum over (i, p) stays in a register
    (→ pw2[y·n2 + idx]); its G_W1[i,p] term is summed over the warp (fixed shuffle tree) into
    shared memory, then over the 8 warps in order (→ pw1[x·ac + i·c + p], z₁ = gridDim.x); G_σs:
    fp32 per thread, block sum → psig[y·gridDim.x + x]. */
 #define MB_AC 256
+#define MB_PT 4 /* (j, n) elements per thread: idx = blockIdx.x·NT·MB_PT + u·NT + threadIdx.x */
 __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_view W, lk_dora dr, const float *st, i64 iper,
                                                     float *pw1, double *psig, float *pw2) {
     __shared__ float sw1[(NT / 32) * MB_AC];
     __shared__ float red[NT / 32];
-    const i64 n2 = A.b * A.dK, ac = A.a * A.c, idx = (i64)blockIdx.x * NT + threadIdx.x, z = blockIdx.y;
+    const i64 n2 = A.b * A.dK, ac = A.a * A.c, z = blockIdx.y;
     const i64 i0 = z * iper, i1 = i0 + iper < A.a ? i0 + iper : A.a;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const bool ok = idx < n2;
-    const i64 j = ok ? idx / A.dK : 0, n = ok ? idx % A.dK : 0;
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f;
-    const float w2 = ok ? A.W2f[idx] : 0.0f;
-    float acc2 = 0.0f, sacc = 0.0f;
+    i64 idx[MB_PT], j[MB_PT], n[MB_PT];
+    float w2[MB_PT], acc2[MB_PT];
+#pragma unroll
+    for (int u = 0; u < MB_PT; u++) {
+        idx[u] = (i64)blockIdx.x * NT * MB_PT + u * NT + threadIdx.x;
+        const bool ok = idx[u] < n2;
+        j[u] = ok ? idx[u] / A.dK : 0;
+        n[u] = ok ? idx[u] % A.dK : 0;
+        w2[u] = ok ? A.W2f[idx[u]] : 0.0f;
+        acc2[u] = 0.0f;
+    }
+    float sacc = 0.0f;
     for (i64 i = i0; i < i1; i++) {
-        const i64 o = i * A.b + j;
-        const double rho = ok ? lokr_rho(A, o) : 0.0;
+        double rho[MB_PT];
+#pragma unroll
+        for (int u = 0; u < MB_PT; u++) rho[u] = idx[u] < n2 ? lokr_rho(A, i * A.b + j[u]) : 0.0;
         for (i64 p = 0; p < A.c; p++) {
+            const double w1 = A.W1d[i * A.c + p];
             float g1 = 0.0f;
-            if (ok) {
-                const float w1s = (float)(rho * A.W1d[i * A.c + p]), dl = w1s * w2;
-                const float gam = lokr_gamma(A, G, W, dr, st, sig, o, p * A.dK + n, dl);
-                acc2 = fmaf(w1s, gam * sig, acc2);
-                g1 = (float)rho * ((gam * sig) * w2);
+#pragma unroll
+            for (int u = 0; u < MB_PT; u++) {
+                if (idx[u] >= n2) continue;
+                const float w1s = (float)(rho[u] * w1), dl = w1s * w2[u];
+                const float gam = lokr_gamma(A, G, W, dr, st, sig, i * A.b + j[u], p * A.dK + n[u], dl);
+                acc2[u] = fmaf(w1s, gam * sig, acc2[u]);
+                g1 = fmaf((float)rho[u], (gam * sig) * w2[u], g1);
                 sacc = fmaf(gam, dl, sacc);
             }
             if (pw1) {
@@ -196,7 +209,10 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_vi
             }
         }
     }
-    if (ok && pw2) pw2[z * n2 + idx] = acc2;
+    if (pw2)
+#pragma unroll
+        for (int u = 0; u < MB_PT; u++)
+            if (idx[u] < n2) pw2[z * n2 + idx[u]] = acc2[u];
     const float ssum = psig ? block_sum(sacc, red) : 0.0f; /* synchronises */
     __syncthreads();
     if (pw1)
@@ -281,7 +297,7 @@ static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *
 static bool mb_one_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *iper) {
     const i64 n2 = a->b * a->d * a->K;
     if (a->legacy || a->c > MB_AC || a->a < 1 || n2 < 1) return false;
-    *gx = cdiv(n2, NT);
+    *gx = cdiv(n2, NT * MB_PT);
     i64 zz = cdiv(1024, *gx);
     if (zz > a->a) zz = a->a;
     if (zz < 1) zz = 1;

@@ -24,7 +24,7 @@
 
 #define LR_XS 8192              /* k_lr_rowdot: staged x floats per block */
 #define LR_RG 4                 /* k_lr_rowdot: rows per warp task */
-#define LR_US 1024              /* k_lr_expand: (P + A)·r doubles */
+#define LR_US 1536              /* k_lr_expand: (P + A)·r doubles (with Ms: ≤ 44 KiB static shared) */
 #define LR_MS 8192              /* k_lr_expand: staged M floats */
 #define LR_TK 16                /* k_lr_expand: tokens per block */
 #define LR_SCR ((i64)32 << 20)  /* U scratch bytes per chunk of tokens */
