@@ -3,6 +3,9 @@
  * stride / padding / dilation, W2 full, plain or Tucker: the halves are formed first, see
  * lokr_common.cuh), activations with any strides (kern_glora.h's lk_act) and alignment.
  * ΔW is never built. Linear is the conv with no spatial dims (sp = 1, K = 1).
+ * Linear layers with a plain low-rank W2 (w2_a·w2_b) take lokr_lowrank.cu instead (per-token
+ * rank-r contractions, no Z scratch) unless LYCO_CUDA_LOKR_LEGACY=1 or its size limits decline;
+ * this file's path is the general (and the GPU-verified legacy) one.
  *
  *   Z[n, p, j, s']  = Σ_{q,κ} W2[j, q·K+κ]·X[n, p·d+q, s'·σ − π + κ·δ]    (the conv of each of the c
  *                                                                         input-channel groups with W2)
