@@ -44,6 +44,15 @@ PC
     echo "gpu-tier: staged jansson into build-deps/ (carry it to the GPU machine)"
     exit 0
 fi
+if [ "${1:-}" = "--pack-prebuilt" ]; then
+    # the binaries of a CUDA build (default build-gpu/) in one xz tarball under build-carry/, small
+    # enough to carry to the GPU machine (the fatbins compress ~3.5x); LYCO_PREBUILT_TAR unpacks it
+    src="${2:-build-gpu}"
+    mkdir -p build-carry
+    tar -cf - -C "$src" lyco liblyco.so tests/test_cuda_locon_conv tests/test_cuda_device | xz -T0 -6 >build-carry/prebuilt.tar.xz || exit 1
+    ls -la build-carry/prebuilt.tar.xz
+    exit 0
+fi
 OUT="${OUT:-$PWD/gpu-tier-out}"
 mkdir -p "$OUT"
 LOG="$OUT/gpu-tier.log"
@@ -70,6 +79,10 @@ if ! pkg-config --exists jansson 2>/dev/null; then
         fail "jansson is missing: run 'bash tools/gpu-tier.sh --stage-deps' where libjansson-dev is installed and carry build-deps/"
         exit 1
     fi
+fi
+if [ -n "${LYCO_PREBUILT_TAR:-}" ]; then
+    mkdir -p "$BUILD" && xz -dc "$LYCO_PREBUILT_TAR" | tar -xf - -C "$BUILD" || { fail "cannot unpack $LYCO_PREBUILT_TAR"; exit 1; }
+    LYCO_PREBUILT="$BUILD/lyco"
 fi
 if [ -n "${LYCO_PREBUILT:-}" ]; then
     LYCO="$LYCO_PREBUILT"
