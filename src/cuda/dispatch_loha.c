@@ -41,7 +41,7 @@ static bool legacy(void) {
 }
 
 /* Face-splitting (loha_fs.cu) where its rule favours it, unless the legacy path is forced. */
-static bool use_fs(const lk_loha_args *a) { return !legacy() && lk_loha_fs_wanted(a); }
+static bool use_fs(const lk_loha_args *a) { return !a->legacy && lk_loha_fs_wanted(a); }
 
 static bool is_bypass(const lyco_call *c) { return c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD; }
 
@@ -171,6 +171,7 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
     int n = 0;
     lyco_status rc;
     fill_factors(c, &a, rq, &n);
+    a.legacy = legacy() ? 1 : 0;
     switch (c->dir) {
     case LYCO_DIR_MERGE_FWD:
         lk_fill_dora(c, &a.dora, rq, &n);

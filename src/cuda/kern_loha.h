@@ -52,6 +52,7 @@ typedef struct {
     int64_t T;                /* bypass: tokens (linear) or batch N (conv) */
     lk_geo geo;               /* bypass conv geometry (nd = 0: linear) */
     lk_act x, y, y0, dy, dx;  /* bypass activations (y0 p NULL = write Δ alone; dx p NULL = not wanted) */
+    int32_t legacy;           /* LYCO_CUDA_LOHA_LEGACY=1: the H200-verified kernels only (merge forward: fp64 tiles everywhere) */
 } lk_loha_args;
 
 int lk_loha_merge_fwd(const lk_loha_args *a, const lk_device *dev, void *stream);

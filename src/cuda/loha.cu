@@ -12,6 +12,9 @@
  * product and the scales in fp64, one rounding (see its header for why fp64).
  *
  * merge forward (k_loha_merge_fwd, one kernel; DoRA adds merge_ep.cuh's two statistics passes):
+ *   the tile is generated in fp32 when the output is 16-bit and DoRA is off (r-long fp32 sums
+ *   are ~1e-6 relative against bf16/fp16's 0.5 ULP of 2^-9 / 2^-11), else in fp64;
+ *   LYCO_CUDA_LOHA_LEGACY=1: fp64 always.
  *   out = W + m·σs·ΔW̄ | m·σs·ΔW̄ | W − m·σs·ΔW̄ (merge_elem), or DoRA's V·f / W·(f−1) + dW·f.
  *   One 32×64 tile per block; W read once, out written once (in place allowed: each element is
  *   read and written by the same thread). Extra memory: none (DoRA: 2 sums + 3 statistics per
@@ -52,13 +55,15 @@
 /* =============================================================================================
  * merge forward
  * =========================================================================================== */
-template <typename CT> __global__ __launch_bounds__(NT) void k_loha_merge_fwd(lk_loha_args a, const float *st) {
-    typedef loha_gen<CT, 32, 64> G;
-    __shared__ __align__(16) double sm[G::SMEM / 8];
+/* ACC: the generator's accumulator (float only when every output is 16-bit, see merge_fwd_t) */
+template <typename CT, typename ACC> __global__ __launch_bounds__(NT) void k_loha_merge_fwd(lk_loha_args a, const float *st) {
+    typedef loha_gen<CT, 32, 64, ACC> G;
+    __shared__ __align__(16) double sm[(G::SMEM + 7) / 8];
     const lk_loha &L = a.L;
     const i64 j0 = (i64)blockIdx.x * 64, o0 = (i64)blockIdx.y * 32;
-    double r1[LG_TR][LG_TC], r2[LG_TR][LG_TC], rho[LG_TR];
-    G::gen(L, o0, j0, 1, 0, L.IK, sm, r1, r2, rho);
+    ACC r1[LG_TR][LG_TC], r2[LG_TR][LG_TC];
+    double rho[LG_TR];
+    G::gen(L, o0, j0, 1, 0, L.IK, (ACC *)sm, r1, r2, rho);
     const float sig = sigma_ct<CT>(L.sigma), mf = (float)L.m;
     const bool dora = a.dora.on != 0;
 #pragma unroll
@@ -447,7 +452,9 @@ template <typename CT> static int merge_fwd_t(const lk_loha_args *a0, lh_carve &
         if ((rc = dora_stats<CT, loha_delta>(a.L, a.dora, a.W, none, ws, &st, s))) return rc;
     }
     dim3 grid((unsigned)cdiv(a.L.IK, 64), (unsigned)cdiv(a.L.O, 32));
-    k_loha_merge_fwd<CT><<<grid, NT, 0, s>>>(a, st);
+    /* fp32 tiles when the output is 16-bit and no DoRA statistics need the fp64 tile's bits */
+    if (!a.legacy && !a.dora.on && a.out.dt != DT_F32) k_loha_merge_fwd<CT, float><<<grid, NT, 0, s>>>(a, st);
+    else k_loha_merge_fwd<CT, double><<<grid, NT, 0, s>>>(a, st);
     LK_LAUNCHED("loha merge_fwd");
     return LYCO_OK;
 }

@@ -18,11 +18,14 @@
  * K and M are never stored: their elements are generated as the GEMM stages its operand tiles
  * (products of two CT-rounded factors: exact in fp32 for 16-bit compute).
  *
- * Rule (lk_loha_fs_wanted): per token this form costs 2·R·(I·K + O) FLOP (forward; the backward
- * about three times that), the tile path (loha_bypass.cu) 2·O·I·K FLOP of fp32 product plus
- * 2·O·I·K·(r₁ + r₂)/64 fp64 FLOP of ΔW generation per 64-token tile (fp64 ≈ half the fp32 rate:
- * counted ×2). Face-splitting when R·(I·K + O) ≤ O·I·K·(1 + (r₁ + r₂)/16) — e.g. every r ≤ 45 at
- * 4096², r ≤ 90 with generation counted. Measurement behind it: on the H200 the tile path took
+ * Rule (lk_loha_fs_wanted), FLOP counted in fp32-FMA units, T = output-grid tokens: this form
+ * costs T·R·(I·K + O) FMAs (forward; the backward about three times that, as does the tile
+ * path's), the tile path (loha_bypass.cu) T·O·I·K FMAs of product plus ⌈T/64⌉·O·I·K·(r₁ + r₂)
+ * fp64 FMAs of ΔW generation (fp64 ≈ half the fp32 rate: counted ×2). Face-splitting when
+ *   T·R·(I·K + O) ≤ T·O·I·K + 2·⌈T/64⌉·O·I·K·(r₁ + r₂)
+ * — at 4096², 8192 tokens: r ≤ 45 by the product alone (r = 16: 0.06 of the tile path's cost);
+ * on the case table every row except loha_conv2d_3x3_s2p1 and loha_conv3d (tiny, where both are
+ * launch-bound). Measurement behind it: on the H200 the tile path took
  * 64.6 ms (bypass fwd, 8192 tokens, 4096², r = 16: 4.3 effective TFLOP/s); this form is 34 GFLOP
  * there (forward). NOT YET MEASURED on a GPU (written without device access); set
  * LYCO_CUDA_LOHA_LEGACY=1 for the tile path everywhere.
@@ -149,8 +152,8 @@ __device__ __forceinline__ void fs_fetch(const OA &A, const OB &B, i64 M, i64 N,
    128×128 tile (column tiles fastest). AK / BK: the staging threads walk k fastest (else m / n). */
 template <class OA, class OB, class EP, bool AK, bool BK>
 __global__ __launch_bounds__(NT) void k_fs_gemm(OA A, OB B, EP E, i64 M, i64 N, i64 Kd, i64 kper) {
-    __shared__ float As[FK][FB + 1];
-    __shared__ float Bs[FK][FB + 1];
+    __shared__ float As[FK][FB + 4]; /* +4: the k-fastest staging stores hit 32 distinct banks */
+    __shared__ float Bs[FK][FB + 4];
     const i64 tn = cdiv(N, FB), m0 = ((i64)blockIdx.x / tn) * FB, n0 = ((i64)blockIdx.x % tn) * FB;
     const i64 kb = (i64)blockIdx.y * kper, ke = kb + kper < Kd ? kb + kper : Kd;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -323,7 +326,8 @@ static unsigned fs_blocks(i64 n) {
 /* Split of a Kd-long reduction so that about 256 blocks run, each split ≥ 512 long and a
    multiple of FK; a function of the shape only (deterministic). */
 static void fs_split(i64 M, i64 N, i64 Kd, i64 *z, i64 *kper) {
-    i64 zz = cdiv(256, cdiv(M, FB) * cdiv(N, FB)), maxz = cdiv(Kd, 512);
+    const i64 tiles = cdiv(M, FB) * cdiv(N, FB);
+    i64 zz = cdiv(256, tiles > 0 ? tiles : 1), maxz = cdiv(Kd, 512);
     if (zz > maxz) zz = maxz;
     if (zz > FS_GRID_CAP) zz = FS_GRID_CAP;
     if (zz < 1) zz = 1;
@@ -497,7 +501,8 @@ static int fs_run(const lk_loha_args *a, cudaStream_t s, fs_body body) {
 extern "C" int lk_loha_fs_wanted(const lk_loha_args *a) {
     const lk_loha *L = &a->L;
     const double R = (double)L->r1 * (double)L->r2, IK = (double)L->IK, O = (double)L->O;
-    return R * (IK + O) <= O * IK * (1.0 + (double)(L->r1 + L->r2) / 16.0);
+    const double T = (double)a->T * (double)a->geo.spout, tiles = (double)cdiv(a->T * a->geo.spout, 64);
+    return T * R * (IK + O) <= T * O * IK + 2.0 * tiles * O * IK * (double)(L->r1 + L->r2);
 }
 
 extern "C" int lk_loha_fs_bypass_fwd(const lk_loha_args *a, void *stream) {

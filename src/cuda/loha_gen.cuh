@@ -14,6 +14,9 @@
  * The rank is consumed in chunks of RK = 32 staged through shared memory (any r_1, r_2 ≥ 1;
  * ranks beyond 128 are just more chunks). Cost per tile: BM·BN·(r_1 + r_2) fp64 FMAs.
  * Shared memory: (BM·(RK+1) + RK·(BN+1)) doubles (32×64 tile: 25 KB).
+ * ACC (default double) is the accumulator type; loha.cu's merge forward uses float when every
+ * output is 16-bit (fp32 sums of r terms are ~1e-6 relative, far below 0.5 ULP of bf16/fp16),
+ * half the shared memory and twice the FMA rate.
  *
  * Thread layout (NT = 256, 8 elements each): TX = BN/4 threads along the columns, TY = BM/2
  * along the rows; row(k) = ty + k·TY (k < 2), col(e) = tx + e·TX (e < 4): consecutive threads
@@ -28,44 +31,47 @@
 #define LG_TR 2
 #define LG_TC 4
 
-template <typename CT, int BM, int BN> struct loha_gen {
+__device__ __forceinline__ double lg_fma(double a, double b, double c) { return fma(a, b, c); }
+__device__ __forceinline__ float lg_fma(float a, float b, float c) { return fmaf(a, b, c); }
+
+template <typename CT, int BM, int BN, typename ACC = double> struct loha_gen {
     static const int RK = 32, TX = BN / LG_TC, TY = BM / LG_TR;
     static const int LDA = RK + 1, LDB = BN + 1;
-    static const int SMEM = (BM * LDA + RK * LDB) * 8;
+    static const int SMEM = (BM * LDA + RK * LDB) * (int)sizeof(ACC);
 
     static __device__ __forceinline__ int row(int k) { return (int)threadIdx.x / TX + k * TY; }
     static __device__ __forceinline__ int col(int e) { return (int)threadIdx.x % TX + e * TX; }
 
     /* acc = Σ_i Ā[o0+row(k), i]·B̄[i, (j0+col(e))·jm + jo] over i < r (0 outside the matrix). */
     static __device__ void term(const lk_view &A, const lk_view &B, i64 r, bool bexact, i64 O, i64 o0, i64 j0, i64 jm,
-                                i64 jo, i64 ncols, double *sm, double (&acc)[LG_TR][LG_TC]) {
+                                i64 jo, i64 ncols, ACC *sm, ACC (&acc)[LG_TR][LG_TC]) {
         static_assert(TX * TY == NT, "loha_gen: tile must give 8 elements to each of NT threads");
-        double *sA = sm, *sB = sm + BM * LDA;
+        ACC *sA = sm, *sB = sm + BM * LDA;
 #pragma unroll
         for (int k = 0; k < LG_TR; k++)
 #pragma unroll
-            for (int e = 0; e < LG_TC; e++) acc[k][e] = 0.0;
+            for (int e = 0; e < LG_TC; e++) acc[k][e] = (ACC)0;
         for (i64 i0 = 0; i0 < r; i0 += RK) {
             __syncthreads();
             for (int q = threadIdx.x; q < BM * RK; q += NT) {
                 const int rr = q / RK, ii = q % RK;
                 const i64 o = o0 + rr, i = i0 + ii;
-                sA[rr * LDA + ii] = (o < O && i < r) ? (double)rnd_ct<CT>(vload(A, o, i)) : 0.0;
+                sA[rr * LDA + ii] = (o < O && i < r) ? (ACC)rnd_ct<CT>(vload(A, o, i)) : (ACC)0;
             }
             for (int q = threadIdx.x; q < RK * BN; q += NT) {
                 const int ii = q / BN, cc = q % BN;
                 const i64 i = i0 + ii, jc = j0 + cc;
-                double v = 0.0;
+                ACC v = (ACC)0;
                 if (i < r && jc < ncols) {
                     float b = vload(B, i, jc * jm + jo);
-                    v = (double)(bexact ? b : rnd_ct<CT>(b));
+                    v = (ACC)(bexact ? b : rnd_ct<CT>(b));
                 }
                 sB[ii * LDB + cc] = v;
             }
             __syncthreads();
             const int kk = (int)(r - i0 < RK ? r - i0 : RK);
             for (int ii = 0; ii < kk; ii++) {
-                double a[LG_TR], b[LG_TC];
+                ACC a[LG_TR], b[LG_TC];
 #pragma unroll
                 for (int k = 0; k < LG_TR; k++) a[k] = sA[row(k) * LDA + ii];
 #pragma unroll
@@ -73,15 +79,15 @@ template <typename CT, int BM, int BN> struct loha_gen {
 #pragma unroll
                 for (int k = 0; k < LG_TR; k++)
 #pragma unroll
-                    for (int e = 0; e < LG_TC; e++) acc[k][e] = fma(a[k], b[e], acc[k][e]);
+                    for (int e = 0; e < LG_TC; e++) acc[k][e] = lg_fma(a[k], b[e], acc[k][e]);
             }
         }
     }
 
     /* R_1, R_2 of the thread's elements and ρ of its rows (0 outside the matrix). Leaves sm in
        use: callers synchronise before reusing it. */
-    static __device__ void gen(const lk_loha &L, i64 o0, i64 j0, i64 jm, i64 jo, i64 ncols, double *sm,
-                               double (&r1)[LG_TR][LG_TC], double (&r2)[LG_TR][LG_TC], double (&rho)[LG_TR]) {
+    static __device__ void gen(const lk_loha &L, i64 o0, i64 j0, i64 jm, i64 jo, i64 ncols, ACC *sm,
+                               ACC (&r1)[LG_TR][LG_TC], ACC (&r2)[LG_TR][LG_TC], double (&rho)[LG_TR]) {
         term(L.A1, L.B1, L.r1, L.b_exact != 0, L.O, o0, j0, jm, jo, ncols, sm, r1);
         term(L.A2, L.B2, L.r2, L.b_exact != 0, L.O, o0, j0, jm, jo, ncols, sm, r2);
 #pragma unroll
