@@ -653,7 +653,10 @@ static lyco_status merge_on_device(lyco_ctx *ctx, DLTensor *W, const lyco_adapte
 #endif
 
 /* Merges every hit of base tensor i into `work` (fp32, the tensor's values). */
-static lyco_status apply_hits(plan *p, lyco_ctx *ctx, int64_t i, float *work) {
+/* on_device: the merges run on the GPU (--backend cuda); the verification's oracle recompute
+   always runs on the host (the ref backend takes host tensors only). */
+static lyco_status apply_hits(plan *p, lyco_ctx *ctx, int64_t i, float *work, bool on_device) {
+    (void)on_device; /* read only in a CUDA build */
     const lyco_st_tensor *t = lyco_st_model_get(p->base, i);
     lyco_status st = LYCO_OK;
     for (int64_t h = p->first_hit[i]; h >= 0 && h < p->nhits && p->hits[h].base == i && !st; h++) {
@@ -682,7 +685,7 @@ static lyco_status apply_hits(plan *p, lyco_ctx *ctx, int64_t i, float *work) {
         DLTensor W = lyco_host_tensor(data, LYCO_F32, (int32_t)ndim, shape);
         lyco_merge_args args = {&W, NULL, p->o->unmerge ? LYCO_MERGE_UNMERGE : LYCO_MERGE_WEIGHT};
 #ifdef LYCO_HAVE_CUDA
-        if (p->o->cuda) st = merge_on_device(ctx, &W, &b.a, args.mode);
+        if (on_device) st = merge_on_device(ctx, &W, &b.a, args.mode);
         else
 #endif
             st = lyco_merge_fwd(ctx, &W, NULL, &b.a, &args);
@@ -704,7 +707,7 @@ static lyco_status merge_tensor(plan *p, out_writer *w, int64_t i, progress *pg)
     if (st) return st;
     widen_f32(p->rbuf, t->dtype, p->work, n);
     int64_t bad_in = count_nonfinite(p->work, n);
-    if ((st = apply_hits(p, p->ctx, i, p->work))) return st;
+    if ((st = apply_hits(p, p->ctx, i, p->work, p->o->cuda))) return st;
     narrow_f32(p->work, od, p->obuf, n);
     int64_t bad_out = count_nonfinite_st(p->obuf, od, n);
     if (bad_out > bad_in && !p->o->allow_nonfinite)
@@ -768,7 +771,7 @@ static lyco_status recompute_ref(plan *p, int64_t i, float *ref) {
     lyco_ctx *ref_ctx = NULL;
     if (!st) st = lyco_ctx_create(&ref_ctx);
     if (!st) st = lyco_ctx_set_backend(ref_ctx, LYCO_BACKEND_REF);
-    if (!st) st = apply_hits(p, ref_ctx, i, ref);
+    if (!st) st = apply_hits(p, ref_ctx, i, ref, false);
     lyco_ctx_destroy(ref_ctx);
     return st;
 }

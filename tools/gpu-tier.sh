@@ -19,7 +19,7 @@
 # racecheck.txt, bench.txt, bench.csv, bench.json, plots/. Exit status 0 only when every step passed.
 # LYCO_SKIP_CHECK=1 / LYCO_SKIP_SANITIZERS=1 / LYCO_SKIP_BENCH=1 leave those steps out (split runs);
 # LYCO_SANITIZE_ALGOS narrows the sanitizer runs; LYCO_LEGACY_AB checks kept legacy paths too;
-# LYCO_SKIP_PYTHON / LYCO_SKIP_DDP leave those out. LYCO_WERROR=OFF builds without -Werror (a newer compiler there may warn where ours does not).
+# LYCO_SKIP_PYTHON / LYCO_SKIP_DDP / LYCO_SKIP_MERGE leave those out. LYCO_WERROR=OFF builds without -Werror (a newer compiler there may warn where ours does not).
 # The GPU image has no libjansson-dev: `bash tools/gpu-tier.sh --stage-deps` (on a machine that has
 # it, e.g. the dev box) copies its header, shared library and a relocatable jansson.pc into
 # build-deps/; carry that folder along and the build there uses it.
@@ -148,6 +148,41 @@ if [ -x "$GPU_TEST" ]; then
     LYCO_SEED="$SEED" "$GPU_TEST" >"$OUT/test_cuda_device.txt" 2>&1 || fail "test_cuda_device failed (see test_cuda_device.txt)"
     grep -E "^FAIL" "$OUT/test_cuda_device.txt" | head -20 | tee -a "$LOG"
     tail -n 2 "$OUT/test_cuda_device.txt" | tee -a "$LOG"
+fi
+
+# ---- 3d. `lyco merge --backend cuda` on the adapter fixtures of every algorithm: exit 0 (the
+# merge re-reads and verifies its output against the fp64 oracle) and the same tensors as the
+# CPU merge within a few fp32 ulp ----
+if [ -z "${LYCO_SKIP_MERGE:-}" ] && [ -d tests/data/adapters ]; then
+    say "lyco merge --backend cuda vs cpu (tests/data/adapters)"
+    M="$OUT/merge"; mkdir -p "$M"; nm=0; nbad=0
+    for a in tests/data/adapters/sd_*.safetensors tests/data/adapters/tf_*.safetensors; do
+        case "$a" in *upstream*|*_base.*) continue ;; esac
+        n=$(basename "$a" .safetensors); base="tests/data/adapters/${n%%_*}_base.safetensors"
+        "$LYCO" merge "$base" "$a:0.8" -o "$M/$n.cpu.safetensors" --backend cpu >"$M/$n.cpu.log" 2>&1 || { fail "merge --backend cpu $n failed"; nbad=$((nbad + 1)); }
+        "$LYCO" merge "$base" "$a:0.8" -o "$M/$n.cuda.safetensors" --backend cuda >"$M/$n.cuda.log" 2>&1 || { fail "merge --backend cuda $n failed: $(tail -1 "$M/$n.cuda.log")"; nbad=$((nbad + 1)); }
+        nm=$((nm + 1))
+    done
+    echo "   $nm adapters merged on both backends, $nbad failures" | tee -a "$LOG"
+    if python3 -c "import safetensors, torch" 2>/dev/null; then
+        python3 - "$M" <<'PY' 2>&1 | tee -a "$LOG" || fail "merge outputs differ between cpu and cuda"
+import glob, os, sys
+from safetensors.torch import load_file
+worst = 0.0
+for c in sorted(glob.glob(sys.argv[1] + "/*.cpu.safetensors")):
+    g = c.replace(".cpu.", ".cuda.")
+    if not os.path.exists(g):
+        continue
+    a, b = load_file(c), load_file(g)
+    assert a.keys() == b.keys(), c
+    for k in a:
+        x, y = a[k].float(), b[k].float()
+        worst = max(worst, (x - y).abs().max().item() / (x.abs().max().item() or 1.0))
+print("   worst |cpu - cuda| / max|W| over every merged tensor: %.2e" % worst)
+sys.exit(0 if worst < 1e-5 else 1)
+PY
+    fi
+    rm -f "$M"/*.safetensors
 fi
 
 # ---- 3b'. the kept legacy paths (LYCO_LEGACY_AB="VAR:algo,algo VAR2:algo"): the same check with
