@@ -211,3 +211,53 @@ lyco_status lyco_cuda_run(const lyco_call *c, void *stream, char *why, size_t wh
     }
     return lk_decline(why, why_len, "no CUDA kernel for %s %s yet", lyco_algo_name(c->a->algo), lyco_direction_name(c->dir));
 }
+
+/* The activation view of t (N×C×spatial; linear: tokens×features); false when the spatial dims
+   (or, linear, the leading token dims) do not collapse to one stride. t NULL: zeroed. */
+bool lk_act_view(const lyco_call *c, const DLTensor *t, lk_act *v) {
+    memset(v, 0, sizeof *v);
+    if (!t) return true;
+    lk_view m;
+    if (c->a->layer.kind != LYCO_LAYER_CONV) { /* tokens × features */
+        if (!lk_mk_view(t, lk_last_split(t), &m)) return false;
+        v->sn = m.s0;
+        v->sc = m.s1;
+    } else { /* dims 0, 1 single; spatial dims [2, ndim) collapse as the columns of a 2-split view */
+        const DLTensor sub = {.data = t->data, .device = t->device, .ndim = t->ndim - 1, .dtype = t->dtype,
+                              .shape = t->shape + 1, .strides = t->strides ? t->strides + 1 : NULL, .byte_offset = t->byte_offset};
+        if (!lk_mk_view(&sub, 1, &m)) return false;
+        int64_t cs = 1;
+        for (int d = 1; d < t->ndim; d++) cs *= t->shape[d];
+        v->sn = t->strides ? t->strides[0] : cs;
+        v->sc = m.s0;
+        v->sp = m.s1;
+    }
+    v->p = m.p;
+    v->dt = m.dt;
+    v->flags = m.flags & LK_UNALIGNED;
+    return true;
+}
+
+void lk_fill_geo(const lyco_call *c, lk_geo *g) {
+    const lyco_layer *l = &c->a->layer;
+    memset(g, 0, sizeof *g);
+    g->spin = g->spout = 1;
+    if (l->kind != LYCO_LAYER_CONV) return;
+    g->nd = l->conv_dims;
+    for (int d = 0; d < g->nd; d++) {
+        g->in[d] = c->sp_in[d];
+        g->out[d] = c->sp_out[d];
+        g->k[d] = l->kernel[d];
+        g->st[d] = l->stride[d];
+        g->pad[d] = l->padding[d];
+        g->dil[d] = l->dilation[d];
+    }
+    g->spin = c->sp_in_n;
+    g->spout = c->sp_out_n;
+}
+
+lyco_status lk_act_views(const lyco_call *c, const lk_act_req *rq, int n, char *why, size_t why_len) {
+    for (int i = 0; i < n; i++)
+        if (!lk_act_view(c, rq[i].t, rq[i].v)) return lk_decline(why, why_len, "%s has strides whose spatial dims do not collapse", rq[i].name);
+    return LYCO_OK;
+}

@@ -1,7 +1,8 @@
 /*
  * backend.h — what the CUDA backend's per-family dispatchers (dispatch_<family>.c) share with
  * backend.c: strided 2-D views of call tensors (kern.h's lk_view), the decline helper, the
- * module-dropout path, and the fill helpers for the LoCon/DoRA argument structs.
+ * module-dropout path, the fill helpers for the LoCon/DoRA argument structs, and the activation
+ * views and conv geometry (kern.h's lk_act / lk_geo) of the GLoRA, LoHa and LoKr dispatchers.
  *
  * Flow: lyco_cuda_run (backend.c) checks that every tensor is on the current device, handles a
  * dropped module (lk_run_dropped, any algorithm), queries the device, then calls the family's
@@ -40,6 +41,19 @@ lyco_status lk_fill_locon(const lyco_call *c, lk_locon *L, lk_view_req *rq, int 
 void lk_fill_dora(const lyco_call *c, lk_dora *dr, lk_view_req *rq, int *nrq);
 /* Module dropout: W'' = W (or 0), bias'' = bias (or 0), y = y0 (or 0), dy0 = dy, zero grads. */
 lyco_status lk_run_dropped(const lyco_call *c, void *st, char *why, size_t why_len);
+
+/* The activation view of t (N×C×spatial; linear: tokens×features); false when the spatial dims
+   (or, linear, the leading token dims) do not collapse to one stride. t NULL: zeroed. */
+bool lk_act_view(const lyco_call *c, const DLTensor *t, lk_act *v);
+/* The layer's conv geometry (nd = 0 for linear). */
+void lk_fill_geo(const lyco_call *c, lk_geo *g);
+/* An activation to view; lk_act_views declines, by name, one whose dims do not collapse. */
+typedef struct {
+    const DLTensor *t;
+    const char *name;
+    lk_act *v;
+} lk_act_req;
+lyco_status lk_act_views(const lyco_call *c, const lk_act_req *rq, int n, char *why, size_t why_len);
 
 /* Family dispatchers (one file each). */
 lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len);

@@ -94,60 +94,6 @@ static bool any_grad(const lk_loha_args *a) {
     return a->gA1.p || a->gA2.p || a->gB1.p || a->gB2.p || a->gT1.p || a->gT2.p || a->gsigma.p || a->dora.grad_d.p;
 }
 
-/* The activation view of t (N × C × spatial; linear: tokens × features); false when the spatial
-   dims (or, linear, the leading token dims) do not collapse to one stride. t NULL: zeroed. */
-static bool act_view(const lyco_call *c, const DLTensor *t, lk_act *v) {
-    memset(v, 0, sizeof *v);
-    if (!t) return true;
-    lk_view m;
-    if (c->a->layer.kind != LYCO_LAYER_CONV) {
-        if (!lk_mk_view(t, lk_last_split(t), &m)) return false;
-        v->sn = m.s0;
-        v->sc = m.s1;
-    } else { /* dims 0, 1 single; spatial dims [2, ndim) collapse as the columns of a 2-split view */
-        const DLTensor sub = {.data = t->data, .device = t->device, .ndim = t->ndim - 1, .dtype = t->dtype,
-                              .shape = t->shape + 1, .strides = t->strides ? t->strides + 1 : NULL, .byte_offset = t->byte_offset};
-        if (!lk_mk_view(&sub, 1, &m)) return false;
-        v->sn = lyco_stride(t, 0);
-        v->sc = m.s0;
-        v->sp = m.s1;
-    }
-    v->p = m.p;
-    v->dt = m.dt;
-    v->flags = m.flags & LK_UNALIGNED;
-    return true;
-}
-
-static void fill_geo(const lyco_call *c, lk_geo *g) {
-    const lyco_layer *l = &c->a->layer;
-    memset(g, 0, sizeof *g);
-    g->spin = g->spout = 1;
-    if (l->kind != LYCO_LAYER_CONV) return;
-    g->nd = l->conv_dims;
-    for (int d = 0; d < g->nd; d++) {
-        g->in[d] = c->sp_in[d];
-        g->out[d] = c->sp_out[d];
-        g->k[d] = l->kernel[d];
-        g->st[d] = l->stride[d];
-        g->pad[d] = l->padding[d];
-        g->dil[d] = l->dilation[d];
-    }
-    g->spin = c->sp_in_n;
-    g->spout = c->sp_out_n;
-}
-
-typedef struct {
-    const DLTensor *t;
-    const char *name;
-    lk_act *v;
-} act_req;
-
-static lyco_status act_views(const lyco_call *c, const act_req *rq, int n, char *why, size_t why_len) {
-    for (int i = 0; i < n; i++)
-        if (!act_view(c, rq[i].t, rq[i].v)) return lk_decline(why, why_len, "%s has strides whose spatial dims do not collapse", rq[i].name);
-    return LYCO_OK;
-}
-
 /* dy0 = RN(dy), or 0 when y did not read y0 (LYCO_BYPASS_DELTA_ONLY). */
 static lyco_status write_dy0(const lyco_call *c, int ct, void *st, char *why, size_t why_len) {
     if (!c->dy0) return LYCO_OK;
@@ -192,20 +138,20 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
         return (lyco_status)lk_loha_merge_bwd(&a, dev, st);
     case LYCO_DIR_BYPASS_FWD: {
         const DLTensor *y0 = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? NULL : c->bypass->y0;
-        act_req ar[] = {{c->bypass->x, "x", &a.x}, {y0, "y0", &a.y0}, {c->y, "y", &a.y}};
+        lk_act_req ar[] = {{c->bypass->x, "x", &a.x}, {y0, "y0", &a.y0}, {c->y, "y", &a.y}};
         a.T = c->tokens;
-        fill_geo(c, &a.geo);
-        if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
+        lk_fill_geo(c, &a.geo);
+        if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 3, why, why_len))) return rc;
         orient(&a);
         if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_fwd(&a, st);
         return (lyco_status)lk_loha_bypass_fwd(&a, dev, st);
     }
     default: {
-        act_req ar[] = {{c->bypass->x, "x", &a.x}, {c->dy, "dy", &a.dy}, {c->dx, "dx", &a.dx}};
+        lk_act_req ar[] = {{c->bypass->x, "x", &a.x}, {c->dy, "dy", &a.dy}, {c->dx, "dx", &a.dx}};
         a.T = c->tokens;
-        fill_geo(c, &a.geo);
+        lk_fill_geo(c, &a.geo);
         fill_grads(c, &a, rq, &n);
-        if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
+        if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 3, why, why_len))) return rc;
         orient(&a);
         if ((rc = write_dy0(c, a.L.ct, st, why, why_len))) return rc;
         if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_bwd(&a, st);

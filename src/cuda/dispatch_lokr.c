@@ -67,62 +67,6 @@ static bool any_grad(const lk_lokr_args *k) {
            k->dora.grad_d.p;
 }
 
-/* The activation view of t (N×C×spatial; linear: tokens×features); false when the spatial dims
-   (or, linear, the leading token dims) do not collapse to one stride. t NULL: zeroed. */
-static bool act_view(const lyco_call *c, const DLTensor *t, lk_act *v) {
-    memset(v, 0, sizeof *v);
-    if (!t) return true;
-    lk_view m;
-    if (c->a->layer.kind != LYCO_LAYER_CONV) { /* tokens × features */
-        if (!lk_mk_view(t, lk_last_split(t), &m)) return false;
-        v->sn = m.s0;
-        v->sc = m.s1;
-    } else { /* dims 0, 1 single; spatial dims [2, ndim) collapse as the columns of a 2-split view */
-        const DLTensor sub = {.data = t->data, .device = t->device, .ndim = t->ndim - 1, .dtype = t->dtype,
-                              .shape = t->shape + 1, .strides = t->strides ? t->strides + 1 : NULL, .byte_offset = t->byte_offset};
-        if (!lk_mk_view(&sub, 1, &m)) return false;
-        int64_t cs = 1;
-        for (int d = 1; d < t->ndim; d++) cs *= t->shape[d];
-        v->sn = t->strides ? t->strides[0] : cs;
-        v->sc = m.s0;
-        v->sp = m.s1;
-    }
-    v->p = m.p;
-    v->dt = m.dt;
-    v->flags = m.flags & LK_UNALIGNED;
-    return true;
-}
-
-static void fill_geo(const lyco_call *c, lk_geo *g) {
-    const lyco_layer *l = &c->a->layer;
-    memset(g, 0, sizeof *g);
-    g->spin = g->spout = 1;
-    if (l->kind != LYCO_LAYER_CONV) return;
-    g->nd = l->conv_dims;
-    for (int d = 0; d < g->nd; d++) {
-        g->in[d] = c->sp_in[d];
-        g->out[d] = c->sp_out[d];
-        g->k[d] = l->kernel[d];
-        g->st[d] = l->stride[d];
-        g->pad[d] = l->padding[d];
-        g->dil[d] = l->dilation[d];
-    }
-    g->spin = c->sp_in_n;
-    g->spout = c->sp_out_n;
-}
-
-typedef struct {
-    const DLTensor *t;
-    const char *name;
-    lk_act *v;
-} act_req;
-
-static lyco_status act_views(const lyco_call *c, const act_req *rq, int n, char *why, size_t why_len) {
-    for (int i = 0; i < n; i++)
-        if (!act_view(c, rq[i].t, rq[i].v)) return lk_decline(why, why_len, "%s has strides whose spatial dims do not collapse", rq[i].name);
-    return LYCO_OK;
-}
-
 static lyco_status run_merge(const lyco_call *c, const lk_device *dev, void *st, lk_lokr_args *k, lk_view_req *rq, int n,
                              char *why, size_t why_len) {
     lyco_status rc;
@@ -146,17 +90,17 @@ static lyco_status run_merge(const lyco_call *c, const lk_device *dev, void *st,
 static lyco_status run_bypass(const lyco_call *c, const lk_device *dev, void *st, lk_lokr_args *k, lk_view_req *rq, int n,
                               char *why, size_t why_len) {
     lyco_status rc;
-    fill_geo(c, &k->geo);
+    lk_fill_geo(c, &k->geo);
     if (c->dir == LYCO_DIR_BYPASS_FWD) {
         const DLTensor *y0 = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? NULL : c->bypass->y0;
-        act_req ar[] = {{c->bypass->x, "x", &k->x}, {y0, "y0", &k->y0}, {c->y, "y", &k->y}};
-        if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 3, why, why_len))) return rc;
+        lk_act_req ar[] = {{c->bypass->x, "x", &k->x}, {y0, "y0", &k->y0}, {c->y, "y", &k->y}};
+        if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 3, why, why_len))) return rc;
         return (lyco_status)lk_lokr_bypass_fwd(k, dev, st);
     }
-    act_req ar[] = {{c->bypass->x, "x", &k->x}, {c->dy, "dy", &k->dy}, {c->dx, "dx", &k->dx}, {c->dy0, "dy0", &k->dy0}};
+    lk_act_req ar[] = {{c->bypass->x, "x", &k->x}, {c->dy, "dy", &k->dy}, {c->dx, "dx", &k->dx}, {c->dy0, "dy0", &k->dy0}};
     k->dy0_zero = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? 1 : 0;
     fill_grads(c, k, rq, &n);
-    if ((rc = lk_views(rq, n, why, why_len)) || (rc = act_views(c, ar, 4, why, why_len))) return rc;
+    if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 4, why, why_len))) return rc;
     return (lyco_status)lk_lokr_bypass_bwd(k, dev, st);
 }
 

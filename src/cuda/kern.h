@@ -31,6 +31,22 @@ typedef struct {
     int32_t flags;       /* LK_* */
 } lk_view;
 
+/* An activation: element (n, ch, p) at byte p + (n·sn + ch·sc + p·sp)·elem_size, p = the
+   row-major spatial position (linear layers: n = token, sp unused). */
+typedef struct {
+    const void *p;            /* NULL = absent */
+    int64_t sn, sc, sp;       /* strides in elements */
+    int32_t dt, flags;        /* lyco_dtype, LK_UNALIGNED */
+} lk_act;
+
+/* Conv geometry (nd = 0 for linear): input / output spatial sizes, kernel, stride, padding,
+   dilation per spatial dim (row-major positions and kernel offsets). */
+typedef struct {
+    int32_t nd;
+    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
+    int64_t spin, spout;      /* products of in / out (1 for linear) */
+} lk_geo;
+
 /* The LoCon factors and the scalars of one call (linear, or conv flattened to I·K columns). */
 typedef struct {
     int32_t ct;          /* compute dtype */

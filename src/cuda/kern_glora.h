@@ -2,7 +2,7 @@
  * kern_glora.h — the plain-C interface of GLoRA's CUDA kernels (glora.cu), used by
  * dispatch_glora.c. Operands are kern.h's 2-D strided views; GLoRA's factors (ALGORITHMS.md §2.7):
  *   A1 I×r, A2 r×I, B1 O×r, B2 r×(I·K), W O×(I·K) (column j = c·K + κ), K kernel positions
- *   (1 for linear); bypass activations x N×I×sp_in, y / y0 / dy N×O×sp_out (lk_act; linear:
+ *   (1 for linear); bypass activations x N×I×sp_in, y / y0 / dy N×O×sp_out (kern.h's lk_act; linear:
  *   N = tokens, no spatial dims).
  * Scalars: s (scale), m (multiplier), σs on the device (p NULL = 1, rounded to the compute dtype).
  * Rank masks q_a (1×r, on the A path) and q_b (1×r, on the B path): bypass only, p NULL = 1.
@@ -16,21 +16,6 @@
 extern "C" {
 #endif
 
-/* An activation: element (n, ch, p) at byte p + (n·sn + ch·sc + p·sp)·elem_size, p = the
-   row-major spatial position (linear layers: n = token, sp unused). */
-typedef struct {
-    const void *p;            /* NULL = absent */
-    int64_t sn, sc, sp;       /* strides in elements */
-    int32_t dt, flags;        /* lyco_dtype, LK_UNALIGNED */
-} lk_act;
-
-/* Conv geometry (nd = 0 for linear): input / output spatial sizes, kernel, stride, padding,
-   dilation per spatial dim (row-major positions and kernel offsets). */
-typedef struct {
-    int32_t nd;
-    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
-    int64_t spin, spout;      /* products of in / out (1 for linear) */
-} lk_geo;
 
 typedef struct {
     int32_t ct;               /* compute dtype */
