@@ -200,6 +200,7 @@ typedef struct {
     unsigned dirs;       /* bit d: direction d */
     bool sweep_rank;     /* rows at ranks 8, 32, 128 (else the case's rank) */
     bool mixed;          /* also the mixed dtype rows */
+    bool first_call;     /* a row of --first-call's table (its forward direction) */
 } bench_item;
 
 #define MERGE ((1u << LYCO_DIR_MERGE_FWD) | (1u << LYCO_DIR_MERGE_BWD))
@@ -207,53 +208,53 @@ typedef struct {
 #define LIN(nm, al, o, i, r, t, op) {.name = nm, .algo = al, .O = o, .I = i, .rank = r, .tokens = t, .alpha = 16, .opts = op}
 
 static const bench_item items[] = {
-    {"lora", LIN("4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 0, 0), MERGE, true, true},
-    {"lora", LIN("11008x4096", LYCO_ALGO_LOCON, 11008, 4096, 32, 0, 0), MERGE, true, true},
-    {"lora", LIN("8192tok 4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 8192, 0), BYPASS, true, true},
-    {"lora", LIN("16384tok 3072x3072", LYCO_ALGO_LOCON, 3072, 3072, 32, 16384, 0), BYPASS, true, true},
-    {"dora", LIN("4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, true},
-    {"dora", LIN("11008x4096", LYCO_ALGO_LOCON, 11008, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, false},
+    {"lora", LIN("4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 0, 0), MERGE, true, true, true},
+    {"lora", LIN("11008x4096", LYCO_ALGO_LOCON, 11008, 4096, 32, 0, 0), MERGE, true, true, false},
+    {"lora", LIN("8192tok 4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 8192, 0), BYPASS, true, true, true},
+    {"lora", LIN("16384tok 3072x3072", LYCO_ALGO_LOCON, 3072, 3072, 32, 16384, 0), BYPASS, true, true, false},
+    {"dora", LIN("4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, true, true},
+    {"dora", LIN("11008x4096", LYCO_ALGO_LOCON, 11008, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, false, false},
     /* no DoRA bypass row: the CUDA backend declines it (issue 3: it needs x·Wᵀ again), and timing
        the eager fallback through host copies took minutes per row */
     {"lora-conv",
      {.name = "3x3 640ch 64x64 n2", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 640, .I = 640,
       .k = {3, 3, 1}, .stride = K1, .pad = {1, 1, 0}, .dil = K1, .rank = 32, .tokens = 2, .spatial = {64, 64, 1}, .alpha = 16},
-     MERGE | BYPASS, false, true},
+     MERGE | BYPASS, false, true, true},
     {"lora-conv",
      {.name = "3x3 320ch 128x128 n2", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 320, .I = 320,
       .k = {3, 3, 1}, .stride = K1, .pad = {1, 1, 0}, .dil = K1, .rank = 16, .tokens = 2, .spatial = {128, 128, 1}, .alpha = 8},
-     BYPASS, false, false},
-    {"ia3", LIN("8192tok 4096x4096 out", LYCO_ALGO_IA3, 4096, 4096, 0, 8192, 0), BYPASS, false, true},
-    {"ia3", LIN("4096x4096", LYCO_ALGO_IA3, 4096, 4096, 0, 0, 0), MERGE, false, false},
-    {"full", LIN("4096x4096", LYCO_ALGO_FULL, 4096, 4096, 0, 0, CASE_BIAS), MERGE, false, true},
-    {"glora", LIN("4096x4096", LYCO_ALGO_GLORA, 4096, 4096, 8, 0, 0), MERGE, false, true},
+     BYPASS, false, false, false},
+    {"ia3", LIN("8192tok 4096x4096 out", LYCO_ALGO_IA3, 4096, 4096, 0, 8192, 0), BYPASS, false, true, true},
+    {"ia3", LIN("4096x4096", LYCO_ALGO_IA3, 4096, 4096, 0, 0, 0), MERGE, false, false, false},
+    {"full", LIN("4096x4096", LYCO_ALGO_FULL, 4096, 4096, 0, 0, CASE_BIAS), MERGE, false, true, false},
+    {"glora", LIN("4096x4096", LYCO_ALGO_GLORA, 4096, 4096, 8, 0, 0), MERGE, false, true, false},
     {"dylora",
      {.name = "4096x4096", .algo = LYCO_ALGO_DYLORA, .O = 4096, .I = 4096, .rank = 32, .alpha = 16, .extra = {4, 3}},
-     MERGE, false, false},
+     MERGE, false, false, false},
     {"dylora",
      {.name = "8192tok 4096x4096", .algo = LYCO_ALGO_DYLORA, .O = 4096, .I = 4096, .rank = 32, .tokens = 8192, .alpha = 16,
       .extra = {4, 3}},
-     BYPASS, false, false},
-    {"loha", LIN("4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 0, 0), MERGE, false, true},
-    {"loha", LIN("8192tok 4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 8192, 0), BYPASS, false, false},
+     BYPASS, false, false, false},
+    {"loha", LIN("4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 0, 0), MERGE, false, true, false},
+    {"loha", LIN("8192tok 4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 8192, 0), BYPASS, false, false, false},
     {"lokr", {.name = "4096x4096 f8 w2 r16", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .rank = 16, .alpha = 16,
               .extra = {8, 8}, .opts = CASE_W2_LOWRANK},
-     MERGE, false, true},
+     MERGE, false, true, false},
     {"lokr", {.name = "4096x4096 64x64 full", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .extra = {64, 64}}, MERGE, false,
-     false},
+     false, false},
     {"lokr", {.name = "8192tok 4096x4096 f8 w2 r16", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .rank = 16, .alpha = 16,
               .tokens = 8192, .extra = {8, 8}, .opts = CASE_W2_LOWRANK},
-     BYPASS, false, false},
-    {"diag-oft", LIN("4096x4096 b32", LYCO_ALGO_DIAG_OFT, 4096, 4096, 32, 0, 0), MERGE, false, true},
-    {"diag-oft", LIN("8192tok 4096x4096 b32", LYCO_ALGO_DIAG_OFT, 4096, 4096, 32, 8192, 0), BYPASS, false, false},
+     BYPASS, false, false, false},
+    {"diag-oft", LIN("4096x4096 b32", LYCO_ALGO_DIAG_OFT, 4096, 4096, 32, 0, 0), MERGE, false, true, false},
+    {"diag-oft", LIN("8192tok 4096x4096 b32", LYCO_ALGO_DIAG_OFT, 4096, 4096, 32, 8192, 0), BYPASS, false, false, false},
     {"boft", {.name = "4096x4096 b32 m4", .algo = LYCO_ALGO_BOFT, .O = 4096, .I = 4096, .rank = 32, .extra = {4}}, MERGE,
-     false, true},
+     false, true, false},
     {"boft", {.name = "8192tok 4096x4096 b32 m4", .algo = LYCO_ALGO_BOFT, .O = 4096, .I = 4096, .rank = 32, .tokens = 8192,
               .extra = {4}},
-     BYPASS, false, false},
+     BYPASS, false, false, false},
     {"norm", {.name = "8192tok C4096", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 4096, .I = 4096, .tokens = 8192,
               .opts = CASE_BIAS},
-     MERGE | BYPASS, false, false},
+     MERGE | BYPASS, false, false, false},
 };
 
 /* Is name in the comma-separated list (NULL or empty: everything)? */
@@ -278,10 +279,10 @@ static const lyco_dtype_row *row_named(const char *name) {
 
 /* Useful multiply-adds × 2 of a row (0: elementwise / memory-bound families). */
 static double row_flops(const lyco_case *c, lyco_direction d) {
-    double K = (double)((c->k[0] ? c->k[0] : 1) * (c->k[1] ? c->k[1] : 1) * (c->k[2] ? c->k[2] : 1));
+    double K = case_kernel_positions(c);
     double O = (double)c->O, IK = (double)c->I * K, r = (double)c->rank;
     double P = (double)(c->tokens ? c->tokens : 0);
-    if (c->kind == LYCO_LAYER_CONV) P *= (double)(c->spatial[0] ? c->spatial[0] : 1) * (double)(c->spatial[1] ? c->spatial[1] : 1);
+    if (c->kind == LYCO_LAYER_CONV) P *= case_spatial_positions(c);
     if (c->algo == LYCO_ALGO_DYLORA) r = (double)(c->extra[0] * (c->extra[1] + 1));
     switch (c->algo) {
     case LYCO_ALGO_LOCON:
@@ -424,13 +425,17 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
 }
 
 /* ---- first call in a fresh process ---- */
-static const bench_item *first_call_items[] = {&items[0], &items[2], &items[4], &items[6], &items[8]};
-enum { N_FIRST = sizeof first_call_items / sizeof first_call_items[0] };
+/* The idx-th item marked first_call, or NULL. */
+static const bench_item *first_call_item(int idx) {
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
+        if (items[i].first_call && idx-- == 0) return &items[i];
+    return NULL;
+}
 
 /* Child side: prints "first-call <ctx_ms> <first_ms> <second_ms> <newshape_ms>". */
 static int first_call_child(int idx) {
-    if (idx < 0 || idx >= N_FIRST) return 2;
-    const bench_item *it = first_call_items[idx];
+    const bench_item *it = idx >= 0 ? first_call_item(idx) : NULL;
+    if (!it) return 2;
     lyco_direction dir = (it->dirs & (1u << LYCO_DIR_MERGE_FWD)) ? LYCO_DIR_MERGE_FWD : LYCO_DIR_BYPASS_FWD;
     const lyco_dtype_row *row = row_named("bf16");
     double t0 = now_ms();
@@ -470,7 +475,7 @@ static int first_call_child(int idx) {
 static void first_call_table(const char *self) {
     printf("\nfirst call in a fresh process (wall ms, synchronised; bf16; forward direction):\n");
     printf("%-10s %-24s | %9s %9s %9s %12s | %s\n", "family", "shape", "ctx_init", "first", "second", "new_shape", "path");
-    for (int i = 0; i < N_FIRST; i++) {
+    for (int i = 0; first_call_item(i); i++) {
         char cmd[1200];
         snprintf(cmd, sizeof cmd, "'%s' bench --backend cuda --first-call-child %d", self, i);
         FILE *f = popen(cmd, "r");
@@ -482,7 +487,7 @@ static void first_call_table(const char *self) {
                 if (!strncmp(line, "first-call ", 11)) sscanf(line + 11, "%lf %lf %lf %lf %31s", &a, &b, &c, &d, path);
             pclose(f);
         }
-        printf("%-10s %-24s | %9.1f %9.3f %9.3f %12.3f | %s\n", first_call_items[i]->family, first_call_items[i]->c.name, a, b, c, d, path);
+        printf("%-10s %-24s | %9.1f %9.3f %9.3f %12.3f | %s\n", first_call_item(i)->family, first_call_item(i)->c.name, a, b, c, d, path);
     }
 }
 

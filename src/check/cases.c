@@ -168,3 +168,12 @@ bool case_mask(case_adapter *ca, lyco_slot s, int64_t n, lyco_rng *rng) {
     (void)kept;
     return true;
 }
+
+double case_kernel_positions(const lyco_case *c) {
+    return (double)(c->k[0] ? c->k[0] : 1) * (double)(c->k[1] ? c->k[1] : 1) * (double)(c->k[2] ? c->k[2] : 1);
+}
+
+double case_spatial_positions(const lyco_case *c) {
+    return (double)(c->spatial[0] ? c->spatial[0] : 1) * (double)(c->spatial[1] ? c->spatial[1] : 1) *
+           (double)(c->spatial[2] ? c->spatial[2] : 1);
+}

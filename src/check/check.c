@@ -297,10 +297,9 @@ static void read_f64(const DLTensor *t, double *dst) { lyco_gather_f64(t, lyco_d
 
 /* Length of the longest fp32 reduction behind one output element of this direction. */
 static double reduction_length(const lyco_case *c, lyco_direction dir) {
-    double k = (double)((c->k[0] ? c->k[0] : 1) * (c->k[1] ? c->k[1] : 1) * (c->k[2] ? c->k[2] : 1));
+    double k = case_kernel_positions(c);
     double ik = (double)c->I * k, r = (double)(c->rank > 0 ? c->rank : 1);
-    double sp = (double)(c->spatial[0] ? c->spatial[0] : 1) * (double)(c->spatial[1] ? c->spatial[1] : 1) *
-                (double)(c->spatial[2] ? c->spatial[2] : 1);
+    double sp = case_spatial_positions(c);
     double dora = (c->opts & (CASE_DORA_OUT | CASE_DORA_IN)) ? ik + (double)c->O : 0.0;
     /* GLoRA's ΔW contains W·A1, a product over the input channels */
     double glora = c->algo == LYCO_ALGO_GLORA ? (double)c->I : 0.0;
@@ -343,8 +342,7 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
        K·u·Σ|terms|, not by the RMS of its one output, so it gets a budget linear in K. */
     double K = reduction_length(c, dir);
     if (full_reduction) {
-        double sp = (double)(c->spatial[0] ? c->spatial[0] : 1) * (double)(c->spatial[1] ? c->spatial[1] : 1) *
-                    (double)(c->spatial[2] ? c->spatial[2] : 1);
+        double sp = case_spatial_positions(c);
         K = (dir == LYCO_DIR_BYPASS_BWD ? (double)c->tokens * sp : reduction_length(c, LYCO_DIR_MERGE_BWD)) * (double)c->O;
     }
     double per = ldexp(1.0, lyco_dtype_precision(out) - lyco_dtype_precision(compute));
@@ -355,7 +353,7 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
        recomputed h = x·Dᵀ's own fp32 error (length I·K): the two stages' errors add, so the chain
        counts as sqrt(K − I·K) + sqrt(I·K) rather than sqrt(K) (H200 conv test, cu_conv2d_r67_o70
        fp32 lora_up: 56.9 ULP against 52.5 counted as one chain) */
-    double ik = (double)c->I * (double)((c->k[0] ? c->k[0] : 1) * (c->k[1] ? c->k[1] : 1) * (c->k[2] ? c->k[2] : 1));
+    double ik = (double)c->I * case_kernel_positions(c);
     double chain = dir == LYCO_DIR_BYPASS_BWD && K > ik ? sqrt(K - ik) + sqrt(ik) : sqrt(K);
     double acc = out != LYCO_F32 ? 0.5 + (full_reduction ? ldexp(0.5 * K, lyco_dtype_precision(out) - 24) : 0.0)
                  : full_reduction ? 8.0 + 0.5 * K : 8.0 + 1.5 * chain * tail;

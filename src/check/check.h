@@ -119,6 +119,10 @@ LYCO_DECLARE_CASES(glora)
 LYCO_DECLARE_CASES(dylora)
 LYCO_DECLARE_CASES(full)
 LYCO_DECLARE_CASES(norm)
+/* Kernel positions K (product of the case's kernel dims, 1 for linear) and spatial positions
+   (product of its input spatial dims, 1 for linear) of a case. */
+double case_kernel_positions(const lyco_case *c);
+double case_spatial_positions(const lyco_case *c);
 /* BOFT's number of butterfly stages m of a case (extra[0], or log2(nb) + 1 when that is 0). */
 int64_t case_boft_stages(const lyco_case *c);
 
