@@ -22,19 +22,49 @@
  * Tucker merge backward: Γ = RN_CT(G);  d_up = s·σs·m·q_o·Γ·Pᵀ;  G_P = s·σs·m·Σ_o q_o·Ur[o,:]ᵀ·Γ[o,:];
  *                  dσs = s·m·Σ q_o·Ur ⊙ (Γ·Pᵀ); G_P chained to d_mid, d_down as above.
  *
- * Tiling: every product is one FFMA tile routine (gemm64): a 64×64 fp32 output tile per block of
- * 256 threads (4×4 per thread), k consumed 16 a step through two 16×64 fp32 shared tiles (8.5 KB),
- * operands gathered element by element by small loader structs (im2col on the fly, zero padding
- * outside the image, conversions in registers). im2col and ΔW never exist.
+ * Tiling, bypass (default, "tensor-core path", second half of this file): every product is one
+ * tile routine (tc_gemm): a 64×64 fp32 output tile per block of 256 threads (8 warps × 32×16),
+ * k consumed 32 a step; operand tiles are rounded to CT in registers and stored in shared memory
+ * ([row][k], pitch 40), multiplied with mma.sync m16n8k16 (common.cuh warp_mma) for CT = bf16 /
+ * fp16, or FFMA in the same layout for CT = fp32 (fp32-level accuracy, NUMERICS.md §1.7). fp32
+ * operands that are not exact in CT (Tucker P, GH) enter as nsplit<CT> CT parts (bf16 3, fp16 2;
+ * one MMA pass per part, as locon.cu); Ur, plain P = RN_CT(D), H and RN_CT(x / dy) are exact in
+ * CT (one part). im2col / col2im are gathers: each operand element is a function of a per-row
+ * table entry (filled once per block) and a per-k table entry (filled two steps ahead by warps
+ * 0/1 while the others multiply); the entries hold every division (pixel → image and coordinates,
+ * j → channel and kernel offset), so an element costs adds, bound checks and one scalar load,
+ * coalesced along the pixel axis (any strides, alignment, 1-3 dims, stride / padding / dilation).
+ * The next step's elements are loaded into registers before the current step's products.
+ *   H = P·im2col(x):       M = r, N = N·pixels (tiles may straddle images), K = I·K, split in Z
+ *                          k ranges (fp32 partials, fixed-order finalise) when few tiles;
+ *   y = y0 + c·Ur·H:       M = O, N = N·pixels, K = r; epilogue staged through shared memory so
+ *                          y0 / y are read / written along pixels;
+ *   GH = c·q⊙(Urᵀ·dy):     M = r, N = N·pixels, K = O;
+ *   dx = col2im:           M = I, N = N·input pixels, K = K·r (kidx = κ·r + a), B(u, kidx) =
+ *                          GH[n, a, op] where op·σ − π + κ·δ = ip, else 0 (a gathered product:
+ *                          no atomics, each dx element written once);
+ *   d_up, G_P partials:    K = N·pixels split in Z ranges (tc_split: ~256 blocks, ≥ 8 steps each).
+ * The choice of the reading (P·im2col rather than a ΔW-then-conv) keeps the r-wide intermediate:
+ * for r ≪ O the products are small and the cost is the gathers, one pass over x per rank tile.
+ * LYCO_CUDA_CONV_LEGACY=1 (read at each call) selects the previous FFMA kernels for the bypass
+ * (verified on the H200), for A/B comparison and as a fallback. Tucker merge always uses them.
+ * Tiling, legacy bypass and Tucker merge: every product is one FFMA tile routine (gemm64): a 64×64
+ * fp32 output tile per block of 256 threads (4×4 per thread), k consumed 16 a step through two
+ * 16×64 fp32 shared tiles (8.5 KB), operands gathered element by element by small loader structs
+ * (im2col on the fly, zero padding outside the image, conversions in registers). im2col and ΔW
+ * never exist.
  * Reductions over N·pixels (bypass) or over the other axis (merge) are split into Z fixed ranges
  * (Z a function of the shape only) with fp32 partials, summed in a fixed order by the finalise
  * kernels: deterministic, no atomics, no host synchronisation.
  * Extra memory (fp32 scratch, stream-ordered): O·r + r·I·K, bypass + N·r·pixels (H; backward
- * also GH), backward Z·(O·r + r·I·K) partials + r·I·K + a few σs partials.
+ * also GH), backward Z·(O·r + r·I·K) partials + r·I·K + a few σs partials; tensor-core path
+ * also Z_h·N·r·pixels H partials when H's k range is split (Z_h > 1; Z·cells < 2^24 floats).
+ * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80, no spills (sm_90).
  * Activations: any strides and alignment (lkc_act). Groups must be 1, and N, ⌈O/64⌉, ⌈r/64⌉ at most
  * 65535 (grid limits): the dispatcher declines the rest.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/common.cuh"
 #include "cuda/kern_conv.h"
@@ -505,6 +535,498 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_chain(lkc_conv C,
 }
 
 /* =============================================================================================
+ * tensor-core path (default; LYCO_CUDA_CONV_LEGACY=1 selects the FFMA kernels above)
+ *
+ * One tile routine (tc_gemm): a BM×BN = 64×64 fp32 tile per block of 256 threads (8 warps of
+ * 32×16, mma.sync m16n8k16 for CT = bf16/fp16 via common.cuh's warp_mma; FFMA with the same
+ * layout for CT = fp32), k consumed BK = 32 a step. Operands are gathered by loaders whose
+ * element (m, k) is a function of two table entries: one per tile row/column (filled once per
+ * block) and one per k index (filled per step, two steps ahead, by warps 0/1 while the others
+ * multiply). All index arithmetic (pixel → (n, o0, o1, o2), j → (channel, κ), divisions) lives
+ * in the table fill; an element costs a few adds, bound checks and one scalar load, coalesced
+ * along the operand's pixel axis. Next step's elements are loaded into registers before the
+ * current step's products (one step in flight). fp32 operands that are not exact in CT (Tucker
+ * P, GH) enter as nsplit<CT> parts (bf16: 3, fp16: 2; one MMA per part, common.cuh store_parts);
+ * Ur, plain P, H and RN_CT(activations) are exact in CT: one part.
+ * Scratch: as the FFMA path, plus the k-split partials of H (Z·r·N·pixels fp32) when Z > 1.
+ * =========================================================================================== */
+#define BM 64
+#define BN 64
+#define BK 32
+#define LDS (BK + 8) /* shared row pitch (elements): conflict-light 32-bit fragment reads */
+
+namespace {
+
+/* a table entry: an element offset, three coordinates, in range or not */
+struct ent {
+    i64 off;
+    i64 c[3];
+    int ok;
+};
+
+/* q = a / b, r = a % b (a ≥ 0, b > 0); 32-bit division where both fit */
+__device__ __forceinline__ void divmod(i64 a, i64 b, i64 &q, i64 &r) {
+    if (((unsigned long long)a | (unsigned long long)b) < 0x80000000ull) {
+        unsigned qq = (unsigned)a / (unsigned)b;
+        q = qq;
+        r = a - (i64)qq * b;
+    } else {
+        q = a / b;
+        r = a - q * b;
+    }
+}
+__device__ __forceinline__ void split3f(i64 p, const int64_t (&d)[3], i64 (&o)[3]) {
+    i64 q;
+    divmod(p, d[2], q, o[2]);
+    divmod(q, d[1], o[0], o[1]);
+}
+
+/* i → (i / div)·s1 + (i % div)·s2, in range for i < ext */
+struct map_lin {
+    i64 ext, div, s1, s2;
+    __device__ ent operator()(i64 i) const {
+        ent e = {};
+        e.ok = i < ext;
+        if (e.ok) {
+            i64 q, r;
+            divmod(i, div, q, r);
+            e.off = q * s1 + r * s2;
+        }
+        return e;
+    }
+};
+
+/* compact fp32 scratch operand: p[m.off + k.off]; KF: threads run along k */
+template <bool KF_> struct ld_f32 {
+    static const bool KF = KF_;
+    const float *p;
+    map_lin mm, mk;
+    __device__ ent m(i64 i) const { return mm(i); }
+    __device__ ent k(i64 i) const { return mk(i); }
+    __device__ float get(const ent &a, const ent &b) const { return a.ok && b.ok ? p[a.off + b.off] : 0.0f; }
+};
+
+__device__ __forceinline__ float act_at(const lkc_act &a, i64 off) {
+    return ld_elem((const char *)a.p + off * (i64)dt_size(a.dt), a.dt, a.unal);
+}
+
+/* RN_CT of an activation (dy) as (channel, pixel t = n·S + p) (PK: pixel is the k axis) or
+   (pixel, channel) */
+template <typename CT, bool PK> struct ld_actv {
+    static const bool KF = PK;
+    lkc_act a;
+    lkc_geom g;
+    i64 C, T;
+    __device__ ent chan(i64 c) const {
+        ent e = {};
+        e.ok = c < C;
+        e.off = e.ok ? c * a.sc : 0;
+        return e;
+    }
+    __device__ ent pix(i64 t) const {
+        ent e = {};
+        e.ok = t < T;
+        if (e.ok) {
+            i64 n, p, q[3];
+            divmod(t, g.sout, n, p);
+            split3f(p, g.out, q);
+            e.off = n * a.sn + q[0] * a.ss[0] + q[1] * a.ss[1] + q[2] * a.ss[2];
+        }
+        return e;
+    }
+    __device__ ent m(i64 i) const { return PK ? chan(i) : pix(i); }
+    __device__ ent k(i64 i) const { return PK ? pix(i) : chan(i); }
+    __device__ float get(const ent &u, const ent &v) const {
+        return u.ok && v.ok ? rnd_ct<CT>(act_at(a, u.off + v.off)) : 0.0f;
+    }
+};
+
+/* RN_CT(im2col(x)) as (pixel t, j = ch·K + κ) or (j, t) (PK: pixel is the k axis).
+   Pixel entry: off n·sn, c = o·σ − π; column entry: off ch·sc, c = κ·δ; zero padding. */
+template <typename CT, bool PK> struct ld_i2c {
+    static const bool KF = PK;
+    lkc_act x;
+    lkc_geom g;
+    i64 T, IK, K;
+    __device__ ent pix(i64 t) const {
+        ent e = {};
+        e.ok = t < T;
+        if (e.ok) {
+            i64 n, p, o[3];
+            divmod(t, g.sout, n, p);
+            split3f(p, g.out, o);
+            e.off = n * x.sn;
+#pragma unroll
+            for (int d = 0; d < 3; d++) e.c[d] = o[d] * g.st[d] - g.pad[d];
+        }
+        return e;
+    }
+    __device__ ent col(i64 j) const {
+        ent e = {};
+        e.ok = j < IK;
+        if (e.ok) {
+            i64 ch, kap, kk[3];
+            divmod(j, K, ch, kap);
+            split3f(kap, g.k, kk);
+            e.off = ch * x.sc;
+#pragma unroll
+            for (int d = 0; d < 3; d++) e.c[d] = kk[d] * g.dil[d];
+        }
+        return e;
+    }
+    __device__ ent m(i64 i) const { return PK ? col(i) : pix(i); }
+    __device__ ent k(i64 i) const { return PK ? pix(i) : col(i); }
+    __device__ float get(const ent &u, const ent &v) const {
+        if (!(u.ok && v.ok)) return 0.0f;
+        i64 off = u.off + v.off;
+#pragma unroll
+        for (int d = 0; d < 3; d++) {
+            i64 q = u.c[d] + v.c[d];
+            if (q < 0 || q >= g.in[d]) return 0.0f;
+            off += q * x.ss[d];
+        }
+        return rnd_ct<CT>(act_at(x, off));
+    }
+};
+
+/* col2im gather of GH [n][a][op] as (input pixel u = n·Sin + ip, kidx = κ·r + a):
+   GH[n, a, op] where op·σ − π + κ·δ = ip, else 0. Pixel entry: off n·r·S, c = ip + π;
+   kidx entry: off a·S, c = κ·δ. */
+struct ld_c2i {
+    static const bool KF = false;
+    const float *gh;
+    lkc_geom g;
+    i64 r, U, KR;
+    __device__ ent m(i64 u) const {
+        ent e = {};
+        e.ok = u < U;
+        if (e.ok) {
+            i64 n, ip, q[3];
+            divmod(u, g.sin, n, ip);
+            split3f(ip, g.in, q);
+            e.off = n * r * g.sout;
+#pragma unroll
+            for (int d = 0; d < 3; d++) e.c[d] = q[d] + g.pad[d];
+        }
+        return e;
+    }
+    __device__ ent k(i64 kx) const {
+        ent e = {};
+        e.ok = kx < KR;
+        if (e.ok) {
+            i64 kap, a, kk[3];
+            divmod(kx, r, kap, a);
+            split3f(kap, g.k, kk);
+            e.off = a * g.sout;
+#pragma unroll
+            for (int d = 0; d < 3; d++) e.c[d] = kk[d] * g.dil[d];
+        }
+        return e;
+    }
+    __device__ float get(const ent &u, const ent &v) const {
+        if (!(u.ok && v.ok)) return 0.0f;
+        i64 op = 0;
+#pragma unroll
+        for (int d = 0; d < 3; d++) {
+            i64 t = u.c[d] - v.c[d], o = t;
+            if (t < 0) return 0.0f;
+            if (g.st[d] != 1) {
+                i64 rem;
+                divmod(t, g.st[d], o, rem);
+                if (rem != 0) return 0.0f;
+            }
+            if (o >= g.out[d]) return 0.0f;
+            op = op * g.out[d] + o;
+        }
+        return gh[u.off + v.off + op];
+    }
+};
+
+/* shared bytes of a tile product: NPA + NPB operand parts, or the fp32 output staging tile */
+template <typename CT, int NPA, int NPB> struct tc_cfg {
+    static const int OPB = (NPA * BM + NPB * BN) * LDS * (int)sizeof(CT);
+    static const int STG = BM * (BN + 1) * 4;
+    static const int BYTES = OPB > STG ? OPB : STG;
+};
+
+__device__ __forceinline__ int tc_wm() { return ((threadIdx.x >> 5) & 1) * 32; }
+__device__ __forceinline__ int tc_wn() { return (threadIdx.x >> 6) * 16; }
+
+/* element i (0..7) of this thread in a 64 × BK operand tile */
+template <bool KF> __device__ __forceinline__ void tc_pos(int i, int &mm, int &kk) {
+    if (KF) {
+        kk = threadIdx.x & 31;
+        mm = (threadIdx.x >> 5) + 8 * i;
+    } else {
+        mm = threadIdx.x & 63;
+        kk = (threadIdx.x >> 6) + 4 * i;
+    }
+}
+
+template <class LD> __device__ __forceinline__ ent k_ent(const LD &ld, i64 k, i64 ke) {
+    ent e = ld.k(k);
+    if (k >= ke) e.ok = 0;
+    return e;
+}
+
+template <class LD> __device__ __forceinline__ void tc_fetch(const LD &ld, const ent *mt, const ent *kt, float (&v)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int mm, kk;
+        tc_pos<LD::KF>(i, mm, kk);
+        v[i] = ld.get(mt[mm], kt[kk]);
+    }
+}
+
+/* registers → shared operand tile [row][k] in NP parts of CT */
+template <typename CT, int NP, bool KF> __device__ __forceinline__ void tc_put(const float (&v)[8], CT *s) {
+    CT *parts[3] = {s, s + BM * LDS, s + 2 * BM * LDS};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int mm, kk;
+        tc_pos<KF>(i, mm, kk);
+        store_parts<CT>(parts, NP, mm * LDS + kk, v[i]);
+    }
+}
+
+/* acc = Σ_{k ∈ [kb, ke)} A(m0 + m, k) · B(n0 + n, k) over the 64×64 tile (fixed k order and part
+   order: deterministic). sm: tc_cfg<CT, NPA, NPB>::BYTES of shared memory, free again on return
+   (the routine ends with a barrier). Accumulators in common.cuh's layout at (tc_wm(), tc_wn()). */
+template <typename CT, int NPA, int NPB, class LA, class LB>
+__device__ __forceinline__ void tc_gemm(const LA &la, const LB &lb, i64 m0, i64 n0, i64 kb, i64 ke, char *sm,
+                                        float (&acc)[2][2][4]) {
+    __shared__ ent amt[BM], bmt[BN], akt[2][BK], bkt[2][BK];
+    CT *sa = (CT *)sm, *sb = sa + NPA * BM * LDS;
+    const int tid = threadIdx.x, wm = tc_wm(), wn = tc_wn();
+    const i64 nk = ke > kb ? cdiv(ke - kb, BK) : 0;
+    acc_zero<2, 2>(acc);
+    if (nk == 0) return;
+    if (tid < 64) amt[tid] = la.m(m0 + tid);
+    else if (tid < 128) bmt[tid - 64] = lb.m(n0 + tid - 64);
+    else if (tid < 160) akt[0][tid - 128] = k_ent(la, kb + tid - 128, ke);
+    else if (tid < 192) bkt[0][tid - 160] = k_ent(lb, kb + tid - 160, ke);
+    else if (tid < 224) akt[1][tid - 192] = k_ent(la, kb + BK + tid - 192, ke);
+    else bkt[1][tid - 224] = k_ent(lb, kb + BK + tid - 224, ke);
+    __syncthreads();
+    float va[8], vb[8];
+    tc_fetch(la, amt, akt[0], va);
+    tc_fetch(lb, bmt, bkt[0], vb);
+    tc_put<CT, NPA, LA::KF>(va, sa);
+    tc_put<CT, NPB, LB::KF>(vb, sb);
+    for (i64 s = 0; s < nk; s++) {
+        __syncthreads();
+        const bool more = s + 1 < nk;
+        if (more) {
+            tc_fetch(la, amt, akt[(s + 1) & 1], va);
+            tc_fetch(lb, bmt, bkt[(s + 1) & 1], vb);
+        }
+#pragma unroll
+        for (int p = NPA - 1; p >= 0; p--) warp_mma<CT, 2, 2, false, false>::run(acc, sa + p * BM * LDS, LDS, sb, LDS, wm, wn, BK);
+#pragma unroll
+        for (int p = NPB - 1; p >= 1; p--) warp_mma<CT, 2, 2, false, false>::run(acc, sa, LDS, sb + p * BN * LDS, LDS, wm, wn, BK);
+        if (s + 2 < nk && tid < 64) {   /* tables of step s + 2 (their buffer's last readers are done) */
+            const i64 k = kb + (s + 2) * BK + (tid & 31);
+            if (tid < 32) akt[s & 1][tid] = k_ent(la, k, ke);
+            else bkt[s & 1][tid - 32] = k_ent(lb, k, ke);
+        }
+        __syncthreads();
+        if (more) {
+            tc_put<CT, NPA, LA::KF>(va, sa);
+            tc_put<CT, NPB, LB::KF>(vb, sb);
+        }
+    }
+}
+
+/* accumulators → fp32 staging tile Cs[row·(BN+1) + col] (aliases the operand memory), barrier */
+__device__ __forceinline__ float *tc_stage(const float (&acc)[2][2][4], char *sm) {
+    float *Cs = (float *)sm;
+    acc_to_smem<2, 2>(acc, Cs, BN + 1, tc_wm(), tc_wn(), NULL);
+    __syncthreads();
+    return Cs;
+}
+
+/* staging tile rows this thread writes (column threadIdx.x % 64, rows threadIdx.x / 64 + 4·i) */
+__device__ __forceinline__ int st_col() { return threadIdx.x & 63; }
+__device__ __forceinline__ int st_row(int i) { return (threadIdx.x >> 6) + 4 * i; }
+
+} // namespace
+
+/* H[n][a][p] = RN_CT(q_a · Σ_j P[a,j]·im2col(x)[j,t]) (Z = 1) or the fp32 partial of k range z
+   (part[z][n][a][p]); grid (pixel tiles over all images, rank tiles, Z) */
+template <typename CT, int NPA>
+__global__ __launch_bounds__(NT) void k_h_tc(lkc_conv C, lkc_act x, const float *P, float *H, float *part, i64 kper) {
+    __shared__ __align__(16) char sm[tc_cfg<CT, NPA, 1>::BYTES];
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S, t0 = (i64)blockIdx.x * BN, a0 = (i64)blockIdx.y * BM;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < L.IK ? kb + kper : L.IK;
+    float acc[2][2][4];
+    const ld_f32<true> la = {P, {L.r, 1, L.IK, 0}, {L.IK, 1, 1, 0}};
+    const ld_i2c<CT, false> lb = {x, C.g, T, L.IK, L.K};
+    tc_gemm<CT, NPA, 1>(la, lb, a0, t0, kb, ke, sm, acc);
+    const float *Cs = tc_stage(acc, sm);
+    const i64 t = t0 + st_col();
+    if (t >= T) return;
+    i64 n, p;
+    divmod(t, S, n, p);
+    for (int i = 0; i < BM / 4; i++) {
+        const i64 a = a0 + st_row(i);
+        if (a >= L.r) break;
+        const float v = Cs[st_row(i) * (BN + 1) + st_col()];
+        const i64 hi = (n * L.r + a) * S + p;
+        if (part) part[(i64)blockIdx.z * L.r * T + hi] = v;
+        else H[hi] = rnd_ct<CT>(vget(L.mask, a, 1.0f) * v);
+    }
+}
+
+/* H[i] = RN_CT(q_a · Σ_z part[z][i]) (fixed order), i over N·r·pixels */
+template <typename CT> __global__ __launch_bounds__(NT) void k_h_fin(lk_locon L, i64 S, i64 T, const float *part, int Z, float *H) {
+    const i64 total = L.r * T;
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
+        float v = 0.0f;
+        for (int z = 0; z < Z; z++) v += part[(i64)z * total + i];
+        H[i] = rnd_ct<CT>(vget(L.mask, (i / S) % L.r, 1.0f) * v);
+    }
+}
+
+/* y = y0 + c·Ur·H (or c·Ur·H); grid (pixel tiles over all images, output-channel tiles) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_y_tc(lkc_conv C, const float *Ur, const float *H, lkc_act y0, lkc_act y) {
+    __shared__ __align__(16) char sm[tc_cfg<CT, 1, 1>::BYTES];
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S, t0 = (i64)blockIdx.x * BN, o0 = (i64)blockIdx.y * BM;
+    float acc[2][2][4];
+    const ld_f32<true> la = {Ur, {L.O, 1, L.r, 0}, {L.r, 1, 1, 0}};
+    const ld_f32<false> lb = {H, {T, S, L.r * S, 1}, {L.r, 1, S, 0}};
+    tc_gemm<CT, 1, 1>(la, lb, o0, t0, 0, L.r, sm, acc);
+    const float *Cs = tc_stage(acc, sm);
+    const i64 t = t0 + st_col();
+    if (t >= T) return;
+    i64 n, p, q[3];
+    divmod(t, S, n, p);
+    split3f(p, C.g.out, q);
+    const i64 oy = n * y.sn + q[0] * y.ss[0] + q[1] * y.ss[1] + q[2] * y.ss[2];
+    const i64 oy0 = n * y0.sn + q[0] * y0.ss[0] + q[1] * y0.ss[1] + q[2] * y0.ss[2];
+    const float c = scale_c<CT>(L);
+    for (int i = 0; i < BM / 4; i++) {
+        const i64 o = o0 + st_row(i);
+        if (o >= L.O) break;
+        const float v = Cs[st_row(i) * (BN + 1) + st_col()];
+        const float r = y0.p ? fmaf(c, v, rnd_ct<CT>(act_at(y0, oy0 + o * y0.sc))) : c * v;
+        st_elem((char *)y.p + (oy + o * y.sc) * (i64)dt_size(y.dt), y.dt, y.unal, r);
+    }
+}
+
+/* GH[n][a][p] = c·q_a·Σ_o Ur[o,a]·RN_CT(dy[n,o,p]); grid (pixel tiles over all images, rank tiles) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_gh_tc(lkc_conv C, lkc_act dy, const float *Ur, float *GH) {
+    __shared__ __align__(16) char sm[tc_cfg<CT, 1, 1>::BYTES];
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S, t0 = (i64)blockIdx.x * BN, a0 = (i64)blockIdx.y * BM;
+    float acc[2][2][4];
+    const ld_f32<false> la = {Ur, {L.r, 1, 1, 0}, {L.O, 1, L.r, 0}};
+    const ld_actv<CT, false> lb = {dy, C.g, L.O, T};
+    tc_gemm<CT, 1, 1>(la, lb, a0, t0, 0, L.O, sm, acc);
+    const float *Cs = tc_stage(acc, sm);
+    const i64 t = t0 + st_col();
+    if (t >= T) return;
+    i64 n, p;
+    divmod(t, S, n, p);
+    const float c = scale_c<CT>(L);
+    for (int i = 0; i < BM / 4; i++) {
+        const i64 a = a0 + st_row(i);
+        if (a >= L.r) break;
+        GH[(n * L.r + a) * S + p] = c * vget(L.mask, a, 1.0f) * Cs[st_row(i) * (BN + 1) + st_col()];
+    }
+}
+
+/* dx[n,ch,ip] = Σ_{κ,a} P[a, ch·K+κ]·GH[n,a,op(ip,κ)] (col2im as a gathered product, no atomics);
+   grid (input-pixel tiles over all images, channel tiles) */
+template <typename CT, int NPA>
+__global__ __launch_bounds__(NT) void k_dx_tc(lkc_conv C, const float *P, const float *GH, lkc_act dx) {
+    const int NPB = nsplit<CT>::n;
+    __shared__ __align__(16) char sm[tc_cfg<CT, NPA, NPB>::BYTES];
+    const lk_locon &L = C.L;
+    const i64 U = C.N * C.g.sin, u0 = (i64)blockIdx.x * BN, c0 = (i64)blockIdx.y * BM;
+    float acc[2][2][4];
+    const ld_f32<false> la = {P, {C.I, 1, L.K, 0}, {L.K * L.r, L.r, 1, L.IK}};
+    const ld_c2i lb = {GH, C.g, L.r, U, L.K * L.r};
+    tc_gemm<CT, NPA, NPB>(la, lb, c0, u0, 0, L.K * L.r, sm, acc);
+    const float *Cs = tc_stage(acc, sm);
+    const i64 u = u0 + st_col();
+    if (u >= U) return;
+    i64 n, ip, q[3];
+    divmod(u, C.g.sin, n, ip);
+    split3f(ip, C.g.in, q);
+    const i64 ox = n * dx.sn + q[0] * dx.ss[0] + q[1] * dx.ss[1] + q[2] * dx.ss[2];
+    for (int i = 0; i < BM / 4; i++) {
+        const i64 ch = c0 + st_row(i);
+        if (ch >= C.I) break;
+        st_elem((char *)dx.p + (ox + ch * dx.sc) * (i64)dt_size(dx.dt), dx.dt, dx.unal, Cs[st_row(i) * (BN + 1) + st_col()]);
+    }
+}
+
+/* dy0 = RN(RN_CT(dy)), or 0 (DELTA_ONLY): thread = pixel t over all images (decomposed once), a run of
+   och channels each; grid (pixel blocks, channel runs) */
+template <typename CT> __global__ __launch_bounds__(NT) void k_dy0_tc(lkc_conv C, lkc_act dy, lkc_act dy0, int zero, i64 och) {
+    const i64 S = C.g.sout, T = C.N * S, t = (i64)blockIdx.x * NT + threadIdx.x;
+    if (t >= T) return;
+    i64 n, p, q[3];
+    divmod(t, S, n, p);
+    split3f(p, C.g.out, q);
+    const i64 oa = n * dy.sn + q[0] * dy.ss[0] + q[1] * dy.ss[1] + q[2] * dy.ss[2];
+    const i64 ob = n * dy0.sn + q[0] * dy0.ss[0] + q[1] * dy0.ss[1] + q[2] * dy0.ss[2];
+    const i64 o0 = (i64)blockIdx.y * och, o1 = o0 + och < C.L.O ? o0 + och : C.L.O;
+    for (i64 o = o0; o < o1; o++) {
+        const float v = zero ? 0.0f : rnd_ct<CT>(act_at(dy, oa + o * dy.sc));
+        st_elem((char *)dy0.p + (ob + o * dy0.sc) * (i64)dt_size(dy0.dt), dy0.dt, dy0.unal, v);
+    }
+}
+
+/* partials of Σ_t RN_CT(dy[o,t])·H[a,t]: part[z][o][a]; grid (rank tiles, channel tiles, Z) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_red_dup_tc(lkc_conv C, lkc_act dy, const float *H, float *part, i64 kper) {
+    __shared__ __align__(16) char sm[tc_cfg<CT, 1, 1>::BYTES];
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S, a0 = (i64)blockIdx.x * BN, o0 = (i64)blockIdx.y * BM;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < T ? kb + kper : T;
+    float acc[2][2][4];
+    const ld_actv<CT, true> la = {dy, C.g, L.O, T};
+    const ld_f32<true> lb = {H, {L.r, 1, S, 0}, {T, S, L.r * S, 1}};
+    tc_gemm<CT, 1, 1>(la, lb, o0, a0, kb, ke, sm, acc);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 o = o0 + acc_row(tc_wm(), mi, e), a = a0 + acc_col(tc_wn(), ni, e);
+                if (o < L.O && a < L.r) part[((i64)blockIdx.z * L.O + o) * L.r + a] = acc[mi][ni][e];
+            }
+}
+
+/* partials of G_P[a,j] = Σ_t GH[a,t]·im2col(x)[t,j]: part[z][a][j]; grid (column tiles, rank tiles, Z) */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_red_dp_tc(lkc_conv C, lkc_act x, const float *GH, float *part, i64 kper) {
+    const int NPA = nsplit<CT>::n;
+    __shared__ __align__(16) char sm[tc_cfg<CT, NPA, 1>::BYTES];
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S, j0 = (i64)blockIdx.x * BN, a0 = (i64)blockIdx.y * BM;
+    const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < T ? kb + kper : T;
+    float acc[2][2][4];
+    const ld_f32<true> la = {GH, {L.r, 1, S, 0}, {T, S, L.r * S, 1}};
+    const ld_i2c<CT, true> lb = {x, C.g, T, L.IK, L.K};
+    tc_gemm<CT, NPA, 1>(la, lb, a0, j0, kb, ke, sm, acc);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 a = a0 + acc_row(tc_wm(), mi, e), j = j0 + acc_col(tc_wn(), ni, e);
+                if (a < L.r && j < L.IK) part[((i64)blockIdx.z * L.r + a) * L.IK + j] = acc[mi][ni][e];
+            }
+}
+
+/* =============================================================================================
  * launchers
  * =========================================================================================== */
 static unsigned nblk(i64 n) { return (unsigned)cdiv(n > 0 ? n : 1, NT); }
@@ -724,6 +1246,176 @@ template <typename CT> static int tmerge_bwd_t(const lkc_tmerge_bwd_args *a, cud
     return rc ? rc : rf;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * tensor-core launchers
+ * ------------------------------------------------------------------------------------------- */
+/* LYCO_CUDA_CONV_LEGACY=1: the bypass takes the FFMA kernels (gemm64) at every shape. */
+static bool conv_legacy(void) {
+    const char *e = getenv("LYCO_CUDA_CONV_LEGACY");
+    return e && e[0] == '1';
+}
+
+/* Split of a length-len reduction over `tiles` output tiles into Z ranges of kper (a multiple of
+   BK, at least 8 steps): aims at ~256 blocks; a function of the shape only; Z·cells < 2^24. */
+static void tc_split(i64 len, i64 cells, i64 tiles, int *Z, i64 *kper) {
+    const i64 l = len > 0 ? len : 1;
+    i64 z = cdiv(256, tiles > 0 ? tiles : 1), zl = cdiv(l, 8 * BK), zmax = ((i64)1 << 24) / (cells > 0 ? cells : 1);
+    if (z > zl) z = zl;
+    if (z > 64) z = 64;
+    if (z > zmax) z = zmax;
+    if (z < 1) z = 1;
+    *kper = cdiv(cdiv(l, z), BK) * BK;
+    *Z = (int)cdiv(l, *kper);
+}
+
+/* the k split of H = P·im2col(x) */
+static void h_split(const lkc_conv &C, int *Z, i64 *kper) {
+    const i64 T = C.N * C.g.sout;
+    tc_split(C.L.IK, C.L.r * T, cdiv(T, BN) * cdiv(C.L.r, BM), Z, kper);
+}
+
+template <typename CT>
+static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, float *H, float *hp, cudaStream_t s) {
+    const i64 T = C.N * C.g.sout;
+    int Z;
+    i64 kper;
+    h_split(C, &Z, &kper);
+    dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(C.L.r, BM), (unsigned)Z);
+    float *part = Z > 1 ? hp : NULL;
+    if (C.M.p) k_h_tc<CT, nsplit<CT>::n><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
+    else k_h_tc<CT, 1><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
+    LK_LAUNCHED("conv locon h (tensor cores)");
+    if (Z > 1) {
+        k_h_fin<CT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, hp, Z, H);
+        LK_LAUNCHED("conv locon h finalise");
+    }
+    return LYCO_OK;
+}
+
+/* bytes of the H partials (0 when Z = 1) */
+static size_t h_part_bytes(const lkc_conv &C) {
+    int Z;
+    i64 kper;
+    h_split(C, &Z, &kper);
+    return Z > 1 ? carve_bytes((i64)Z * C.L.r * C.N * C.g.sout) : 0;
+}
+
+template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const i64 T = C.N * C.g.sout;
+    int rc = LYCO_OK;
+    if (T == 0 || C.L.O == 0) return rc;
+    void *mem = NULL;
+    const size_t hpb = h_part_bytes(C);
+    size_t bytes = carve_bytes(C.L.O * C.L.r) + carve_bytes(C.L.r * C.L.IK) + carve_bytes(T * C.L.r) + hpb;
+    if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
+    lkc_carve cv = {(char *)mem, 0};
+    float *Ur = carve_f(&cv, C.L.O * C.L.r), *P = carve_f(&cv, C.L.r * C.L.IK), *H = carve_f(&cv, T * C.L.r);
+    float *hp = hpb ? carve_f(&cv, (i64)(hpb / sizeof(float))) : NULL;
+    if (!(rc = prep<CT>(C, Ur, P, s)) && !(rc = launch_h_tc<CT>(C, a->x, P, H, hp, s))) {
+        dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(C.L.O, BM));
+        k_y_tc<CT><<<grid, NT, 0, s>>>(C, Ur, H, a->y0, a->y);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon y failed: %s", cudaGetErrorString(e));
+    }
+    int rf = lk_scratch_free(mem, s);
+    return rc ? rc : rf;
+}
+
+/* backward reduction splits (tensor-core path) */
+typedef struct {
+    int Zu, Zp;
+    i64 ku, kp;
+} lkc_bwd_split;
+static lkc_bwd_split bwd_split_tc(const lkc_conv &C) {
+    const lk_locon &L = C.L;
+    const i64 T = C.N * C.g.sout;
+    lkc_bwd_split b;
+    tc_split(T, L.O * L.r, cdiv(L.r, BN) * cdiv(L.O, BM), &b.Zu, &b.ku);
+    tc_split(T, L.r * L.IK, cdiv(L.IK, BN) * cdiv(L.r, BM), &b.Zp, &b.kp);
+    return b;
+}
+
+template <typename CT> static int launch_dx_tc(const lkc_conv &C, const float *P, const float *GH, const lkc_act &dx, cudaStream_t s) {
+    const i64 U = C.N * C.g.sin;
+    if (cdiv(C.I, BM) > 65535) {   /* channel tiles beyond grid.y: the gather kernel */
+        k_dx<CT><<<nblk_grid(U * C.I), NT, 0, s>>>(C, P, GH, dx);
+        LK_LAUNCHED("conv locon dx");
+        return LYCO_OK;
+    }
+    dim3 grid((unsigned)cdiv(U, BN), (unsigned)cdiv(C.I, BM));
+    if (C.M.p) k_dx_tc<CT, nsplit<CT>::n><<<grid, NT, 0, s>>>(C, P, GH, dx);
+    else k_dx_tc<CT, 1><<<grid, NT, 0, s>>>(C, P, GH, dx);
+    LK_LAUNCHED("conv locon dx (tensor cores)");
+    return LYCO_OK;
+}
+
+template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, lkc_carve *cv, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S;
+    const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
+    const lkc_bwd_split b = bwd_split_tc(C);
+    const size_t hpb = h_part_bytes(C);
+    float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
+    float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
+    float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
+    float *hp = hpb ? carve_f(cv, (i64)(hpb / sizeof(float))) : NULL;
+    int rc;
+    if ((rc = prep<CT>(C, Ur, P, s))) return rc;
+    if (a->dy0.p && T > 0 && L.O > 0) {
+        i64 ny = cdiv(L.O, 16);
+        if (ny > 65535) ny = 65535;
+        const i64 och = cdiv(L.O, ny);
+        k_dy0_tc<CT><<<dim3((unsigned)cdiv(T, NT), (unsigned)cdiv(L.O, och)), NT, 0, s>>>(C, a->dy, a->dy0, a->dy0_zero, och);
+        LK_LAUNCHED("conv locon dy0");
+    }
+    if (T > 0 && (a->dx.p || want_p)) {
+        dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(L.r, BM));
+        k_gh_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, Ur, GH);
+        LK_LAUNCHED("conv locon gh (tensor cores)");
+    }
+    if (a->dx.p && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, s))) return rc;
+    if (want_up) {
+        if (T > 0 && (rc = launch_h_tc<CT>(C, a->x, P, H, hp, s))) return rc;
+        dim3 grid((unsigned)cdiv(L.r, BN), (unsigned)cdiv(L.O, BM), (unsigned)b.Zu);
+        k_red_dup_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, H, pu, b.ku);
+        LK_LAUNCHED("conv locon d_up partials (tensor cores)");
+        if ((rc = finish_dup(L, 0, pu, b.Zu, Ur, a->gU, a->gsigma, sigpart, s))) return rc;
+    }
+    if (want_p) {
+        dim3 grid((unsigned)cdiv(L.IK, BN), (unsigned)cdiv(L.r, BM), (unsigned)b.Zp);
+        k_red_dp_tc<CT><<<grid, NT, 0, s>>>(C, a->x, GH, pp, b.kp);
+        LK_LAUNCHED("conv locon d_down partials (tensor cores)");
+        if ((rc = finish_gp<CT>(C, pp, b.Zp, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
+    }
+    return LYCO_OK;
+}
+
+template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    const i64 T = C.N * C.g.sout;
+    const lkc_bwd_split b = bwd_split_tc(C);
+    size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
+                   carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
+                   h_part_bytes(C);
+    void *mem = NULL;
+    int rc;
+    if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
+    lkc_carve cv = {(char *)mem, 0};
+    rc = bypass_bwd_tc_body<CT>(a, &cv, s);
+    int rf = lk_scratch_free(mem, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT> static int bypass_fwd_any(const lkc_bypass_fwd_args *a, cudaStream_t s) {
+    return conv_legacy() ? bypass_fwd_t<CT>(a, s) : bypass_fwd_tc<CT>(a, s);
+}
+template <typename CT> static int bypass_bwd_any(const lkc_bypass_bwd_args *a, cudaStream_t s) {
+    return conv_legacy() ? bypass_bwd_t<CT>(a, s) : bypass_bwd_tc<CT>(a, s);
+}
+
 #define LKC_DISPATCH(fn, a, s)                                   \
     switch ((a)->C.L.ct) {                                       \
     case DT_BF16: return fn<bf16_t>(a, (cudaStream_t)(s));       \
@@ -731,7 +1423,7 @@ template <typename CT> static int tmerge_bwd_t(const lkc_tmerge_bwd_args *a, cud
     default: return fn<float>(a, (cudaStream_t)(s));             \
     }
 
-extern "C" int lkc_conv_bypass_fwd(const lkc_bypass_fwd_args *a, void *stream) { LKC_DISPATCH(bypass_fwd_t, a, stream) }
-extern "C" int lkc_conv_bypass_bwd(const lkc_bypass_bwd_args *a, void *stream) { LKC_DISPATCH(bypass_bwd_t, a, stream) }
+extern "C" int lkc_conv_bypass_fwd(const lkc_bypass_fwd_args *a, void *stream) { LKC_DISPATCH(bypass_fwd_any, a, stream) }
+extern "C" int lkc_conv_bypass_bwd(const lkc_bypass_bwd_args *a, void *stream) { LKC_DISPATCH(bypass_bwd_any, a, stream) }
 extern "C" int lkc_tucker_merge_fwd(const lkc_tmerge_fwd_args *a, void *stream) { LKC_DISPATCH(tmerge_fwd_t, a, stream) }
 extern "C" int lkc_tucker_merge_bwd(const lkc_tmerge_bwd_args *a, void *stream) { LKC_DISPATCH(tmerge_bwd_t, a, stream) }
