@@ -58,7 +58,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "cuda/kern_lowrank.h"
 #include "cuda/locon_delta.cuh"
 #include "cuda/merge_ep.cuh"
 
@@ -1027,6 +1029,91 @@ template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args
     return LYCO_OK;
 }
 
+/* ---- lowrank.cu's streaming kernels (merge forward with or without DoRA; linear bypass forward).
+   *done = false leaves the call to the kernels of this file (LYCO_CUDA_LOWRANK_LEGACY=1, r > 128,
+   grid or shared-memory limits). ---- */
+static bool lowrank_legacy() { return getenv("LYCO_CUDA_LOWRANK_LEGACY") != NULL; }
+
+static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    const lk_locon &L = a->L;
+    *done = false;
+    if (lowrank_legacy()) return LYCO_OK;
+    lk_expand_args e;
+    memset(&e, 0, sizeof e);
+    e.ct = L.ct;
+    e.M = L.O;
+    e.N = L.IK;
+    e.r = L.r;
+    e.P = L.U;
+    e.Q = L.D;
+    e.base = a->W;
+    e.out = a->out;
+    e.rowmask = L.mask;
+    e.sigma = L.sigma;
+    e.row_scale = L.s;
+    e.sig_in_row = 1;
+    e.mult = L.m;
+    e.mode = a->mode;
+    e.dora = a->dora;
+    e.K = L.K;
+    if (!lk_expand_fits(&e, dev)) return LYCO_OK;
+    *done = true;
+    if (!a->dora.on) return lk_expand(&e, dev, s);
+    /* DoRA: stats pass (per-tile Σ V² partials), statistics, then the merge with them */
+    const i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
+    const i64 tiles = lk_expand_stat_tiles(&e);
+    float *ws = NULL;
+    int rc = lk_scratch_alloc((void **)&ws, (size_t)(tiles * n + 3 * kept) * sizeof(float), s);
+    if (rc) return rc;
+    lk_expand_args st = e;
+    st.stat_part = ws;
+    memset(&st.out, 0, sizeof st.out);
+    rc = lk_expand(&st, dev, s);
+    if (rc == LYCO_OK)
+        rc = lk_dora_finish_parts(&a->dora, ws, tiles, n, kept, a->dora.on_out ? 1 : L.K, L.m, L.ct, ws + tiles * n, s);
+    e.st = ws + tiles * n;
+    if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
+    int rf = lk_scratch_free(ws, s);
+    return rc ? rc : rf;
+}
+
+static int bypass_fwd_lowrank(const lk_bypass_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    const lk_locon &L = a->L;
+    *done = false;
+    const i64 rp = lk_reduce_rank_tile(L.r);
+    if (lowrank_legacy() || rp == 0) return LYCO_OK;
+    const int es = L.ct == DT_F32 ? 4 : 2;
+    lk_expand_args e;
+    memset(&e, 0, sizeof e);
+    e.ct = L.ct;
+    e.M = a->T;
+    e.N = L.O;
+    e.r = L.r;
+    e.P = scratch_view(NULL, a->T, L.r, L.ct); /* h, T × r with row pitch rp: filled in below */
+    e.P.s0 = rp;
+    e.P.flags = (rp * es) % 16 == 0 ? LK_VEC : 0;
+    e.Q = L.U;
+    e.q_t = 1;
+    e.base = a->y0;
+    e.out = a->y;
+    e.sigma = L.sigma;
+    e.row_scale = 1.0;
+    e.mult = L.s * L.m;
+    e.sig_in_mult = 1;
+    e.mode = a->y0.p ? 0 : 1;
+    e.K = 1;
+    if (!lk_expand_fits(&e, dev)) return LYCO_OK;
+    *done = true;
+    void *h = NULL;
+    int rc = lk_scratch_alloc(&h, (size_t)(a->T * rp * es), s);
+    if (rc) return rc;
+    e.P.p = h;
+    rc = lk_reduce_h(L.ct, &a->x, &L.D, &L.mask, a->T, L.IK, L.r, h, rp, dev, s);
+    if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
+    int rf = lk_scratch_free(h, s);
+    return rc ? rc : rf;
+}
+
 template <typename CT> static int merge_fwd_t(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s) {
     const lk_locon &L = a->L;
     float *st = NULL;
@@ -1278,7 +1365,8 @@ template <typename CT, int RP> static int bypass_fwd_fast(const lk_bypass_fwd_ar
 template <typename CT> static int bypass_fwd_t(const lk_bypass_fwd_args *a, const lk_device *dev, cudaStream_t s, char *why, size_t wl) {
     int NR = rank_tile(a->L.r);
     bool done = false;
-    int rc = LYCO_OK;
+    int rc = bypass_fwd_lowrank(a, dev, s, &done);
+    if (rc || done) return rc;
     if (NR == 32) rc = bypass_fwd_fast<CT, 32>(a, dev, s, &done);
     else if (NR == 64) rc = bypass_fwd_fast<CT, 64>(a, dev, s, &done);
     else if (a->L.r <= 128) rc = bypass_fwd_fast<CT, 128>(a, dev, s, &done);
@@ -1373,7 +1461,11 @@ static size_t bypass_bwd_bytes(const lk_bypass_bwd_args *a) {
 
 extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    int done = 0, rc = lk_locon_merge_fwd_small(a, dev, stream, &done); /* r ≤ 32, row-major: locon_merge_small.cu */
+    bool streamed = false;
+    int rc = merge_fwd_lowrank(a, dev, s, &streamed); /* r ≤ 128: lowrank.cu */
+    if (rc || streamed) return rc;
+    int done = 0;
+    rc = lk_locon_merge_fwd_small(a, dev, stream, &done); /* r ≤ 16, row-major: locon_merge_small.cu */
     if (rc || done) return rc;
     switch (a->L.ct) {
     case DT_BF16: return merge_fwd_t<bf16_t>(a, dev, s);

@@ -31,6 +31,8 @@
 
 extern "C" int lk_dora_finish(const lk_dora *dr, const float *ss, const float *sg, int64_t kept, int64_t per,
                               double m, int32_t ct, float *stats, void *stream);
+extern "C" int lk_dora_finish_parts(const lk_dora *dr, const float *ss, int64_t nparts, int64_t n, int64_t kept,
+                                    int64_t per, double m, int32_t ct, float *stats, void *stream);
 
 __device__ __forceinline__ i64 dora_kept(const lk_dora &dr, i64 o, i64 j, i64 K) { return dr.on_out ? o : j / K; }
 

@@ -1,0 +1,60 @@
+/*
+ * kern_lowrank.h — the two streaming low-rank kernels of lowrank.cu, as plain-C launch structs
+ * (kern.h's views). They serve LoRA/LoCon's merge forward (with DoRA) and linear bypass forward
+ * (locon.cu decides when; LYCO_CUDA_LOWRANK_LEGACY=1 sends those calls to locon.cu's older
+ * kernels instead, for A/B and as a fallback).
+ *
+ * expand:  out[m, n] = epi(base[m, n], rowc_m · Σ_k RN_CT(P[m, k]) · RN_CT(Q[k, n]))
+ *          rowc_m = (float)row_scale · (σ if sig_in_row) · q_m        (q = rowmask, or 1)
+ *          mf     = (float)mult · (σ if sig_in_mult)                  (σ = RN_CT(σs), or 1)
+ *          epi    = merge_ep.cuh's merge_elem(RN_CT(base), ·, mode, mf, DoRA statistics)
+ *   Q is r×N, or given transposed (q_t: Q = Qtᵀ with Qt N×r, e.g. lora_up for the bypass).
+ *   stats mode (stat_part ≠ NULL): nothing is written to out; Σ V² (V = RN_CT(base) + rowc·PQ)
+ *   per row (dora.on_out) or per column goes to stat_part as per-tile fp32 partials:
+ *   rows: stat_part[tile_n · M + m]; columns: stat_part[tile_m · N + n].
+ * reduce:  part[z][m][i] = Σ_{k ∈ range z} RN_CT(A[m, k]) · RN_CT(B[i, k])   (fp32 partials, i < RP)
+ *          then h[m][i] = RN_CT(q_i · Σ_z part[z][m][i]) (hfin; q = the rank mask).
+ */
+#ifndef LYCO_CUDA_KERN_LOWRANK_H
+#define LYCO_CUDA_KERN_LOWRANK_H
+
+#include "cuda/kern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int32_t ct;              /* compute dtype */
+    int64_t M, N, r;
+    lk_view P;               /* M×r */
+    lk_view Q;               /* r×N, or N×r when q_t */
+    int32_t q_t;
+    lk_view base, out;       /* base p NULL = none (mode 1); out row-major (s1 = 1) */
+    lk_view rowmask, sigma;  /* 1×M (p NULL = 1); σs 1×1 (p NULL = 1) */
+    double row_scale, mult;
+    int32_t sig_in_row, sig_in_mult;
+    int32_t mode;            /* lyco_merge_mode: 0 base + mf·d, 1 mf·d, 2 base − mf·d */
+    lk_dora dora;            /* DoRA epilogue (dora.on) with statistics st (3 floats per kept index) */
+    int64_t K;               /* kernel positions per input channel (DoRA's kept index j / K) */
+    const float *st;
+    float *stat_part;        /* stats mode (see above) */
+} lk_expand_args;
+
+/* Whether lk_expand can run a call (row-major out/base, r ≤ 128, grid limits); 0 = use another path. */
+int lk_expand_fits(const lk_expand_args *a, const lk_device *dev);
+/* Number of per-tile partials of the stats mode (tiles along N for rows, along M for columns). */
+int64_t lk_expand_stat_tiles(const lk_expand_args *a);
+int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
+
+/* h = RN_CT(q ⊙ (A·Bᵀ)) into h (M×r view of CT scratch, row pitch rp = the rank tile); A M×K,
+   B r×K; mask 1×r or absent. Scratch (partials) is allocated and freed on the stream. */
+int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K, int64_t r,
+                void *h, int64_t rp, const lk_device *dev, void *stream);
+/* The rank tile (row pitch of h) lk_reduce_h uses for rank r: 16, 32, 64 or 128; 0 = r > 128. */
+int64_t lk_reduce_rank_tile(int64_t r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

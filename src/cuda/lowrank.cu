@@ -1,0 +1,427 @@
+/*
+ * lowrank.cu — the two streaming kernels behind LoRA/LoCon's merge forward (plain and DoRA) and
+ * linear bypass forward on the GPU (ALGORITHMS.md §2.1, §1.6; NUMERICS.md §1). Interface and
+ * formulas: kern_lowrank.h. Both read every big operand once, in its own dtype, rounding to
+ * the compute dtype CT in shared memory; products run on the tensor cores (mma.sync m16n8k16,
+ * fp32 accumulators) for 16-bit CT and on FFMA for fp32 CT; outputs are rounded once.
+ *
+ * Why these and not locon.cu's pipelined kernels (H200 profile, docs/kernels.md): those give
+ * one block a long serial walk (all column tiles of 64 rows; all of I then all of O for a
+ * 32-token tile) — 256–512 blocks at ~23% occupancy, 16% of DRAM bandwidth. Here every block
+ * owns one output tile and lives briefly, so several blocks per SM keep their loads in flight.
+ *
+ * expand (merge forward: P = lora_up O×r, Q = lora_down r×IK, base = W; bypass phase 2: P = h
+ * T×r, Q = lora_upᵀ, base = y0): a block owns a 64×128 tile of out. It issues, with cp.async,
+ * its P rows (64×RP) and Q columns (RP×128, or 128×RP transposed) as one group and the base
+ * tile (64×128) as a second, so the product starts while the base tile is still in flight;
+ * operands not already in CT are converted in shared memory (raw_operand). 8 warps as 2×4,
+ * each a 32×32 piece (MI 2, NI 4). The epilogue reads base from shared memory at the
+ * accumulator positions (conflict-free: row pitch 136 halfwords), applies merge_elem (plain or
+ * DoRA), writes the rounded result into a shared tile (aliasing the operand buffers when they
+ * are big enough), and the block stores it with coalesced 16-byte stores (element-wise at the
+ * edges and for unaligned or strided out). Any strides and alignment are correct (raw_issue's
+ * element-wise fallback); row-major 16-byte-aligned views take the fast paths. In place
+ * (out = base) is safe: a block reads its whole base tile before it writes the same tile.
+ *   Shared memory (bf16 W/out, bf16 factors): RP 16 → 42 KB, 32 → 45 KB, 64 → 52 KB,
+ *   128 → 70 KB (+ conversion buffers for factors whose dtype is not CT).
+ *   DoRA: a first launch in stats mode writes per-tile partial Σ V² (per row: one partial per
+ *   128-column tile; per column: one per 64-row tile), lk_dora_finish_parts sums them in a fixed
+ *   order into the statistics, a second launch applies them. W is read twice, out written once.
+ *
+ * reduce (bypass phase 1: A = x T×I, B = lora_down r×I): part[z][t][i] over a fixed range z of
+ * I (a multiple of 64 wide, so no 64-column step straddles two ranges); a block owns 64 tokens
+ * × one range, streams 64-column tiles of x and D through common.cuh's cp.async pipeline
+ * (S stages), 8 warps as 4×2. The split count Z targets three blocks per SM and is a function
+ * of the shape and the device's SM count only. hfin sums the Z partials in order z = 0, 1, …,
+ * applies the rank mask and rounds to CT — h exactly as NUMERICS.md §1.6 asks (rounded like
+ * eager between the two products). Extra memory (stream-ordered scratch): Z·T·RP fp32 partials
+ * and h, T·RP CT.
+ *
+ * Deterministic: no atomics; tile shapes and split counts depend only on the shape and device.
+ * A/B: LYCO_CUDA_LOWRANK_LEGACY=1 sends these calls back to locon.cu's kernels (locon.cu).
+ */
+#include <stdlib.h>
+
+#include "cuda/kern_lowrank.h"
+#include "cuda/merge_ep.cuh"
+
+namespace {
+
+const int EM = 64;   /* expand tile rows */
+const int EN = 128;  /* expand tile columns */
+const int RM = 64;   /* reduce tile rows (tokens) */
+const int RK = 64;   /* reduce k step */
+
+/* ---------------------------------------------------------------------------------------------
+ * expand
+ * ------------------------------------------------------------------------------------------- */
+struct ex_layout {
+    int w, p, q, bp, bq, o, total;
+};
+
+/* wdt / odt = -1: no base / no output tile (stats mode). */
+__host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int ct, int wdt, int pdt, int qdt, int odt) {
+    ex_layout l;
+    int off = 0;
+    l.w = off;
+    off += wdt >= 0 ? raw_bytes(EM, EN, wdt) : 0;
+    const int in0 = off;
+    l.p = off;
+    off += raw_bytes(EM, RP, pdt);
+    l.q = off;
+    off += qt ? raw_bytes(EN, RP, qdt) : raw_bytes(RP, EN, qdt);
+    l.bp = off;
+    off += conv_bytes(EM, RP, pdt, 1, ct);
+    l.bq = off;
+    off += qt ? conv_bytes(EN, RP, qdt, 1, ct) : conv_bytes(RP, EN, qdt, 1, ct);
+    const int ob = odt >= 0 ? raw_bytes(EM, EN, odt) : 0;
+    if (ob <= off - in0) {
+        l.o = in0; /* the result tile reuses the operand buffers (written after the product) */
+    } else {
+        l.o = off;
+        off += ob;
+    }
+    l.total = off;
+    return l;
+}
+
+/* DoRA statistics of the tile: Σ V² per row (one partial per column tile) or per column. */
+template <typename CT>
+__device__ __forceinline__ void ex_stats(const lk_expand_args &a, const float (&acc)[2][4][4], const char *sW, int pw,
+                                         const float *rowc, float *red, int m0, int n0) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 mb = (i64)blockIdx.x * EM, nb = (i64)blockIdx.y * EN;
+    if (a.dora.on_out) {
+        float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
+                    const float V = rnd_ct<CT>(raw_get(sW, pw, a.base.dt, row, col)) + acc[mi][ni][e] * rowc[row];
+                    s[mi][e >> 1] = fmaf(V, V, s[mi][e >> 1]);
+                }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float v = s[mi][h];
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if ((lane & 3) == 0) red[(warp >> 1) * EM + acc_row(m0, mi, 2 * h)] = v;
+            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < EM; i += NT) {
+            const i64 o = mb + i;
+            if (o < a.M) a.stat_part[(i64)blockIdx.y * a.M + o] = ((red[i] + red[EM + i]) + red[2 * EM + i]) + red[3 * EM + i];
+        }
+    } else {
+        float s[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
+                    const float V = rnd_ct<CT>(raw_get(sW, pw, a.base.dt, row, col)) + acc[mi][ni][e] * rowc[row];
+                    s[ni][e & 1] = fmaf(V, V, s[ni][e & 1]);
+                }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float v = s[ni][c];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                if (lane < 4) red[(warp & 1) * EN + acc_col(n0, ni, c)] = v;
+            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < EN; i += NT) {
+            const i64 j = nb + i;
+            if (j < a.N) a.stat_part[(i64)blockIdx.x * a.N + j] = red[i] + red[EN + i];
+        }
+    }
+}
+
+template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_expand(lk_expand_args a) {
+    extern __shared__ __align__(16) char dsm[];
+    __shared__ float rowc[EM];
+    __shared__ float red[4 * EM]; /* = 2 · EN */
+    const bool hasB = a.base.p != NULL, stats = a.stat_part != NULL;
+    const int wdt = hasB ? a.base.dt : -1, odt = stats ? -1 : a.out.dt;
+    const ex_layout ly = ex_plan(RP, QT, ct_of<CT>::dt, wdt, a.P.dt, a.Q.dt, odt);
+    char *sW = dsm + ly.w, *sP = dsm + ly.p, *sQ = dsm + ly.q, *sO = dsm + ly.o;
+    const i64 mb = (i64)blockIdx.x * EM, nb = (i64)blockIdx.y * EN;
+
+    /* operands (group 1), then the base tile (group 2): the product overlaps the base's flight */
+    raw_issue<EM, RP>(sP, a.P, mb, 0);
+    if (QT) raw_issue<EN, RP>(sQ, a.Q, nb, 0);
+    else raw_issue<RP, EN>(sQ, a.Q, 0, nb);
+    cp_commit();
+    if (hasB) raw_issue<EM, EN>(sW, a.base, mb, nb);
+    cp_commit();
+    const float sig = sigma_ct<CT>(a.sigma);
+    const float rs = (float)a.row_scale * (a.sig_in_row ? sig : 1.0f);
+    for (int i = threadIdx.x; i < EM; i += NT) {
+        const i64 m = mb + i;
+        rowc[i] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;
+    }
+    cp_wait(1);
+    __syncthreads();
+    CT *pp[3], *qp[3];
+    int ldp, ldq;
+    raw_operand<CT, EM, RP>(sP, a.P.dt, 1, (CT *)(dsm + ly.bp), pp, &ldp);
+    if (QT) raw_operand<CT, EN, RP>(sQ, a.Q.dt, 1, (CT *)(dsm + ly.bq), qp, &ldq);
+    else raw_operand<CT, RP, EN>(sQ, a.Q.dt, 1, (CT *)(dsm + ly.bq), qp, &ldq);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
+    float acc[2][4][4];
+    acc_zero(acc);
+    const int kk = sizeof(CT) == 2 ? (int)((a.r + 15) / 16 * 16) : (int)a.r;
+    warp_mma<CT, 2, 4, false, !QT>::run(acc, pp[0], ldp, qp[0], ldq, m0, n0, kk);
+    cp_wait(0);
+    __syncthreads(); /* base tile visible; operand buffers free for the result tile */
+    const int pw = hasB ? raw_pitch(EN, wdt) : 0;
+    if (stats) {
+        ex_stats<CT>(a, acc, sW, pw, rowc, red, m0, n0);
+        return;
+    }
+    const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
+    const int po = raw_pitch(EN, odt), eo = dt_size(odt);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = acc_row(m0, mi, 2 * h), col = acc_col(n0, ni, 0);
+                float v[2];
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const float w = hasB ? rnd_ct<CT>(raw_get(sW, pw, wdt, row, col + c)) : 0.0f;
+                    const float *s3 = NULL;
+                    if (a.dora.on) {
+                        const i64 o = mb + row, j = nb + col + c;
+                        s3 = a.st + 3 * ((o < a.M && j < a.N) ? dora_kept(a.dora, o, j, a.K) : 0);
+                    }
+                    v[c] = merge_elem(w, acc[mi][ni][2 * h + c] * rowc[row], a.mode, mf, a.dora.on != 0, s3);
+                }
+                char *d = sO + (row * po + col) * eo;
+                if (eo == 4) *(float2 *)d = make_float2(v[0], v[1]);
+                else *(unsigned *)d = f_to_bits(v[0], odt) | (f_to_bits(v[1], odt) << 16);
+            }
+    __syncthreads();
+    const int epc = 16 / eo, cpr = EN / epc;
+    const bool vec = (a.out.flags & LK_VEC) != 0;
+    for (int q = threadIdx.x; q < EM * cpr; q += NT) {
+        const int rr = q / cpr, cc = (q % cpr) * epc;
+        const i64 o = mb + rr, j = nb + cc;
+        if (o >= a.M || j >= a.N) continue;
+        const char *src = sO + (rr * po + cc) * eo;
+        if (vec && j + epc <= a.N) {
+            *(uint4 *)vaddr(a.out, o, j) = *(const uint4 *)src;
+        } else {
+            for (int e = 0; e < epc && j + e < a.N; e++)
+                vstore(a.out, o, j + e, eo == 4 ? ((const float *)src)[e] : bits16_to_f(((const unsigned short *)src)[e], odt));
+        }
+    }
+}
+
+template <typename CT, int RP, bool QT> ex_layout ex_layout_of(const lk_expand_args *a) {
+    return ex_plan(RP, QT, ct_of<CT>::dt, a->base.p ? a->base.dt : -1, a->P.dt, a->Q.dt, a->stat_part ? -1 : a->out.dt);
+}
+
+template <typename CT, int RP, bool QT> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
+    const int bytes = ex_layout_of<CT, RP, QT>(a).total;
+    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    const dim3 grid((unsigned)cdiv(a->M, EM), (unsigned)cdiv(a->N, EN));
+    k_expand<CT, RP, QT><<<grid, NT, bytes, s>>>(*a);
+    LK_LAUNCHED("expand");
+    return LYCO_OK;
+}
+
+template <typename CT, bool QT> int ex_bytes_rp(const lk_expand_args *a, i64 rp) {
+    switch (rp) {
+    case 16: return ex_layout_of<CT, 16, QT>(a).total;
+    case 32: return ex_layout_of<CT, 32, QT>(a).total;
+    case 64: return ex_layout_of<CT, 64, QT>(a).total;
+    default: return ex_layout_of<CT, 128, QT>(a).total;
+    }
+}
+
+template <typename CT, bool QT> int ex_launch_rp(const lk_expand_args *a, cudaStream_t s) {
+    switch (lk_reduce_rank_tile(a->r)) {
+    case 16: return ex_launch<CT, 16, QT>(a, s);
+    case 32: return ex_launch<CT, 32, QT>(a, s);
+    case 64: return ex_launch<CT, 64, QT>(a, s);
+    default: return ex_launch<CT, 128, QT>(a, s);
+    }
+}
+
+template <typename CT> int ex_bytes_ct(const lk_expand_args *a) {
+    const i64 rp = lk_reduce_rank_tile(a->r);
+    return a->q_t ? ex_bytes_rp<CT, true>(a, rp) : ex_bytes_rp<CT, false>(a, rp);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * reduce and hfin
+ * ------------------------------------------------------------------------------------------- */
+struct rd_layout {
+    int ba, bb, st, stage, total;
+};
+__host__ __device__ inline rd_layout rd_plan(int RP, int ct, int adt, int bdt, int S) {
+    rd_layout l;
+    int off = 0;
+    l.ba = off;
+    off += conv_bytes(RM, RK, adt, 1, ct);
+    l.bb = off;
+    off += conv_bytes(RP, RK, bdt, 1, ct);
+    l.st = off;
+    l.stage = pipe_stage_bytes(RM, RK, adt, RP, RK, bdt);
+    off += S * l.stage;
+    l.total = off;
+    return l;
+}
+
+template <typename CT, int RP>
+__global__ __launch_bounds__(NT) void k_reduce(lk_view A, lk_view B, i64 M, i64 K, i64 kper, int S, float *part) {
+    const int NI = RP / 16;
+    extern __shared__ __align__(16) char dsm[];
+    const rd_layout ly = rd_plan(RP, ct_of<CT>::dt, A.dt, B.dt, S);
+    const i64 mb = (i64)blockIdx.x * RM, z = blockIdx.y, k0 = z * kper;
+    const i64 ke = k0 + kper < K ? k0 + kper : K;
+    const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
+    float acc[1][NI][4];
+    acc_zero(acc);
+    const pipe_op PA = {A, mb, k0, 0, RK, 1}, PB = {B, 0, k0, 0, RK, 1};
+    piped_mma<CT, RM, RK, RP, RK, false, false, 1, NI>(acc, PA, PB, nk, S, dsm + ly.st, (CT *)(dsm + ly.ba),
+                                                       (CT *)(dsm + ly.bb), m0, n0, A, false);
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const i64 m = mb + acc_row(m0, 0, e);
+            if (m < M) part[(z * M + m) * RP + acc_col(n0, ni, e)] = acc[0][ni][e];
+        }
+}
+
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_hfin(const float *part, int Z, i64 M, i64 RP, i64 r, lk_view mask, CT *h) {
+    const i64 n = M * RP;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 i = idx % RP;
+        float s = 0.0f;
+        for (int z = 0; z < Z; z++) s += part[(i64)z * n + idx];
+        const float q = i < r ? vget(mask, i, 1.0f) : 0.0f;
+        h[idx] = ct_of<CT>::from(q * s);
+    }
+}
+
+/* The deepest S ≤ 4 that lets three blocks share a multiprocessor, else two, else one. */
+int rd_stages(const lk_device *dev, int fixed, int stage) {
+    for (int per = 3; per >= 1; per--)
+        for (int S = 4; S >= 2; S--) {
+            const int b = fixed + S * stage;
+            if (b <= dev->smem_optin && b <= dev->smem_sm / per - 1024) return S;
+        }
+    return 0;
+}
+
+template <typename CT, int RP>
+int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *mask, i64 M, i64 K, i64 r, CT *h, const lk_device *dev,
+                  cudaStream_t s) {
+    const int ct = ct_of<CT>::dt;
+    const rd_layout l0 = rd_plan(RP, ct, A->dt, B->dt, 0);
+    const int S = rd_stages(dev, l0.total, l0.stage);
+    if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the bypass reduction does not fit in shared memory");
+    const int bytes = rd_plan(RP, ct, A->dt, B->dt, S).total;
+    /* split count: about three blocks per SM, at least 4 steps of 64 per block */
+    const i64 mt = cdiv(M, RM);
+    i64 Z = cdiv(3 * (i64)dev->sms, mt);
+    const i64 zmax = K > 0 ? cdiv(K, 4 * RK) : 1;
+    if (Z > zmax) Z = zmax;
+    if (Z > 64) Z = 64;
+    if (Z < 1) Z = 1;
+    i64 kper = K > 0 ? cdiv(cdiv(K, Z), RK) * RK : RK;
+    Z = K > 0 ? cdiv(K, kper) : 1;
+    float *part = NULL;
+    int rc = lk_scratch_alloc((void **)&part, (size_t)(Z * M * RP) * sizeof(float), s);
+    if (rc) return rc;
+    if (bytes > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_reduce<CT, RP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: cudaFuncSetAttribute(k_reduce) failed: %s", cudaGetErrorString(e));
+    }
+    if (rc == LYCO_OK) {
+        k_reduce<CT, RP><<<dim3((unsigned)mt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, K, kper, S, part);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of reduce failed: %s", cudaGetErrorString(e));
+    }
+    if (rc == LYCO_OK) {
+        i64 blocks = cdiv(M * RP, NT);
+        if (blocks > 65535) blocks = 65535;
+        k_hfin<CT><<<(unsigned)blocks, NT, 0, s>>>(part, (int)Z, M, RP, r, *mask, h);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of hfin failed: %s", cudaGetErrorString(e));
+    }
+    int rf = lk_scratch_free(part, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT>
+int reduce_ct(const lk_view *A, const lk_view *B, const lk_view *mask, i64 M, i64 K, i64 r, void *h, i64 rp,
+              const lk_device *dev, cudaStream_t s) {
+    switch (rp) {
+    case 16: return reduce_launch<CT, 16>(A, B, mask, M, K, r, (CT *)h, dev, s);
+    case 32: return reduce_launch<CT, 32>(A, B, mask, M, K, r, (CT *)h, dev, s);
+    case 64: return reduce_launch<CT, 64>(A, B, mask, M, K, r, (CT *)h, dev, s);
+    default: return reduce_launch<CT, 128>(A, B, mask, M, K, r, (CT *)h, dev, s);
+    }
+}
+
+} // namespace
+
+extern "C" int64_t lk_reduce_rank_tile(int64_t r) { return r <= 16 ? 16 : r <= 32 ? 32 : r <= 64 ? 64 : r <= 128 ? 128 : 0; }
+
+static int expand_bytes(const lk_expand_args *a) {
+    switch (a->ct) {
+    case DT_BF16: return ex_bytes_ct<bf16_t>(a);
+    case DT_F16: return ex_bytes_ct<f16_t>(a);
+    default: return ex_bytes_ct<float>(a);
+    }
+}
+
+extern "C" int lk_expand_fits(const lk_expand_args *a, const lk_device *dev) {
+    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0) return 0;
+    if (cdiv(a->M, EM) > 2147483647LL || cdiv(a->N, EN) > 65535) return 0;
+    return expand_bytes(a) <= dev->smem_optin;
+}
+
+extern "C" int64_t lk_expand_stat_tiles(const lk_expand_args *a) { return a->dora.on_out ? cdiv(a->N, EN) : cdiv(a->M, EM); }
+
+extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (!lk_expand_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: expand called outside its limits");
+    if (a->M == 0 || a->N == 0) return LYCO_OK;
+    switch (a->ct) {
+    case DT_BF16: return a->q_t ? ex_launch_rp<bf16_t, true>(a, s) : ex_launch_rp<bf16_t, false>(a, s);
+    case DT_F16: return a->q_t ? ex_launch_rp<f16_t, true>(a, s) : ex_launch_rp<f16_t, false>(a, s);
+    default: return a->q_t ? ex_launch_rp<float, true>(a, s) : ex_launch_rp<float, false>(a, s);
+    }
+}
+
+extern "C" int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K,
+                           int64_t r, void *h, int64_t rp, const lk_device *dev, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (M == 0) return LYCO_OK;
+    if (cdiv(M, RM) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld tokens exceed the reduction grid", (long long)M);
+    switch (ct) {
+    case DT_BF16: return reduce_ct<bf16_t>(A, B, mask, M, K, r, h, rp, dev, s);
+    case DT_F16: return reduce_ct<f16_t>(A, B, mask, M, K, r, h, rp, dev, s);
+    default: return reduce_ct<float>(A, B, mask, M, K, r, h, rp, dev, s);
+    }
+}
