@@ -43,7 +43,7 @@
  *   dx = col2im:           M = I, N = N·input pixels, K = K·r (kidx = κ·r + a), B(u, kidx) =
  *                          GH[n, a, op] where op·σ − π + κ·δ = ip, else 0 (a gathered product:
  *                          no atomics, each dx element written once);
- *   d_up, G_P partials:    K = N·pixels split in Z ranges (tc_split: ~256 blocks, ≥ 8 steps each).
+ *   d_up, G_P partials:    K = N·pixels split in Z ranges (tc_split: ~512 blocks, ≥ 8 steps each).
  * The choice of the reading (P·im2col rather than a ΔW-then-conv) keeps the r-wide intermediate:
  * for r ≪ O the products are small and the cost is the gathers, one pass over x per rank tile.
  * LYCO_CUDA_CONV_LEGACY=1 (read at each call) selects the previous FFMA kernels for the bypass
@@ -1256,10 +1256,11 @@ static bool conv_legacy(void) {
 }
 
 /* Split of a length-len reduction over `tiles` output tiles into Z ranges of kper (a multiple of
-   BK, at least 8 steps): aims at ~256 blocks; a function of the shape only; Z·cells < 2^24. */
+   BK, at least 8 steps): aims at ~512 blocks (≈ 4 per H200 multiprocessor, so one block's load
+   latency hides behind the others' products); a function of the shape only; Z·cells < 2^24. */
 static void tc_split(i64 len, i64 cells, i64 tiles, int *Z, i64 *kper) {
     const i64 l = len > 0 ? len : 1;
-    i64 z = cdiv(256, tiles > 0 ? tiles : 1), zl = cdiv(l, 8 * BK), zmax = ((i64)1 << 24) / (cells > 0 ? cells : 1);
+    i64 z = cdiv(512, tiles > 0 ? tiles : 1), zl = cdiv(l, 8 * BK), zmax = ((i64)1 << 24) / (cells > 0 ? cells : 1);
     if (z > zl) z = zl;
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
