@@ -12,8 +12,9 @@
  *   stats mode (stat_part ≠ NULL): nothing is written to out; Σ V² (V = RN_CT(base) + rowc·PQ)
  *   per row (dora.on_out) or per column goes to stat_part as per-tile fp32 partials:
  *   rows: stat_part[tile_n · M + m]; columns: stat_part[tile_m · N + n].
- * reduce:  part[z][m][i] = Σ_{k ∈ range z} RN_CT(A[m, k]) · RN_CT(B[i, k])   (fp32 partials, i < RP)
- *          then h[m][i] = RN_CT(q_i · Σ_z part[z][m][i]) (hfin; q = the rank mask).
+ * reduce:  part[z][m][i] = Σ_{k ∈ range z} RN_CT(A[m, k]) · RN_CT(B[i, k])   (fp32 partials, i < RP;
+ *          B given r×K, or K×r for dy·U), then, bypass forward, h[m][i] = RN_CT(q_i · Σ_z part[z][m][i])
+ *          (hfin; q = the rank mask), or, bypass backward, gh and h from two such sets (bwd_fin).
  */
 #ifndef LYCO_CUDA_KERN_LOWRANK_H
 #define LYCO_CUDA_KERN_LOWRANK_H
@@ -51,6 +52,12 @@ int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
    B r×K; mask 1×r or absent. Scratch (partials) is allocated and freed on the stream. */
 int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K, int64_t r,
                 void *h, int64_t rp, const lk_device *dev, void *stream);
+/* Bypass backward's per-token values: gh = c·q ⊙ (dy·U) (fp32) and h = RN_CT(q ⊙ (x·Dᵀ)) into T×RPo
+   scratch (row pitch RPo ≥ the rank tile), dy0 = RN(dy) written from the staged dy tiles (dy0 p
+   NULL: none), and nblocks fixed-order partials of dσs = s·m·Σ q ⊙ (dy·U) ⊙ (x·Dᵀ) into sigpart
+   (NULL: not wanted). */
+int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T, float *gh,
+                         void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev, void *stream);
 /* The rank tile (row pitch of h) lk_reduce_h uses for rank r: 16, 32, 64 or 128; 0 = r > 128. */
 int64_t lk_reduce_rank_tile(int64_t r);
 

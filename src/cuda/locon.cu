@@ -1403,9 +1403,13 @@ template <typename CT> static int bypass_bwd_body(const lk_bypass_bwd_args *a, c
     const i64 tt = cdiv(T, 32);
     float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)(tt > 0 ? tt : 1) * 4)) : NULL;
     if (T > 0) {
+        /* gh, h, dy0 and the σs partials: lowrank.cu's split reductions (r ≤ 128), else per token tile */
         bool done = false;
-        int rc0;
-        if (NR == 32) rc0 = launch_bbh2<CT, 32>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
+        int rc0 = LYCO_OK;
+        if (!lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0 && tt <= 65535) {
+            rc0 = lk_reduce_bypass_bwd(&L, &a->x, &a->dy, &a->dy0, T, ghsc, hsc, RP, sigpart, tt, dev, s);
+            done = true;
+        } else if (NR == 32) rc0 = launch_bbh2<CT, 32>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
         else if (NR == 64) rc0 = launch_bbh2<CT, 64>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
         else rc0 = launch_bbh2<CT, 128>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
         if (rc0) return rc0;

@@ -41,6 +41,7 @@
  * A/B: LYCO_CUDA_LOWRANK_LEGACY=1 sends these calls back to locon.cu's kernels (locon.cu).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/kern_lowrank.h"
 #include "cuda/merge_ep.cuh"
@@ -273,34 +274,36 @@ template <typename CT> int ex_bytes_ct(const lk_expand_args *a) {
 struct rd_layout {
     int ba, bb, st, stage, total;
 };
-__host__ __device__ inline rd_layout rd_plan(int RP, int ct, int adt, int bdt, int S) {
+/* kmaj: B staged K-major (a K×r view such as lora_up for dy·U), else r×K (lora_down). */
+__host__ __device__ inline rd_layout rd_plan(int RP, bool kmaj, int ct, int adt, int bdt, int S) {
     rd_layout l;
     int off = 0;
     l.ba = off;
     off += conv_bytes(RM, RK, adt, 1, ct);
     l.bb = off;
-    off += conv_bytes(RP, RK, bdt, 1, ct);
+    off += kmaj ? conv_bytes(RK, RP, bdt, 1, ct) : conv_bytes(RP, RK, bdt, 1, ct);
     l.st = off;
-    l.stage = pipe_stage_bytes(RM, RK, adt, RP, RK, bdt);
+    l.stage = kmaj ? pipe_stage_bytes(RM, RK, adt, RK, RP, bdt) : pipe_stage_bytes(RM, RK, adt, RP, RK, bdt);
     off += S * l.stage;
     l.total = off;
     return l;
 }
 
-template <typename CT, int RP>
-__global__ __launch_bounds__(NT) void k_reduce(lk_view A, lk_view B, i64 M, i64 K, i64 kper, int S, float *part) {
+template <typename CT, int RP, bool KMAJ>
+__global__ __launch_bounds__(NT) void k_reduce(lk_view A, lk_view B, lk_view copyA, i64 M, i64 K, i64 kper, int S, float *part) {
     const int NI = RP / 16;
     extern __shared__ __align__(16) char dsm[];
-    const rd_layout ly = rd_plan(RP, ct_of<CT>::dt, A.dt, B.dt, S);
+    const rd_layout ly = rd_plan(RP, KMAJ, ct_of<CT>::dt, A.dt, B.dt, S);
     const i64 mb = (i64)blockIdx.x * RM, z = blockIdx.y, k0 = z * kper;
     const i64 ke = k0 + kper < K ? k0 + kper : K;
     const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
     const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
     float acc[1][NI][4];
     acc_zero(acc);
-    const pipe_op PA = {A, mb, k0, 0, RK, 1}, PB = {B, 0, k0, 0, RK, 1};
-    piped_mma<CT, RM, RK, RP, RK, false, false, 1, NI>(acc, PA, PB, nk, S, dsm + ly.st, (CT *)(dsm + ly.ba),
-                                                       (CT *)(dsm + ly.bb), m0, n0, A, false);
+    const pipe_op PA = {A, mb, k0, 0, RK, 1};
+    const pipe_op PB = KMAJ ? pipe_op{B, k0, 0, RK, 0, 1} : pipe_op{B, 0, k0, 0, RK, 1};
+    piped_mma<CT, RM, RK, KMAJ ? RK : RP, KMAJ ? RP : RK, false, KMAJ, 1, NI>(acc, PA, PB, nk, S, dsm + ly.st, (CT *)(dsm + ly.ba),
+                                                                            (CT *)(dsm + ly.bb), m0, n0, copyA, copyA.p != NULL);
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -332,54 +335,76 @@ int rd_stages(const lk_device *dev, int fixed, int stage) {
     return 0;
 }
 
-template <typename CT, int RP>
-int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *mask, i64 M, i64 K, i64 r, CT *h, const lk_device *dev,
-                  cudaStream_t s) {
-    const int ct = ct_of<CT>::dt;
-    const rd_layout l0 = rd_plan(RP, ct, A->dt, B->dt, 0);
-    const int S = rd_stages(dev, l0.total, l0.stage);
-    if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the bypass reduction does not fit in shared memory");
-    const int bytes = rd_plan(RP, ct, A->dt, B->dt, S).total;
-    /* split count: about three blocks per SM, at least 4 steps of 64 per block */
+/* Split count and range for an M×K reduction: about three blocks per SM, at least 4 steps of 64
+   per block, ranges a multiple of 64 wide (a function of the shape and SM count only). */
+void rd_split(i64 M, i64 K, const lk_device *dev, i64 *Z, i64 *kper) {
     const i64 mt = cdiv(M, RM);
-    i64 Z = cdiv(3 * (i64)dev->sms, mt);
+    i64 z = cdiv(3 * (i64)dev->sms, mt);
     const i64 zmax = K > 0 ? cdiv(K, 4 * RK) : 1;
-    if (Z > zmax) Z = zmax;
-    if (Z > 64) Z = 64;
-    if (Z < 1) Z = 1;
-    i64 kper = K > 0 ? cdiv(cdiv(K, Z), RK) * RK : RK;
-    Z = K > 0 ? cdiv(K, kper) : 1;
-    float *part = NULL;
-    int rc = lk_scratch_alloc((void **)&part, (size_t)(Z * M * RP) * sizeof(float), s);
-    if (rc) return rc;
-    if (bytes > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_reduce<CT, RP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: cudaFuncSetAttribute(k_reduce) failed: %s", cudaGetErrorString(e));
-    }
-    if (rc == LYCO_OK) {
-        k_reduce<CT, RP><<<dim3((unsigned)mt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, K, kper, S, part);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of reduce failed: %s", cudaGetErrorString(e));
-    }
-    if (rc == LYCO_OK) {
-        i64 blocks = cdiv(M * RP, NT);
-        if (blocks > 65535) blocks = 65535;
-        k_hfin<CT><<<(unsigned)blocks, NT, 0, s>>>(part, (int)Z, M, RP, r, *mask, h);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of hfin failed: %s", cudaGetErrorString(e));
-    }
-    int rf = lk_scratch_free(part, s);
-    return rc ? rc : rf;
+    if (z > zmax) z = zmax;
+    if (z > 64) z = 64;
+    if (z < 1) z = 1;
+    *kper = K > 0 ? cdiv(cdiv(K, z), RK) * RK : RK;
+    *Z = K > 0 ? cdiv(K, *kper) : 1;
 }
 
-template <typename CT>
-int reduce_ct(const lk_view *A, const lk_view *B, const lk_view *mask, i64 M, i64 K, i64 r, void *h, i64 rp,
+template <typename CT, int RP, bool KMAJ>
+int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i64 K, float **part, i64 *Zout,
+                  const lk_device *dev, cudaStream_t s) {
+    const int ct = ct_of<CT>::dt;
+    const rd_layout l0 = rd_plan(RP, KMAJ, ct, A->dt, B->dt, 0);
+    const int S = rd_stages(dev, l0.total, l0.stage);
+    if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the low-rank reduction does not fit in shared memory");
+    const int bytes = rd_plan(RP, KMAJ, ct, A->dt, B->dt, S).total;
+    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_reduce<CT, RP, KMAJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    i64 Z, kper;
+    rd_split(M, K, dev, &Z, &kper);
+    int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);
+    if (rc) return rc; /* *part stays NULL */
+    *Zout = Z;
+    lk_view none;
+    memset(&none, 0, sizeof none);
+    k_reduce<CT, RP, KMAJ><<<dim3((unsigned)cdiv(M, RM), (unsigned)Z), NT, bytes, s>>>(*A, *B, copyA ? *copyA : none, M, K, kper, S, *part);
+    LK_LAUNCHED("reduce");
+    return LYCO_OK;
+}
+
+template <typename CT, bool KMAJ>
+int reduce_ct(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i64 K, i64 rp, float **part, i64 *Z,
               const lk_device *dev, cudaStream_t s) {
     switch (rp) {
-    case 16: return reduce_launch<CT, 16>(A, B, mask, M, K, r, (CT *)h, dev, s);
-    case 32: return reduce_launch<CT, 32>(A, B, mask, M, K, r, (CT *)h, dev, s);
-    case 64: return reduce_launch<CT, 64>(A, B, mask, M, K, r, (CT *)h, dev, s);
-    default: return reduce_launch<CT, 128>(A, B, mask, M, K, r, (CT *)h, dev, s);
+    case 16: return reduce_launch<CT, 16, KMAJ>(A, B, copyA, M, K, part, Z, dev, s);
+    case 32: return reduce_launch<CT, 32, KMAJ>(A, B, copyA, M, K, part, Z, dev, s);
+    case 64: return reduce_launch<CT, 64, KMAJ>(A, B, copyA, M, K, part, Z, dev, s);
+    default: return reduce_launch<CT, 128, KMAJ>(A, B, copyA, M, K, part, Z, dev, s);
+    }
+}
+
+/* bypass backward's per-token values from the two partial sets (g0 = dy·U, h0 = x·Dᵀ):
+   gh = c·q·g0 (fp32), h = RN_CT(q·h0), both with row pitch RPo (i ≥ rp: 0); σs partial per block
+   Σ s·m·q·g0·h0 (grid-stride with a fixed grid: deterministic). */
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_bwd_fin(const float *pg, int Zg, const float *ph, int Zh, i64 M, i64 rp, i64 RPo, i64 r,
+                                                lk_view mask, lk_view sigma, double smd, float *gh, CT *h, float *sigpart) {
+    __shared__ float red[NT / 32];
+    const float sm = (float)smd, c = sm * sigma_ct<CT>(sigma);
+    const i64 n = M * RPo;
+    float sp = 0.0f;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 t = idx / RPo, i = idx % RPo;
+        float g0 = 0.0f, h0 = 0.0f;
+        if (i < rp) {
+            for (int z = 0; z < Zg; z++) g0 += pg[((i64)z * M + t) * rp + i];
+            for (int z = 0; z < Zh; z++) h0 += ph[((i64)z * M + t) * rp + i];
+        }
+        const float q = i < r ? vget(mask, i, 1.0f) : 0.0f;
+        gh[idx] = c * q * g0;
+        h[idx] = ct_of<CT>::from(q * h0);
+        sp = fmaf(sm * q * g0, h0, sp);
+    }
+    if (sigpart) {
+        const float tot = block_sum(sp, red);
+        if (threadIdx.x == 0) sigpart[blockIdx.x] = tot;
     }
 }
 
@@ -414,14 +439,72 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     }
 }
 
+static int reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M,
+                        int64_t K, int64_t rp, float **part, i64 *Z, const lk_device *dev, cudaStream_t s) {
+    if (cdiv(M, RM) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld rows exceed the reduction grid", (long long)M);
+    switch (ct) {
+    case DT_BF16: return b_kmajor ? reduce_ct<bf16_t, true>(A, B, copyA, M, K, rp, part, Z, dev, s)
+                                  : reduce_ct<bf16_t, false>(A, B, copyA, M, K, rp, part, Z, dev, s);
+    case DT_F16: return b_kmajor ? reduce_ct<f16_t, true>(A, B, copyA, M, K, rp, part, Z, dev, s)
+                                 : reduce_ct<f16_t, false>(A, B, copyA, M, K, rp, part, Z, dev, s);
+    default: return b_kmajor ? reduce_ct<float, true>(A, B, copyA, M, K, rp, part, Z, dev, s)
+                             : reduce_ct<float, false>(A, B, copyA, M, K, rp, part, Z, dev, s);
+    }
+}
+
+template <typename CT> static int hfin_launch(const float *part, i64 Z, i64 M, i64 rp, i64 r, const lk_view *mask, void *h, cudaStream_t s) {
+    i64 blocks = cdiv(M * rp, NT);
+    if (blocks > 65535) blocks = 65535;
+    k_hfin<CT><<<(unsigned)blocks, NT, 0, s>>>(part, (int)Z, M, rp, r, *mask, (CT *)h);
+    LK_LAUNCHED("hfin");
+    return LYCO_OK;
+}
+
 extern "C" int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K,
                            int64_t r, void *h, int64_t rp, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (M == 0) return LYCO_OK;
-    if (cdiv(M, RM) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld tokens exceed the reduction grid", (long long)M);
+    float *part = NULL;
+    i64 Z = 0;
+    int rc = reduce_parts(ct, A, B, 0, NULL, M, K, rp, &part, &Z, dev, s);
+    if (rc) return part ? (lk_scratch_free(part, s), rc) : rc;
     switch (ct) {
-    case DT_BF16: return reduce_ct<bf16_t>(A, B, mask, M, K, r, h, rp, dev, s);
-    case DT_F16: return reduce_ct<f16_t>(A, B, mask, M, K, r, h, rp, dev, s);
-    default: return reduce_ct<float>(A, B, mask, M, K, r, h, rp, dev, s);
+    case DT_BF16: rc = hfin_launch<bf16_t>(part, Z, M, rp, r, mask, h, s); break;
+    case DT_F16: rc = hfin_launch<f16_t>(part, Z, M, rp, r, mask, h, s); break;
+    default: rc = hfin_launch<float>(part, Z, M, rp, r, mask, h, s); break;
     }
+    int rf = lk_scratch_free(part, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT>
+static int bwd_fin_launch(const float *pg, i64 Zg, const float *ph, i64 Zh, i64 T, i64 rp, i64 RPo, const lk_locon *L, float *gh,
+                          void *h, float *sigpart, i64 nblocks, cudaStream_t s) {
+    k_bwd_fin<CT><<<(unsigned)nblocks, NT, 0, s>>>(pg, (int)Zg, ph, (int)Zh, T, rp, RPo, L->r, L->mask, L->sigma, L->s * L->m, gh,
+                                                   (CT *)h, sigpart);
+    LK_LAUNCHED("bwd_fin");
+    return LYCO_OK;
+}
+
+extern "C" int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T,
+                                    float *gh, void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev,
+                                    void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    const i64 rp = lk_reduce_rank_tile(L->r);
+    if (rp == 0 || rp > RPo || nblocks < 1 || nblocks > 65535) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: bypass backward reduction outside its limits");
+    if (T == 0) return LYCO_OK;
+    float *pg = NULL, *ph = NULL;
+    i64 Zg = 0, Zh = 0;
+    int rc = reduce_parts(L->ct, dy, &L->U, 1, dy0 && dy0->p ? dy0 : NULL, T, L->O, rp, &pg, &Zg, dev, s);
+    if (rc == LYCO_OK) rc = reduce_parts(L->ct, x, &L->D, 0, NULL, T, L->IK, rp, &ph, &Zh, dev, s);
+    if (rc == LYCO_OK) {
+        switch (L->ct) {
+        case DT_BF16: rc = bwd_fin_launch<bf16_t>(pg, Zg, ph, Zh, T, rp, RPo, L, gh, h, sigpart, nblocks, s); break;
+        case DT_F16: rc = bwd_fin_launch<f16_t>(pg, Zg, ph, Zh, T, rp, RPo, L, gh, h, sigpart, nblocks, s); break;
+        default: rc = bwd_fin_launch<float>(pg, Zg, ph, Zh, T, rp, RPo, L, gh, h, sigpart, nblocks, s); break;
+        }
+    }
+    int rf1 = ph ? lk_scratch_free(ph, s) : LYCO_OK;
+    int rf2 = pg ? lk_scratch_free(pg, s) : LYCO_OK;
+    return rc ? rc : rf1 ? rf1 : rf2;
 }
