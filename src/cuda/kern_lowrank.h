@@ -58,6 +58,11 @@ int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *m
    (NULL: not wanted). */
 int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T, float *gh,
                          void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev, void *stream);
+/* out(i, n) (transpose: out(n, i)) = coef·σ'·Σ_m RN_CT(A[m, n])·B[m, i] for i < r ≤ 128: A M×N (the big
+   operand: Γ, dy, x), B M×r (lora_up, h, or fp32 gh with b_split: entered as CT parts), σ' = RN_CT(σs)
+   when sigma is given, else 1; split over m into fixed ranges, fp32 partials, fixed-order sum. */
+int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r, const lk_view *out,
+                 int transpose, float coef, const lk_view *sigma, const lk_device *dev, void *stream);
 /* The rank tile (row pitch of h) lk_reduce_h uses for rank r: 16, 32, 64 or 128; 0 = r > 128. */
 int64_t lk_reduce_rank_tile(int64_t r);
 

@@ -1220,6 +1220,9 @@ static int reduce_rows(kred_args p, i64 Kd, i64 N, const lk_locon &L, const lk_v
     p.RP = (i64)nch * NR;
     p.L = L;
     p.part = (float *)(cv.base + carve_take(cv, (size_t)z * p.RP * N * 4));
+    lk_view sg = with_sigma ? L.sigma : lk_view{};
+    if (plainB && !lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0) /* lowrank.cu: short-lived blocks, more of them */
+        return lk_colreduce(L.ct, &p.B, &p.A, p.a_split, Kd, N, L.r, &out, transpose, coef, &sg, dev, s);
     bool done = false;
     int rc = LYCO_OK;
     if (plainB) {
@@ -1232,7 +1235,6 @@ static int reduce_rows(kred_args p, i64 Kd, i64 N, const lk_locon &L, const lk_v
     }
     if (!done && (rc = kred_any<CT>(p, NR, nch, z, s))) return rc;
     i64 n = L.r * N;
-    lk_view sg = with_sigma ? L.sigma : lk_view{};
     k_fin_kred<<<(unsigned)cdiv(n, NT), NT, 0, s>>>(p.part, z, p.RP, N, L.r, out, transpose, coef, sg, L.ct);
     LK_LAUNCHED("fin_kred");
     return LYCO_OK;

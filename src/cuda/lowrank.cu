@@ -408,6 +408,119 @@ __global__ __launch_bounds__(NT) void k_bwd_fin(const float *pg, int Zg, const f
     }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * column reduction: part[z][n][i] = Σ_{m ∈ range z} RN_CT(A[m, n]) · B[m, i]  (A M×N big, B M×r
+ * small, B in NPB CT parts when it is fp32 scratch such as gh); a block owns 128 columns × RP
+ * over one range of rows (a multiple of 64), 8 warps as 4×2; colfin applies coef·σ' and rounds.
+ * ------------------------------------------------------------------------------------------- */
+const int CN = 128;  /* column-reduction tile columns */
+
+__host__ __device__ inline rd_layout cr_plan(int RP, int npb, int ct, int adt, int bdt, int S) {
+    rd_layout l;
+    int off = 0;
+    l.ba = off;
+    off += conv_bytes(RK, CN, adt, 1, ct);
+    l.bb = off;
+    off += conv_bytes(RK, RP, bdt, npb, ct);
+    l.st = off;
+    l.stage = pipe_stage_bytes(RK, CN, adt, RK, RP, bdt);
+    off += S * l.stage;
+    l.total = off;
+    return l;
+}
+
+template <typename CT, int RP, int NPB>
+__global__ __launch_bounds__(NT) void k_colreduce(lk_view A, lk_view B, i64 M, i64 N, i64 mper, int S, float *part) {
+    const int NI = RP / 16;
+    extern __shared__ __align__(16) char dsm[];
+    const rd_layout ly = cr_plan(RP, NPB, ct_of<CT>::dt, A.dt, B.dt, S);
+    const i64 nb = (i64)blockIdx.x * CN, z = blockIdx.y, k0 = z * mper;
+    const i64 ke = k0 + mper < M ? k0 + mper : M;
+    const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 32, n0 = (warp >> 2) * (RP / 2);
+    float acc[2][NI][4];
+    acc_zero(acc);
+    const pipe_op PA = {A, k0, nb, RK, 0, 1}, PB = {B, k0, 0, RK, 0, NPB};
+    piped_mma<CT, RK, CN, RK, RP, true, true, 2, NI>(acc, PA, PB, nk, S, dsm + ly.st, (CT *)(dsm + ly.ba), (CT *)(dsm + ly.bb),
+                                                     m0, n0, A, false);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 n = nb + acc_row(m0, mi, e);
+                if (n < N) part[(z * N + n) * RP + acc_col(n0, ni, e)] = acc[mi][ni][e];
+            }
+}
+
+/* out(i, n) (transpose: out(n, i)) = coef·σ'·Σ_z part[z][n][i], i < r (σ' = RN_CT(σs) or 1) */
+__global__ __launch_bounds__(NT) void k_colfin(const float *part, int Z, i64 N, i64 RP, i64 r, lk_view out, int transpose,
+                                               float coef, lk_view sigma, int ct) {
+    const float sig = sigma.p ? round_to(vload(sigma, 0, 0), ct) : 1.0f;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < N * r; idx += (i64)gridDim.x * NT) {
+        const i64 n = idx / r, i = idx % r;
+        float v = 0.0f;
+        for (int z = 0; z < Z; z++) v += part[((i64)z * N + n) * RP + i];
+        v = v * coef * sig;
+        if (transpose) vstore(out, n, i, v);
+        else vstore(out, i, n, v);
+    }
+}
+
+template <typename CT, int RP, int NPB>
+int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, const lk_view *out, int transpose, float coef,
+                     const lk_view *sigma, const lk_device *dev, cudaStream_t s) {
+    const int ct = ct_of<CT>::dt;
+    const rd_layout l0 = cr_plan(RP, NPB, ct, A->dt, B->dt, 0);
+    const int S = rd_stages(dev, l0.total, l0.stage);
+    if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the column reduction does not fit in shared memory");
+    const int bytes = cr_plan(RP, NPB, ct, A->dt, B->dt, S).total;
+    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_colreduce<CT, RP, NPB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    /* split over rows: about three blocks per SM, at least 4 steps of 64 per block */
+    const i64 nt = cdiv(N, CN);
+    i64 Z = cdiv(3 * (i64)dev->sms, nt);
+    const i64 zmax = M > 0 ? cdiv(M, 4 * RK) : 1;
+    if (Z > zmax) Z = zmax;
+    if (Z > 64) Z = 64;
+    if (Z < 1) Z = 1;
+    const i64 mper = M > 0 ? cdiv(cdiv(M, Z), RK) * RK : RK;
+    Z = M > 0 ? cdiv(M, mper) : 1;
+    float *part = NULL;
+    int rc = lk_scratch_alloc((void **)&part, (size_t)(Z * N * RP) * sizeof(float), s);
+    if (rc) return rc;
+    k_colreduce<CT, RP, NPB><<<dim3((unsigned)nt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, N, mper, S, part);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colreduce failed: %s", cudaGetErrorString(e));
+    if (rc == LYCO_OK) {
+        i64 blocks = cdiv(N * r, NT);
+        if (blocks > 65535) blocks = 65535;
+        k_colfin<<<(unsigned)(blocks > 0 ? blocks : 1), NT, 0, s>>>(part, (int)Z, N, RP, r, *out, transpose, coef, *sigma, ct);
+        e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colfin failed: %s", cudaGetErrorString(e));
+    }
+    int rf = lk_scratch_free(part, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT, int NPB>
+int colreduce_np(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, const lk_view *out, int transpose, float coef,
+                 const lk_view *sigma, const lk_device *dev, cudaStream_t s) {
+    switch (lk_reduce_rank_tile(r)) {
+    case 16: return colreduce_launch<CT, 16, NPB>(A, B, M, N, r, out, transpose, coef, sigma, dev, s);
+    case 32: return colreduce_launch<CT, 32, NPB>(A, B, M, N, r, out, transpose, coef, sigma, dev, s);
+    case 64: return colreduce_launch<CT, 64, NPB>(A, B, M, N, r, out, transpose, coef, sigma, dev, s);
+    default: return colreduce_launch<CT, 128, NPB>(A, B, M, N, r, out, transpose, coef, sigma, dev, s);
+    }
+}
+
+template <typename CT>
+int colreduce_ct(const lk_view *A, const lk_view *B, int b_split, i64 M, i64 N, i64 r, const lk_view *out, int transpose, float coef,
+                 const lk_view *sigma, const lk_device *dev, cudaStream_t s) {
+    return b_split ? colreduce_np<CT, nsplit<CT>::n>(A, B, M, N, r, out, transpose, coef, sigma, dev, s)
+                   : colreduce_np<CT, 1>(A, B, M, N, r, out, transpose, coef, sigma, dev, s);
+}
+
 } // namespace
 
 extern "C" int64_t lk_reduce_rank_tile(int64_t r) { return r <= 16 ? 16 : r <= 32 ? 32 : r <= 64 ? 64 : r <= 128 ? 128 : 0; }
@@ -507,4 +620,17 @@ extern "C" int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const l
     int rf1 = ph ? lk_scratch_free(ph, s) : LYCO_OK;
     int rf2 = pg ? lk_scratch_free(pg, s) : LYCO_OK;
     return rc ? rc : rf1 ? rf1 : rf2;
+}
+
+extern "C" int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r,
+                            const lk_view *out, int transpose, float coef, const lk_view *sigma, const lk_device *dev,
+                            void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (lk_reduce_rank_tile(r) == 0 || cdiv(N, CN) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: column reduction outside its limits");
+    if (N == 0 || r == 0) return LYCO_OK;
+    switch (ct) {
+    case DT_BF16: return colreduce_ct<bf16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
+    case DT_F16: return colreduce_ct<f16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
+    default: return colreduce_ct<float>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
+    }
 }
