@@ -27,9 +27,11 @@
  * k consumed 32 a step; operand tiles are rounded to CT in registers and stored in shared memory
  * ([row][k], pitch 40), multiplied with mma.sync m16n8k16 (common.cuh warp_mma) for CT = bf16 /
  * fp16, or FFMA in the same layout for CT = fp32 (fp32-level accuracy, NUMERICS.md §1.7). fp32
- * operands that are not exact in CT (Tucker P, GH) enter as nsplit<CT> CT parts (bf16 3, fp16 2;
- * one MMA pass per part, as locon.cu); Ur, plain P = RN_CT(D), H and RN_CT(x / dy) are exact in
- * CT (one part). im2col / col2im are gathers: each operand element is a function of a per-row
+ * operands that are not exact in CT (Tucker P, GH) enter as 3 bf16 parts (one MMA pass per part,
+ * common.cuh store_parts, as locon.cu) — for fp16 CT too (wide<CT>): fp16 parts would overflow
+ * above 65504 and turn subnormal below 2^-14 (GH scales with s·m·σs), bf16 parts keep fp32's
+ * range; the fp16 operand of such a product is then 2 bf16 parts (exact). Ur, plain P = RN_CT(D),
+ * H and RN_CT(x / dy) are exact in CT: one part, CT's own MMA. im2col / col2im are gathers: each operand element is a function of a per-row
  * table entry (filled once per block) and a per-k table entry (filled two steps ahead by warps
  * 0/1 while the others multiply); the entries hold every division (pixel → image and coordinates,
  * j → channel and kernel offset), so an element costs adds, bound checks and one scalar load,
@@ -47,7 +49,9 @@
  * The choice of the reading (P·im2col rather than a ΔW-then-conv) keeps the r-wide intermediate:
  * for r ≪ O the products are small and the cost is the gathers, one pass over x per rank tile.
  * LYCO_CUDA_CONV_LEGACY=1 (read at each call) selects the previous FFMA kernels for the bypass
- * (verified on the H200), for A/B comparison and as a fallback. Tucker merge always uses them.
+ * (verified on the H200), for A/B comparison and as a fallback. Tucker merge always uses them;
+ * so does a bypass whose geometry has a coordinate term ≥ 2^28 (the gathers keep coordinates in
+ * int; geom_i32), and dx when I > 65535·64 (grid.y).
  * Tiling, legacy bypass and Tucker merge: every product is one FFMA tile routine (gemm64): a 64×64
  * fp32 output tile per block of 256 threads (4×4 per thread), k consumed 16 a step through two
  * 16×64 fp32 shared tiles (8.5 KB), operands gathered element by element by small loader structs
@@ -557,10 +561,24 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_chain(lkc_conv C,
 
 namespace {
 
-/* a table entry: an element offset, three coordinates, in range or not */
+/* MMA operand type and part counts of the products with an fp32 operand (Tucker P, GH): CT
+   itself, except fp16, where bf16 parts are used (fp32's exponent range: an fp32 value beyond
+   fp16's range, or so small that its fp16 parts would be subnormal, keeps its accuracy); an
+   operand exact in CT is then nx parts (fp16 → 2 bf16 parts, exact), an fp32 one nf parts. */
+template <typename CT> struct wide {
+    typedef CT MT;
+    static const int nx = 1, nf = nsplit<CT>::n;
+};
+template <> struct wide<f16_t> {
+    typedef bf16_t MT;
+    static const int nx = 2, nf = 3;
+};
+
+/* a table entry: an element offset, three coordinates (int: the launchers route geometries with
+   any coordinate beyond 2^30 to the legacy kernels, geom_i32), in range or not */
 struct ent {
     i64 off;
-    i64 c[3];
+    int c[3];
     int ok;
 };
 
@@ -657,7 +675,7 @@ template <typename CT, bool PK> struct ld_i2c {
             split3f(p, g.out, o);
             e.off = n * x.sn;
 #pragma unroll
-            for (int d = 0; d < 3; d++) e.c[d] = o[d] * g.st[d] - g.pad[d];
+            for (int d = 0; d < 3; d++) e.c[d] = (int)(o[d] * g.st[d] - g.pad[d]);
         }
         return e;
     }
@@ -670,7 +688,7 @@ template <typename CT, bool PK> struct ld_i2c {
             split3f(kap, g.k, kk);
             e.off = ch * x.sc;
 #pragma unroll
-            for (int d = 0; d < 3; d++) e.c[d] = kk[d] * g.dil[d];
+            for (int d = 0; d < 3; d++) e.c[d] = (int)(kk[d] * g.dil[d]);
         }
         return e;
     }
@@ -681,9 +699,9 @@ template <typename CT, bool PK> struct ld_i2c {
         i64 off = u.off + v.off;
 #pragma unroll
         for (int d = 0; d < 3; d++) {
-            i64 q = u.c[d] + v.c[d];
-            if (q < 0 || q >= g.in[d]) return 0.0f;
-            off += q * x.ss[d];
+            const int q = u.c[d] + v.c[d];
+            if ((unsigned)q >= (unsigned)g.in[d]) return 0.0f;   /* q < 0 or q ≥ in */
+            off += (i64)q * x.ss[d];
         }
         return rnd_ct<CT>(act_at(x, off));
     }
@@ -706,7 +724,7 @@ struct ld_c2i {
             split3f(ip, g.in, q);
             e.off = n * r * g.sout;
 #pragma unroll
-            for (int d = 0; d < 3; d++) e.c[d] = q[d] + g.pad[d];
+            for (int d = 0; d < 3; d++) e.c[d] = (int)(q[d] + g.pad[d]);
         }
         return e;
     }
@@ -719,7 +737,7 @@ struct ld_c2i {
             split3f(kap, g.k, kk);
             e.off = a * g.sout;
 #pragma unroll
-            for (int d = 0; d < 3; d++) e.c[d] = kk[d] * g.dil[d];
+            for (int d = 0; d < 3; d++) e.c[d] = (int)(kk[d] * g.dil[d]);
         }
         return e;
     }
@@ -728,14 +746,15 @@ struct ld_c2i {
         i64 op = 0;
 #pragma unroll
         for (int d = 0; d < 3; d++) {
-            i64 t = u.c[d] - v.c[d], o = t;
+            const int t = u.c[d] - v.c[d];
+            int o = t;
             if (t < 0) return 0.0f;
             if (g.st[d] != 1) {
-                i64 rem;
-                divmod(t, g.st[d], o, rem);
-                if (rem != 0) return 0.0f;
+                const int st = (int)g.st[d];
+                o = t / st;
+                if (t - o * st != 0) return 0.0f;
             }
-            if (o >= g.out[d]) return 0.0f;
+            if (o >= (int)g.out[d]) return 0.0f;
             op = op * g.out[d] + o;
         }
         return gh[u.off + v.off + op];
@@ -853,16 +872,16 @@ __device__ __forceinline__ int st_row(int i) { return (threadIdx.x >> 6) + 4 * i
 
 /* H[n][a][p] = RN_CT(q_a · Σ_j P[a,j]·im2col(x)[j,t]) (Z = 1) or the fp32 partial of k range z
    (part[z][n][a][p]); grid (pixel tiles over all images, rank tiles, Z) */
-template <typename CT, int NPA>
+template <typename CT, typename MT, int NPA, int NPB>
 __global__ __launch_bounds__(NT) void k_h_tc(lkc_conv C, lkc_act x, const float *P, float *H, float *part, i64 kper) {
-    __shared__ __align__(16) char sm[tc_cfg<CT, NPA, 1>::BYTES];
+    __shared__ __align__(16) char sm[tc_cfg<MT, NPA, NPB>::BYTES];
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S, t0 = (i64)blockIdx.x * BN, a0 = (i64)blockIdx.y * BM;
     const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < L.IK ? kb + kper : L.IK;
     float acc[2][2][4];
     const ld_f32<true> la = {P, {L.r, 1, L.IK, 0}, {L.IK, 1, 1, 0}};
     const ld_i2c<CT, false> lb = {x, C.g, T, L.IK, L.K};
-    tc_gemm<CT, NPA, 1>(la, lb, a0, t0, kb, ke, sm, acc);
+    tc_gemm<MT, NPA, NPB>(la, lb, a0, t0, kb, ke, sm, acc);
     const float *Cs = tc_stage(acc, sm);
     const i64 t = t0 + st_col();
     if (t >= T) return;
@@ -940,16 +959,15 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_gh_tc(lkc_conv C,
 
 /* dx[n,ch,ip] = Σ_{κ,a} P[a, ch·K+κ]·GH[n,a,op(ip,κ)] (col2im as a gathered product, no atomics);
    grid (input-pixel tiles over all images, channel tiles) */
-template <typename CT, int NPA>
+template <typename CT, typename MT, int NPA, int NPB>
 __global__ __launch_bounds__(NT) void k_dx_tc(lkc_conv C, const float *P, const float *GH, lkc_act dx) {
-    const int NPB = nsplit<CT>::n;
-    __shared__ __align__(16) char sm[tc_cfg<CT, NPA, NPB>::BYTES];
+    __shared__ __align__(16) char sm[tc_cfg<MT, NPA, NPB>::BYTES];
     const lk_locon &L = C.L;
     const i64 U = C.N * C.g.sin, u0 = (i64)blockIdx.x * BN, c0 = (i64)blockIdx.y * BM;
     float acc[2][2][4];
     const ld_f32<false> la = {P, {C.I, 1, L.K, 0}, {L.K * L.r, L.r, 1, L.IK}};
     const ld_c2i lb = {GH, C.g, L.r, U, L.K * L.r};
-    tc_gemm<CT, NPA, NPB>(la, lb, c0, u0, 0, L.K * L.r, sm, acc);
+    tc_gemm<MT, NPA, NPB>(la, lb, c0, u0, 0, L.K * L.r, sm, acc);
     const float *Cs = tc_stage(acc, sm);
     const i64 u = u0 + st_col();
     if (u >= U) return;
@@ -1006,15 +1024,16 @@ __global__ __launch_bounds__(NT) void k_red_dup_tc(lkc_conv C, lkc_act dy, const
 /* partials of G_P[a,j] = Σ_t GH[a,t]·im2col(x)[t,j]: part[z][a][j]; grid (column tiles, rank tiles, Z) */
 template <typename CT>
 __global__ __launch_bounds__(NT) void k_red_dp_tc(lkc_conv C, lkc_act x, const float *GH, float *part, i64 kper) {
-    const int NPA = nsplit<CT>::n;
-    __shared__ __align__(16) char sm[tc_cfg<CT, NPA, 1>::BYTES];
+    typedef typename wide<CT>::MT MT;
+    const int NPA = wide<CT>::nf, NPB = wide<CT>::nx;
+    __shared__ __align__(16) char sm[tc_cfg<MT, NPA, NPB>::BYTES];
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S, j0 = (i64)blockIdx.x * BN, a0 = (i64)blockIdx.y * BM;
     const i64 kb = (i64)blockIdx.z * kper, ke = kb + kper < T ? kb + kper : T;
     float acc[2][2][4];
     const ld_f32<true> la = {GH, {L.r, 1, S, 0}, {T, S, L.r * S, 1}};
     const ld_i2c<CT, true> lb = {x, C.g, T, L.IK, L.K};
-    tc_gemm<CT, NPA, 1>(la, lb, a0, j0, kb, ke, sm, acc);
+    tc_gemm<MT, NPA, NPB>(la, lb, a0, j0, kb, ke, sm, acc);
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -1255,6 +1274,17 @@ static bool conv_legacy(void) {
     return e && e[0] == '1';
 }
 
+/* The tensor-core gathers keep coordinates in int: every sum they form (o·σ − π + κ·δ,
+   ip + π − κ·δ) stays below 2^31 when each term is below 2^28. Else the legacy kernels run. */
+static bool geom_i32(const lkc_geom &g) {
+    const i64 lim = (i64)1 << 28;
+    for (int d = 0; d < 3; d++) {
+        if (g.in[d] >= lim || g.out[d] >= lim || g.k[d] >= lim || g.st[d] >= lim || g.pad[d] >= lim || g.dil[d] >= lim) return false;
+        if (g.out[d] * g.st[d] >= lim || g.k[d] * g.dil[d] >= lim) return false;
+    }
+    return true;
+}
+
 /* Split of a length-len reduction over `tiles` output tiles into Z ranges of kper (a multiple of
    BK, at least 8 steps): aims at ~512 blocks (≈ 4 per H200 multiprocessor, so one block's load
    latency hides behind the others' products); a function of the shape only; Z·cells < 2^24. */
@@ -1283,8 +1313,9 @@ static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, floa
     h_split(C, &Z, &kper);
     dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(C.L.r, BM), (unsigned)Z);
     float *part = Z > 1 ? hp : NULL;
-    if (C.M.p) k_h_tc<CT, nsplit<CT>::n><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
-    else k_h_tc<CT, 1><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
+    typedef wide<CT> W;
+    if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
+    else k_h_tc<CT, CT, 1, 1><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
     LK_LAUNCHED("conv locon h (tensor cores)");
     if (Z > 1) {
         k_h_fin<CT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, hp, Z, H);
@@ -1345,8 +1376,9 @@ template <typename CT> static int launch_dx_tc(const lkc_conv &C, const float *P
         return LYCO_OK;
     }
     dim3 grid((unsigned)cdiv(U, BN), (unsigned)cdiv(C.I, BM));
-    if (C.M.p) k_dx_tc<CT, nsplit<CT>::n><<<grid, NT, 0, s>>>(C, P, GH, dx);
-    else k_dx_tc<CT, 1><<<grid, NT, 0, s>>>(C, P, GH, dx);
+    typedef wide<CT> W;
+    if (C.M.p) k_dx_tc<CT, typename W::MT, W::nf, W::nf><<<grid, NT, 0, s>>>(C, P, GH, dx);
+    else k_dx_tc<CT, typename W::MT, W::nx, W::nf><<<grid, NT, 0, s>>>(C, P, GH, dx);
     LK_LAUNCHED("conv locon dx (tensor cores)");
     return LYCO_OK;
 }
@@ -1411,10 +1443,10 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
 }
 
 template <typename CT> static int bypass_fwd_any(const lkc_bypass_fwd_args *a, cudaStream_t s) {
-    return conv_legacy() ? bypass_fwd_t<CT>(a, s) : bypass_fwd_tc<CT>(a, s);
+    return conv_legacy() || !geom_i32(a->C.g) ? bypass_fwd_t<CT>(a, s) : bypass_fwd_tc<CT>(a, s);
 }
 template <typename CT> static int bypass_bwd_any(const lkc_bypass_bwd_args *a, cudaStream_t s) {
-    return conv_legacy() ? bypass_bwd_t<CT>(a, s) : bypass_bwd_tc<CT>(a, s);
+    return conv_legacy() || !geom_i32(a->C.g) ? bypass_bwd_t<CT>(a, s) : bypass_bwd_tc<CT>(a, s);
 }
 
 #define LKC_DISPATCH(fn, a, s)                                   \
