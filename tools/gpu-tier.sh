@@ -19,6 +19,7 @@
 # racecheck.txt, bench.txt, bench.csv, bench.json, plots/. Exit status 0 only when every step passed.
 # LYCO_SKIP_CHECK=1 / LYCO_SKIP_SANITIZERS=1 / LYCO_SKIP_BENCH=1 leave those steps out (split runs);
 # LYCO_SANITIZE_ALGOS narrows the sanitizer runs; LYCO_LEGACY_AB checks kept legacy paths too;
+# LYCO_AB_ENV benches them side by side (step 7);
 # LYCO_SKIP_PYTHON / LYCO_SKIP_DDP / LYCO_SKIP_MERGE leave those out. LYCO_WERROR=OFF builds without -Werror (a newer compiler there may warn where ours does not).
 # The GPU image has no libjansson-dev: `bash tools/gpu-tier.sh --stage-deps` (on a machine that has
 # it, e.g. the dev box) copies its header, shared library and a relocatable jansson.pc into
@@ -284,6 +285,16 @@ if [ -n "${LYCO_AB_BINARY:-}" ]; then
     "$LYCO_AB_BINARY" bench --backend cuda --seed "$SEED" $AB_ARGS >"$OUT/bench-ab.txt" 2>&1
     sed -n '/^geomean/,$p' "$OUT/bench-a.txt" | sed 's/^/   A /' | tee -a "$LOG"
     sed -n '/^geomean/,$p' "$OUT/bench-ab.txt" | sed 's/^/   B /' | tee -a "$LOG"
+fi
+# LYCO_AB_ENV="VAR=1 VAR2=1": the same bench rows (LYCO_AB_ARGS) with this build as is and with those
+# switches set (the kept legacy kernels), side by side: bench-new.txt and bench-legacy.txt.
+if [ -n "${LYCO_AB_ENV:-}" ]; then
+    AB_ARGS="${LYCO_AB_ARGS:---algo lora}"
+    say "A/B: bench $AB_ARGS as built vs with $LYCO_AB_ENV"
+    "$LYCO" bench --backend cuda --seed "$SEED" $AB_ARGS >"$OUT/bench-new.txt" 2>&1 || fail "bench (new kernels) failed"
+    env $LYCO_AB_ENV "$LYCO" bench --backend cuda --seed "$SEED" $AB_ARGS >"$OUT/bench-legacy.txt" 2>&1 || fail "bench ($LYCO_AB_ENV) failed"
+    sed -n '/^geomean/,$p' "$OUT/bench-new.txt" | sed 's/^/   new    /' | tee -a "$LOG"
+    sed -n '/^geomean/,$p' "$OUT/bench-legacy.txt" | sed 's/^/   legacy /' | tee -a "$LOG"
 fi
 # LYCO_PROFILE=regex: Nsight Compute on the first launch of the matching kernel in the bench rows
 # LYCO_PROFILE_ARGS selects (clocks left alone, METHOD.md).

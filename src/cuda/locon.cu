@@ -1219,10 +1219,10 @@ static int reduce_rows(kred_args p, i64 Kd, i64 N, const lk_locon &L, const lk_v
     p.kper = kper;
     p.RP = (i64)nch * NR;
     p.L = L;
-    p.part = (float *)(cv.base + carve_take(cv, (size_t)z * p.RP * N * 4));
     lk_view sg = with_sigma ? L.sigma : lk_view{};
     if (plainB && !lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0) /* lowrank.cu: short-lived blocks, more of them */
         return lk_colreduce(L.ct, &p.B, &p.A, p.a_split, Kd, N, L.r, &out, transpose, coef, &sg, dev, s);
+    p.part = (float *)(cv.base + carve_take(cv, (size_t)z * p.RP * N * 4));
     bool done = false;
     int rc = LYCO_OK;
     if (plainB) {
@@ -1241,6 +1241,7 @@ static int reduce_rows(kred_args p, i64 Kd, i64 N, const lk_locon &L, const lk_v
 }
 
 static size_t reduce_rows_bytes(const lk_locon &L, i64 Kd, i64 N, int ct, bool plainB) {
+    if (plainB && !lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0) return 0; /* lk_colreduce allocates its own */
     const int NR = rank_tile(L.r), nch = (int)cdiv(L.r, NR), BN = ct == DT_F32 && !plainB ? 32 : 64;
     int z;
     i64 kper;
@@ -1261,7 +1262,24 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
         float *ws = (float *)(cv.base + carve_take(cv, (size_t)(2 * n + 3 * kept) * 4));
         if ((rc = dora_stats<CT, locon_delta>(L, a->dora, a->W, a->G, ws, &st, s))) return rc;
     }
-    if (a->gU.p || a->gsigma.p) {
+    if ((a->gU.p || a->gsigma.p) && !a->dora.on && !lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0) {
+        /* Γ·Dᵀ through lowrank.cu's split reduction; the scalars, the row mask and σs's gradient as below */
+        const i64 rp = lk_reduce_rank_tile(L.r), nb = cdiv(L.O * L.r, NT);
+        float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL, *part = NULL;
+        int64_t z = 0;
+        rc = lk_reduce_parts(L.ct, &a->G, &L.D, L.O, L.IK, rp, &part, &z, dev, s);
+        if (rc == LYCO_OK) {
+            k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, part, (int)z, rp, sigpart);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of fin_dup failed: %s", cudaGetErrorString(e));
+        }
+        int rf = lk_scratch_free(part, s);
+        if (rc || rf) return rc ? rc : rf;
+        if (sigpart) {
+            k_sum<<<1, NT, 0, s>>>(sigpart, nb, a->gsigma);
+            LK_LAUNCHED("sum");
+        }
+    } else if (a->gU.p || a->gsigma.p) {
         int z;
         i64 kper;
         choose_split(cdiv(L.O, 32) * nch, L.IK, BK, &z, &kper);
@@ -1310,7 +1328,8 @@ static size_t merge_bwd_bytes(const lk_merge_bwd_args *a) {
         int z;
         i64 kper;
         choose_split(cdiv(L.O, 32) * nch, L.IK, BK, &z, &kper);
-        b += ((size_t)z * L.O * RP * 4 + 255) / 256 * 256;
+        if (a->dora.on || lowrank_legacy() || lk_reduce_rank_tile(L.r) == 0) /* else lowrank.cu allocates its own */
+            b += ((size_t)z * L.O * RP * 4 + 255) / 256 * 256;
         b += ((size_t)cdiv(L.O * L.r, NT) * 4 + 255) / 256 * 256;
     }
     if (a->gD.p) b += reduce_rows_bytes(L, L.O, L.IK, L.ct, !a->dora.on && !L.mask.p);
@@ -1467,12 +1486,14 @@ static size_t bypass_bwd_bytes(const lk_bypass_bwd_args *a) {
 
 extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    bool streamed = false;
-    int rc = merge_fwd_lowrank(a, dev, s, &streamed); /* r ≤ 128: lowrank.cu */
-    if (rc || streamed) return rc;
+    /* r ≤ 16 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, 38 vs 57 µs for lowrank.cu's
+       expand at 4096² r 8 on the H200); r ≤ 128 otherwise: lowrank.cu; the rest: this file's kernels */
     int done = 0;
-    rc = lk_locon_merge_fwd_small(a, dev, stream, &done); /* r ≤ 16, row-major: locon_merge_small.cu */
+    int rc = lk_locon_merge_fwd_small(a, dev, stream, &done);
     if (rc || done) return rc;
+    bool streamed = false;
+    rc = merge_fwd_lowrank(a, dev, s, &streamed);
+    if (rc || streamed) return rc;
     switch (a->L.ct) {
     case DT_BF16: return merge_fwd_t<bf16_t>(a, dev, s);
     case DT_F16: return merge_fwd_t<f16_t>(a, dev, s);

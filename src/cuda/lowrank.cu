@@ -148,6 +148,95 @@ __device__ __forceinline__ void ex_stats(const lk_expand_args &a, const float (&
     }
 }
 
+/* The result of one accumulator pair (columns col, col+1 of row) from base values w[2]. */
+template <typename CT>
+__device__ __forceinline__ void ex_pair(const lk_expand_args &a, const float (&acc)[4], int h, float rc, float mf, int row, int col,
+                                        const float (&w)[2], float (&v)[2]) {
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const float *s3 = NULL;
+        if (a.dora.on) {
+            const i64 o = (i64)blockIdx.x * EM + row, j = (i64)blockIdx.y * EN + col + c;
+            s3 = a.st + 3 * ((o < a.M && j < a.N) ? dora_kept(a.dora, o, j, a.K) : 0);
+        }
+        v[c] = merge_elem(w[c], acc[2 * h + c] * rc, a.mode, mf, a.dora.on != 0, s3);
+    }
+}
+
+/* Epilogue, base (if any) and out both in the 16-bit CT: pairs move as 32-bit words, no rounding
+   of w (already CT), one packed RNE conversion per pair. */
+template <typename CT>
+__device__ __forceinline__ void ex_epi_same(const lk_expand_args &a, const float (&acc)[2][4][4], const char *sW, char *sO,
+                                            const float *rowc, float mf, int m0, int n0) {
+    const int p = EN + 8; /* raw_pitch of a 16-bit tile */
+    const bool hasB = a.base.p != NULL;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = acc_row(m0, mi, 2 * h);
+            const float rc = rowc[row];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int col = acc_col(n0, ni, 0);
+                float w[2] = {0.0f, 0.0f}, v[2];
+                if (hasB) {
+                    const unsigned u = *(const unsigned *)(sW + (row * p + col) * 2);
+                    w[0] = bits16_to_f(u & 0xffffu, ct_of<CT>::dt);
+                    w[1] = bits16_to_f(u >> 16, ct_of<CT>::dt);
+                }
+                ex_pair<CT>(a, acc[mi][ni], h, rc, mf, row, col, w, v);
+                *(unsigned *)(sO + (row * p + col) * 2) = f_to_bits(v[0], ct_of<CT>::dt) | (f_to_bits(v[1], ct_of<CT>::dt) << 16);
+            }
+        }
+}
+
+/* Epilogue, any dtypes: w = RN_CT(base), out rounded once to its dtype. */
+template <typename CT>
+__device__ __forceinline__ void ex_epi_any(const lk_expand_args &a, const float (&acc)[2][4][4], const char *sW, int wdt, char *sO,
+                                           int odt, const float *rowc, float mf, int m0, int n0) {
+    const int pw = wdt >= 0 ? raw_pitch(EN, wdt) : 0, po = raw_pitch(EN, odt);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = acc_row(m0, mi, 2 * h);
+            const float rc = rowc[row];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int col = acc_col(n0, ni, 0);
+                float w[2] = {0.0f, 0.0f}, v[2];
+                if (wdt >= 0) {
+                    w[0] = rnd_ct<CT>(raw_get(sW, pw, wdt, row, col));
+                    w[1] = rnd_ct<CT>(raw_get(sW, pw, wdt, row, col + 1));
+                }
+                ex_pair<CT>(a, acc[mi][ni], h, rc, mf, row, col, w, v);
+                if (odt == DT_F32) *(float2 *)(sO + (row * po + col) * 4) = make_float2(v[0], v[1]);
+                else *(unsigned *)(sO + (row * po + col) * 2) = f_to_bits(v[0], odt) | (f_to_bits(v[1], odt) << 16);
+            }
+        }
+}
+
+/* The result tile (already rounded, pitch po elements of ES bytes) to out: 16-byte stores where the
+   view allows, element-wise at the edges and for strided or unaligned out. */
+template <int ES> __device__ __forceinline__ void ex_store(const lk_view &out, const char *sO, int po) {
+    const int epc = 16 / ES, cpr = EN / epc;
+    const i64 mb = (i64)blockIdx.x * EM, nb = (i64)blockIdx.y * EN;
+    const bool vec = (out.flags & LK_VEC) != 0;
+    for (int q = threadIdx.x; q < EM * cpr; q += NT) {
+        const int rr = q / cpr, cc = (q % cpr) * epc;
+        const i64 o = mb + rr, j = nb + cc;
+        if (o >= out.rows || j >= out.cols) continue;
+        const char *src = sO + (rr * po + cc) * ES;
+        if (vec && j + epc <= out.cols) {
+            *(uint4 *)vaddr(out, o, j) = *(const uint4 *)src;
+        } else {
+            for (int e = 0; e < epc && j + e < out.cols; e++)
+                vstore(out, o, j + e, ES == 4 ? ((const float *)src)[e] : bits16_to_f(((const unsigned short *)src)[e], out.dt));
+        }
+    }
+}
+
 template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_expand(lk_expand_args a) {
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[EM];
@@ -192,44 +281,12 @@ template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_
         return;
     }
     const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
-    const int po = raw_pitch(EN, odt), eo = dt_size(odt);
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = acc_row(m0, mi, 2 * h), col = acc_col(n0, ni, 0);
-                float v[2];
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const float w = hasB ? rnd_ct<CT>(raw_get(sW, pw, wdt, row, col + c)) : 0.0f;
-                    const float *s3 = NULL;
-                    if (a.dora.on) {
-                        const i64 o = mb + row, j = nb + col + c;
-                        s3 = a.st + 3 * ((o < a.M && j < a.N) ? dora_kept(a.dora, o, j, a.K) : 0);
-                    }
-                    v[c] = merge_elem(w, acc[mi][ni][2 * h + c] * rowc[row], a.mode, mf, a.dora.on != 0, s3);
-                }
-                char *d = sO + (row * po + col) * eo;
-                if (eo == 4) *(float2 *)d = make_float2(v[0], v[1]);
-                else *(unsigned *)d = f_to_bits(v[0], odt) | (f_to_bits(v[1], odt) << 16);
-            }
+    const int po = raw_pitch(EN, odt);
+    if (sizeof(CT) == 2 && (!hasB || wdt == ct_of<CT>::dt) && odt == ct_of<CT>::dt) ex_epi_same<CT>(a, acc, sW, sO, rowc, mf, m0, n0);
+    else ex_epi_any<CT>(a, acc, sW, wdt, sO, odt, rowc, mf, m0, n0);
     __syncthreads();
-    const int epc = 16 / eo, cpr = EN / epc;
-    const bool vec = (a.out.flags & LK_VEC) != 0;
-    for (int q = threadIdx.x; q < EM * cpr; q += NT) {
-        const int rr = q / cpr, cc = (q % cpr) * epc;
-        const i64 o = mb + rr, j = nb + cc;
-        if (o >= a.M || j >= a.N) continue;
-        const char *src = sO + (rr * po + cc) * eo;
-        if (vec && j + epc <= a.N) {
-            *(uint4 *)vaddr(a.out, o, j) = *(const uint4 *)src;
-        } else {
-            for (int e = 0; e < epc && j + e < a.N; e++)
-                vstore(a.out, o, j + e, eo == 4 ? ((const float *)src)[e] : bits16_to_f(((const unsigned short *)src)[e], odt));
-        }
-    }
+    if (odt == DT_F32) ex_store<4>(a.out, sO, po);
+    else ex_store<2>(a.out, sO, po);
 }
 
 template <typename CT, int RP, bool QT> ex_layout ex_layout_of(const lk_expand_args *a) {
@@ -238,7 +295,8 @@ template <typename CT, int RP, bool QT> ex_layout ex_layout_of(const lk_expand_a
 
 template <typename CT, int RP, bool QT> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
     const int bytes = ex_layout_of<CT, RP, QT>(a).total;
-    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    /* the opt-in is needed once static + dynamic shared memory passes 48 KB (k_expand has 1.25 KB static) */
+    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const dim3 grid((unsigned)cdiv(a->M, EM), (unsigned)cdiv(a->N, EN));
     k_expand<CT, RP, QT><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("expand");
@@ -337,9 +395,17 @@ int rd_stages(const lk_device *dev, int fixed, int stage) {
 
 /* Split count and range for an M×K reduction: about three blocks per SM, at least 4 steps of 64
    per block, ranges a multiple of 64 wide (a function of the shape and SM count only). */
+/* Blocks per SM the split reductions aim for (3; LYCO_CUDA_LR_BLOCKS_PER_SM=1..32 overrides it, for
+   the bench's experiments: more blocks shorten the tail of the last wave but add fp32 partials). */
+int lr_blocks_per_sm() {
+    const char *v = getenv("LYCO_CUDA_LR_BLOCKS_PER_SM");
+    const int x = v && *v ? atoi(v) : 3;
+    return x >= 1 && x <= 32 ? x : 3;
+}
+
 void rd_split(i64 M, i64 K, const lk_device *dev, i64 *Z, i64 *kper) {
     const i64 mt = cdiv(M, RM);
-    i64 z = cdiv(3 * (i64)dev->sms, mt);
+    i64 z = cdiv(lr_blocks_per_sm() * (i64)dev->sms, mt);
     const i64 zmax = K > 0 ? cdiv(K, 4 * RK) : 1;
     if (z > zmax) z = zmax;
     if (z > 64) z = 64;
@@ -356,7 +422,7 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     const int S = rd_stages(dev, l0.total, l0.stage);
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the low-rank reduction does not fit in shared memory");
     const int bytes = rd_plan(RP, KMAJ, ct, A->dt, B->dt, S).total;
-    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_reduce<CT, RP, KMAJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_reduce<CT, RP, KMAJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     i64 Z, kper;
     rd_split(M, K, dev, &Z, &kper);
     int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);
@@ -476,10 +542,10 @@ int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, co
     const int S = rd_stages(dev, l0.total, l0.stage);
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the column reduction does not fit in shared memory");
     const int bytes = cr_plan(RP, NPB, ct, A->dt, B->dt, S).total;
-    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_colreduce<CT, RP, NPB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_colreduce<CT, RP, NPB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     /* split over rows: about three blocks per SM, at least 4 steps of 64 per block */
     const i64 nt = cdiv(N, CN);
-    i64 Z = cdiv(3 * (i64)dev->sms, nt);
+    i64 Z = cdiv(lr_blocks_per_sm() * (i64)dev->sms, nt);
     const i64 zmax = M > 0 ? cdiv(M, 4 * RK) : 1;
     if (Z > zmax) Z = zmax;
     if (Z > 64) Z = 64;
@@ -554,6 +620,8 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
 
 static int reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M,
                         int64_t K, int64_t rp, float **part, i64 *Z, const lk_device *dev, cudaStream_t s) {
+    *part = NULL;
+    *Z = 0;
     if (cdiv(M, RM) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld rows exceed the reduction grid", (long long)M);
     switch (ct) {
     case DT_BF16: return b_kmajor ? reduce_ct<bf16_t, true>(A, B, copyA, M, K, rp, part, Z, dev, s)
@@ -633,4 +701,12 @@ extern "C" int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int 
     case DT_F16: return colreduce_ct<f16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
     default: return colreduce_ct<float>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
     }
+}
+
+extern "C" int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t K, int64_t rp, float **part,
+                               int64_t *Z, const lk_device *dev, void *stream) {
+    i64 z = 0;
+    int rc = reduce_parts(ct, A, B, 0, NULL, M, K, rp, part, &z, dev, (cudaStream_t)stream);
+    *Z = z;
+    return rc;
 }
