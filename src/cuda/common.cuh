@@ -318,25 +318,35 @@ static inline __host__ __device__ int raw_bytes(int R, int C, int dt) {
 }
 __device__ __forceinline__ int raw_pitch(int C, int dt) { return C + 16 / dt_size(dt); }
 
-template <int R, int C> __device__ __forceinline__ void raw_issue(char *st, const lk_view &v, i64 r0, i64 c0) {
-    const int es = dt_size(v.dt), epc = 16 / es, cpr = C / epc, pitch = C + epc;
+/* ES = element size: the chunk geometry is compile-time (no division per chunk); the row address
+   is one multiply per chunk; vector views take cp.async, the rest exact element copies. */
+/* the exact bits of elements (r, c..c+n-1) of v (0 outside) into dst: the slow path of raw_issue */
+static __device__ __noinline__ void raw_copy_elems(char *dst, const lk_view &v, i64 r, i64 c, int n) {
+    const int es = dt_size(v.dt);
+    for (int e = 0; e < n; e++) {
+        unsigned b = (r < v.rows && c + e < v.cols) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
+        if (es == 4) *(unsigned *)(dst + 4 * e) = b;
+        else *(unsigned short *)(dst + 2 * e) = (unsigned short)b;
+    }
+}
+
+template <int R, int C, int ES> __device__ __forceinline__ void raw_issue_es(char *st, const lk_view &v, i64 r0, i64 c0) {
+    const int epc = 16 / ES, cpr = C / epc, pitch = C + epc;
     const bool fast = (v.flags & LK_VEC) != 0;
+    const char *base = (const char *)v.p;
     for (int q = threadIdx.x; q < R * cpr; q += NT) {
         const int rr = q / cpr, cc = (q % cpr) * epc;
         const i64 r = r0 + rr, c = c0 + cc;
-        char *dst = st + (rr * pitch + cc) * es;
-        if (fast && r < v.rows && c + epc <= v.cols) {
-            cp_async16(dst, vaddr(v, r, c), 16);
-        } else if (fast && (r >= v.rows || c >= v.cols)) {
-            cp_async16(dst, v.p, 0);
-        } else {
-            for (int e = 0; e < epc; e++) {
-                unsigned b = (r < v.rows && c + e < v.cols) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
-                if (es == 4) *(unsigned *)(dst + 4 * e) = b;
-                else *(unsigned short *)(dst + 2 * e) = (unsigned short)b;
-            }
-        }
+        char *dst = st + (rr * pitch + cc) * ES;
+        if (fast && r < v.rows && c + epc <= v.cols) cp_async16(dst, base + (r * v.s0 + c) * ES, 16);
+        else if (fast && (r >= v.rows || c >= v.cols)) cp_async16(dst, v.p, 0);
+        else raw_copy_elems(dst, v, r, c, epc);
     }
+}
+
+template <int R, int C> __device__ __forceinline__ void raw_issue(char *st, const lk_view &v, i64 r0, i64 c0) {
+    if (v.dt == DT_F32) raw_issue_es<R, C, 4>(st, v, r0, c0);
+    else raw_issue_es<R, C, 2>(st, v, r0, c0);
 }
 
 /* element (rr, cc) of a raw stage tile, widened to fp32 */
@@ -522,13 +532,23 @@ __device__ __forceinline__ void piped_mma(float (&acc)[MI][NI][4], const pipe_op
         __syncthreads();
         char *st = stages + (s % S) * SS;
         if (do_copy) {
-            const int pitch = raw_pitch(AC, A.v.dt);
+            /* A, CT and copyA of one dtype: the staged bits are the result (16-byte copies) */
+            const int pitch = raw_pitch(AC, A.v.dt), es = dt_size(A.v.dt);
+            const bool same = A.v.dt == ct_of<CT>::dt && copyA.dt == A.v.dt && (copyA.flags & LK_VEC);
             for (int q = threadIdx.x; q < AR * AC / 8; q += NT) {
                 int rr = q / (AC / 8), cc = (q % (AC / 8)) * 8;
+                const i64 gr = A.r0 + s * A.dr + rr, gc = A.c0 + s * A.dc + cc;
+                if (same && gr < copyA.rows && gc + 8 <= copyA.cols && ((uintptr_t)vaddr(copyA, gr, gc) & 15) == 0) {
+                    const char *src = st + (rr * pitch + cc) * es;
+                    char *dst = (char *)vaddr(copyA, gr, gc);
+                    *(uint4 *)dst = *(const uint4 *)src;
+                    if (es == 4) *(uint4 *)(dst + 16) = *(const uint4 *)(src + 16);
+                    continue;
+                }
                 float v8[8];
 #pragma unroll
                 for (int e = 0; e < 8; e++) v8[e] = rnd_ct<CT>(raw_get(st, pitch, A.v.dt, rr, cc + e));
-                vstore8(copyA, A.r0 + s * A.dr + rr, A.c0 + s * A.dc + cc, v8);
+                vstore8(copyA, gr, gc, v8);
             }
         }
         CT *ap[3], *bp[3];

@@ -29,6 +29,7 @@ typedef struct {
     int32_t ct;              /* compute dtype */
     int64_t M, N, r;
     lk_view P;               /* M×r */
+    int32_t p_split;         /* P is fp32 data entering the products as nsplit CT parts (not with q_t) */
     lk_view Q;               /* r×N, or N×r when q_t */
     int32_t q_t;
     lk_view base, out;       /* base p NULL = none (mode 1); out row-major (s1 = 1) */

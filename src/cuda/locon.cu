@@ -1441,10 +1441,29 @@ template <typename CT> static int bypass_bwd_body(const lk_bypass_bwd_args *a, c
             LK_LAUNCHED("bb_h");
         }
         if (a->dx.p) {
-            const int BNC = sizeof(CT) == 2 ? 128 : 64;
-            dim3 grid((unsigned)tt, (unsigned)cdiv(L.IK, BNC));
-            k_bb_dx<CT><<<grid, NT, 0, s>>>(*a, scratch_view(ghsc, T, RP, DT_F32));
-            LK_LAUNCHED("bb_dx");
+            /* dx = gh·D: lowrank.cu's expand with gh entering as CT parts (r ≤ 128), else k_bb_dx */
+            lk_expand_args e;
+            memset(&e, 0, sizeof e);
+            e.ct = L.ct;
+            e.M = T;
+            e.N = L.IK;
+            e.r = L.r;
+            e.P = scratch_view(ghsc, T, RP, DT_F32);
+            e.p_split = 1;
+            e.Q = L.D;
+            e.out = a->dx;
+            e.row_scale = 1.0;
+            e.mult = 1.0;
+            e.mode = 1; /* delta: out = 1·(gh·D) */
+            e.K = 1;
+            if (!lowrank_legacy() && lk_expand_fits(&e, dev)) {
+                if ((rc0 = lk_expand(&e, dev, s))) return rc0;
+            } else {
+                const int BNC = sizeof(CT) == 2 ? 128 : 64;
+                dim3 grid((unsigned)tt, (unsigned)cdiv(L.IK, BNC));
+                k_bb_dx<CT><<<grid, NT, 0, s>>>(*a, scratch_view(ghsc, T, RP, DT_F32));
+                LK_LAUNCHED("bb_dx");
+            }
         }
     }
     if (a->gsigma.p) {

@@ -61,7 +61,7 @@ struct ex_layout {
 };
 
 /* wdt / odt = -1: no base / no output tile (stats mode). */
-__host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int ct, int wdt, int pdt, int qdt, int odt) {
+__host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int npp, int ct, int wdt, int pdt, int qdt, int odt) {
     ex_layout l;
     int off = 0;
     l.w = off;
@@ -72,7 +72,7 @@ __host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int ct, int wdt, i
     l.q = off;
     off += qt ? raw_bytes(EN, RP, qdt) : raw_bytes(RP, EN, qdt);
     l.bp = off;
-    off += conv_bytes(EM, RP, pdt, 1, ct);
+    off += conv_bytes(EM, RP, pdt, npp, ct);
     l.bq = off;
     off += qt ? conv_bytes(EN, RP, qdt, 1, ct) : conv_bytes(RP, EN, qdt, 1, ct);
     const int ob = odt >= 0 ? raw_bytes(EM, EN, odt) : 0;
@@ -237,13 +237,13 @@ template <int ES> __device__ __forceinline__ void ex_store(const lk_view &out, c
     }
 }
 
-template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_expand(lk_expand_args a) {
+template <typename CT, int RP, bool QT, int NPP> __global__ __launch_bounds__(NT) void k_expand(lk_expand_args a) {
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[EM];
     __shared__ float red[4 * EM]; /* = 2 · EN */
     const bool hasB = a.base.p != NULL, stats = a.stat_part != NULL;
     const int wdt = hasB ? a.base.dt : -1, odt = stats ? -1 : a.out.dt;
-    const ex_layout ly = ex_plan(RP, QT, ct_of<CT>::dt, wdt, a.P.dt, a.Q.dt, odt);
+    const ex_layout ly = ex_plan(RP, QT, NPP, ct_of<CT>::dt, wdt, a.P.dt, a.Q.dt, odt);
     char *sW = dsm + ly.w, *sP = dsm + ly.p, *sQ = dsm + ly.q, *sO = dsm + ly.o;
     const i64 mb = (i64)blockIdx.x * EM, nb = (i64)blockIdx.y * EN;
 
@@ -264,7 +264,7 @@ template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_
     __syncthreads();
     CT *pp[3], *qp[3];
     int ldp, ldq;
-    raw_operand<CT, EM, RP>(sP, a.P.dt, 1, (CT *)(dsm + ly.bp), pp, &ldp);
+    const int np = raw_operand<CT, EM, RP>(sP, a.P.dt, NPP, (CT *)(dsm + ly.bp), pp, &ldp);
     if (QT) raw_operand<CT, EN, RP>(sQ, a.Q.dt, 1, (CT *)(dsm + ly.bq), qp, &ldq);
     else raw_operand<CT, RP, EN>(sQ, a.Q.dt, 1, (CT *)(dsm + ly.bq), qp, &ldq);
     __syncthreads();
@@ -272,7 +272,7 @@ template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_
     float acc[2][4][4];
     acc_zero(acc);
     const int kk = sizeof(CT) == 2 ? (int)((a.r + 15) / 16 * 16) : (int)a.r;
-    warp_mma<CT, 2, 4, false, !QT>::run(acc, pp[0], ldp, qp[0], ldq, m0, n0, kk);
+    for (int pi = np - 1; pi >= 0; pi--) warp_mma<CT, 2, 4, false, !QT>::run(acc, pp[pi], ldp, qp[0], ldq, m0, n0, kk);
     cp_wait(0);
     __syncthreads(); /* base tile visible; operand buffers free for the result tile */
     const int pw = hasB ? raw_pitch(EN, wdt) : 0;
@@ -289,35 +289,50 @@ template <typename CT, int RP, bool QT> __global__ __launch_bounds__(NT) void k_
     else ex_store<2>(a.out, sO, po);
 }
 
-template <typename CT, int RP, bool QT> ex_layout ex_layout_of(const lk_expand_args *a) {
-    return ex_plan(RP, QT, ct_of<CT>::dt, a->base.p ? a->base.dt : -1, a->P.dt, a->Q.dt, a->stat_part ? -1 : a->out.dt);
+template <typename CT, int RP, bool QT, int NPP> ex_layout ex_layout_of(const lk_expand_args *a) {
+    return ex_plan(RP, QT, NPP, ct_of<CT>::dt, a->base.p ? a->base.dt : -1, a->P.dt, a->Q.dt, a->stat_part ? -1 : a->out.dt);
 }
 
-template <typename CT, int RP, bool QT> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
-    const int bytes = ex_layout_of<CT, RP, QT>(a).total;
+template <typename CT, int RP, bool QT, int NPP> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
+    const int bytes = ex_layout_of<CT, RP, QT, NPP>(a).total;
     /* the opt-in is needed once static + dynamic shared memory passes 48 KB (k_expand has 1.25 KB static) */
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT, NPP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const dim3 grid((unsigned)cdiv(a->M, EM), (unsigned)cdiv(a->N, EN));
-    k_expand<CT, RP, QT><<<grid, NT, bytes, s>>>(*a);
+    k_expand<CT, RP, QT, NPP><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("expand");
     return LYCO_OK;
 }
 
+/* P in nsplit<CT> parts (p_split: fp32 scratch such as bypass backward's gh) only with Q r×N. */
+template <typename CT, int RP, bool QT> int ex_bytes_np(const lk_expand_args *a) {
+    if constexpr (!QT) {
+        if (a->p_split) return ex_layout_of<CT, RP, QT, nsplit<CT>::n>(a).total;
+    }
+    return ex_layout_of<CT, RP, QT, 1>(a).total;
+}
+
+template <typename CT, int RP, bool QT> int ex_launch_np(const lk_expand_args *a, cudaStream_t s) {
+    if constexpr (!QT) {
+        if (a->p_split) return ex_launch<CT, RP, QT, nsplit<CT>::n>(a, s);
+    }
+    return ex_launch<CT, RP, QT, 1>(a, s);
+}
+
 template <typename CT, bool QT> int ex_bytes_rp(const lk_expand_args *a, i64 rp) {
     switch (rp) {
-    case 16: return ex_layout_of<CT, 16, QT>(a).total;
-    case 32: return ex_layout_of<CT, 32, QT>(a).total;
-    case 64: return ex_layout_of<CT, 64, QT>(a).total;
-    default: return ex_layout_of<CT, 128, QT>(a).total;
+    case 16: return ex_bytes_np<CT, 16, QT>(a);
+    case 32: return ex_bytes_np<CT, 32, QT>(a);
+    case 64: return ex_bytes_np<CT, 64, QT>(a);
+    default: return ex_bytes_np<CT, 128, QT>(a);
     }
 }
 
 template <typename CT, bool QT> int ex_launch_rp(const lk_expand_args *a, cudaStream_t s) {
     switch (lk_reduce_rank_tile(a->r)) {
-    case 16: return ex_launch<CT, 16, QT>(a, s);
-    case 32: return ex_launch<CT, 32, QT>(a, s);
-    case 64: return ex_launch<CT, 64, QT>(a, s);
-    default: return ex_launch<CT, 128, QT>(a, s);
+    case 16: return ex_launch_np<CT, 16, QT>(a, s);
+    case 32: return ex_launch_np<CT, 32, QT>(a, s);
+    case 64: return ex_launch_np<CT, 64, QT>(a, s);
+    default: return ex_launch_np<CT, 128, QT>(a, s);
     }
 }
 
@@ -600,7 +615,7 @@ static int expand_bytes(const lk_expand_args *a) {
 }
 
 extern "C" int lk_expand_fits(const lk_expand_args *a, const lk_device *dev) {
-    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0) return 0;
+    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0 || (a->p_split && a->q_t)) return 0;
     if (cdiv(a->M, EM) > 2147483647LL || cdiv(a->N, EN) > 65535) return 0;
     return expand_bytes(a) <= dev->smem_optin;
 }
