@@ -48,6 +48,37 @@
  *   d_up, G_P partials:    K = N·pixels split in Z ranges (tc_split: ~512 blocks, ≥ 8 steps each).
  * The choice of the reading (P·im2col rather than a ΔW-then-conv) keeps the r-wide intermediate:
  * for r ≪ O the products are small and the cost is the gathers, one pass over x per rank tile.
+ * Round 2 ("halo path", k_h_halo / k_gp_halo, sections before the launchers): H and the G_P
+ * partials of 2-D (or 1-D) convs with stride 1, dilation 1, kernel ≤ 3×3, plain LoCon, CT bf16
+ * (H: also fp16) load each block's x halo once per channel chunk (16 channels × (8+kh−1) ×
+ * (16+kw−1) pixels) into shared memory and form the K shifted operand views from there (implicit
+ * GEMM, k = (channel chunk, kernel offset)); everything else keeps the round-1 tile routine.
+ * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
+ * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence).
+ *
+ * Time model (H200: 132 SMs, ~1.05e12 warp-instr/s issue, 4.2 TB/s DRAM, L2 ~10 TB/s; bf16;
+ * A = 3x3 640ch 64x64 n2 r32: T = 8192 pixels, I·K = 5760; B = 3x3 320ch 128x128 n2 r16: T =
+ * 32768, I·K = 2880). Round 1 is bound by instruction issue in the gathers, not by bytes or MMAs:
+ * an im2col / col2im element costs ~50-70 instructions (two 24-byte table entries from shared
+ * memory, a 3-dim bound / offset loop in i64, a runtime-dtype scalar load, rounding or the 3-part
+ * split, a shared store), and H gathers I·K·T elements of x (K = 9 times each x element) plus as
+ * many P elements: A: 2·47 M elements ≈ 3.5 G thread-instr ≈ 110 µs at full issue, ~270 µs at the
+ * ~40 % issue efficiency of one load step in flight and 512 blocks on 396 slots (1.3 waves) —
+ * which is most of the measured 337 µs; B: twice the elements, 621 µs measured.
+ * Predicted per kernel, round 2 (µs, A | B):
+ *   forward:  prep U, P 2 | 2; Pk 1 | 1; k_h_halo 10-15 | 12-18 (grid 64·1·Z8 | 256·1·Z2 = 512
+ *             blocks, 5 | 10 chunks each, 79 regs = 3 blocks/SM; ~0.2 G | 0.3 G thread-instr,
+ *             x 10.5 | 21 MB DRAM once, ~57 | ~60 MB L2 incl. Pk and partials); k_h_fin 3 | 3;
+ *             k_y_tc 10 | 15 (y0 + y streaming, 21 | 42 MB); total ≈ 30 | 40 (round 1: 337 | 621).
+ *   backward: dy0 6 | 12 (streaming); k_gh_tc 30 | 40 (128 | 512 blocks, 20 | 10 steps: under-
+ *             filled / latency-bound, unchanged); k_dx_tc 150-250 | 300-450 (col2im gather with 3
+ *             bf16 parts of GH, unchanged: the next target, same halo remedy with GH as the
+ *             source and the flipped kernel); H 15 | 20; k_red_dup_tc 40 | 60 (unchanged);
+ *             k_gp_halo 25-40 | 30-50 (grid 40·2·Z7 | 20·1·Z26 blocks, 10 tiles each, 128 regs =
+ *             2 blocks/SM, GH in 3 bf16 parts); finalisers 5 | 5; total ≈ 300-400 | 500-650
+ *             (round 1: 1083 | 1720), dominated by k_dx_tc.
+ * If the measured H (forward) is still > 50 µs, the model's "gather-issue-bound" reading is wrong
+ * and LYCO_CUDA_CONV_TC1=1 vs default isolates the two H kernels (bench fwd with / without).
  * LYCO_CUDA_CONV_LEGACY=1 (read at each call) selects the previous FFMA kernels for the bypass
  * (verified on the H200), for A/B comparison and as a fallback. Tucker merge always uses them;
  * so does a bypass whose geometry has a coordinate term ≥ 2^28 (the gathers keep coordinates in
@@ -62,8 +93,10 @@
  * kernels: deterministic, no atomics, no host synchronisation.
  * Extra memory (fp32 scratch, stream-ordered): O·r + r·I·K, bypass + N·r·pixels (H; backward
  * also GH), backward Z·(O·r + r·I·K) partials + r·I·K + a few σs partials; tensor-core path
- * also Z_h·N·r·pixels H partials when H's k range is split (Z_h > 1; Z·cells < 2^24 floats).
- * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80, no spills (sm_90).
+ * also Z_h·N·r·pixels H partials when H's k range is split (Z_h > 1; Z·cells < 2^24 floats);
+ * halo path also Pk (r·K·⌈I/16⌉·16 CT elements).
+ * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80 (k_gp_halo: 128,
+ * __launch_bounds__(NT, 2)), no spills (sm_90).
  * Activations: any strides and alignment (lkc_act). Groups must be 1, and N, ⌈O/64⌉, ⌈r/64⌉ at most
  * 65535 (grid limits): the dispatcher declines the rest.
  */
@@ -1046,6 +1079,376 @@ __global__ __launch_bounds__(NT) void k_red_dp_tc(lkc_conv C, lkc_act x, const f
 }
 
 /* =============================================================================================
+ * halo path for H = P·im2col(x) (default where it applies; LYCO_CUDA_CONV_TC1=1 selects the
+ * tile-routine gather k_h_tc above at every shape, for A/B runs).
+ *
+ * Applies to plain LoCon (P = RN_CT(D), exact in CT), CT = bf16 / fp16, spatial dims 0-1 only
+ * (dim 2 of size 1; 1-D convs too), stride 1, dilation 1, kernel ≤ 3 × 3 (HX_KMAX), any padding,
+ * any activation strides / alignment / dtype. Round 1's k_h_tc spent its time in the per-element
+ * gather (table reads, bound checks, i64 offset math, a scalar load and a shared store per element
+ * of the K·C × pixels operand: every x element fetched K times); here each x element of a block's
+ * halo is fetched once per block.
+ * Block: an output tile of HX_TH × HX_TW = 8 × 16 pixels of one image (warp w owns output row w:
+ * n = 16, two n8 MMA tiles) × RT = 16·MI ranks (MI = 1 for r ≤ 16, else 2; rank tiles in grid.y),
+ * k consumed as chunks of HX_CC = 16 channels (a Z range of chunks per grid.z, fp32 partials and
+ * the fixed-order k_h_fin when Z > 1). Per chunk:
+ *   halo  xs[hp][c] (CT, pitch HX_XP = 24): thread hp < (8+kh−1)·(16+kw−1) ≤ 180 loads its halo
+ *         pixel's 16 channels (scalar loads, coalesced along the pixel row; zero outside the image
+ *         and for channels ≥ I) and stores them as two 16-byte shared stores;
+ *   A     as[a][κ·16 + c] (CT, pitch HX_AP = 152) = Pk[a0+a][κ][c0+c], a CT copy of P in that
+ *         order (k_prep_pk, channels padded to a multiple of 16 with zeros), 16-byte loads;
+ *   then for each kernel offset κ = (dh, dw) one k16 MMA step per warp: B fragment = 32-bit
+ *         reads of xs at halo pixel (w+dh, col+dw), A fragment = 32-bit reads of as (both pitches
+ *         ≡ 4·odd words mod 32: conflict-free). Next chunk's loads are in registers during the
+ *         current chunk's MMAs.
+ * Extra memory: Pk (r·K·Ipad CT) + the Z partials (Z·r·N·pixels fp32, Z > 1). Shared memory
+ * 18.4 KB static.
+ * =========================================================================================== */
+#define HX_TH 8     /* output tile rows: one per warp */
+#define HX_TW 16    /* output tile columns: one warp's n */
+#define HX_CC 16    /* channels per chunk: one k16 step per kernel offset */
+#define HX_KMAX 3   /* kernel extent per dim */
+#define HX_HP_MAX ((HX_TH + HX_KMAX - 1) * (HX_TW + HX_KMAX - 1))   /* 180 ≤ NT */
+#define HX_XP 24                                                   /* halo pitch (elements) */
+#define HX_AP (HX_CC * HX_KMAX * HX_KMAX + 8)                      /* A pitch (elements): 152 */
+
+namespace {
+
+/* Pk[a][κ][c] = CT(P[a, c·K+κ]) for c < I, 0 for I ≤ c < Ipad */
+template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pk(lkc_conv C, const float *P, i64 Ipad, CT *Pk) {
+    const lk_locon &L = C.L;
+    const i64 total = L.r * L.K * Ipad;
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
+        const i64 c = i % Ipad, ak = i / Ipad, kap = ak % L.K, a = ak / L.K;
+        Pk[i] = ct_of<CT>::from(c < C.I ? P[a * L.IK + c * L.K + kap] : 0.0f);
+    }
+}
+
+template <typename CT> __device__ __forceinline__ unsigned hx_pack(float lo, float hi) {
+    return (unsigned)ct_bits<CT>(ct_of<CT>::from(lo)) | ((unsigned)ct_bits<CT>(ct_of<CT>::from(hi)) << 16);
+}
+
+/* what a block needs to fetch a chunk */
+struct hx_src {
+    lkc_act x;
+    i64 xoff;       /* this thread's halo pixel (n, ih, iw) without the channel term */
+    bool hin;       /* the thread has a halo pixel inside the image */
+    i64 I, Ipad, r, a0;
+    int K;
+};
+
+/* this thread's halo pixel of the output tile at (n, oh0, ow0): xoff / hin */
+__device__ __forceinline__ void hx_pixel(hx_src &s, const lkc_geom &g, i64 n, int oh0, int ow0, int HW, int hp_n) {
+    const int hr = (int)threadIdx.x / HW, hc = (int)threadIdx.x - hr * HW;
+    const int ih = oh0 - (int)g.pad[0] + hr, iw = ow0 - (int)g.pad[1] + hc;
+    s.hin = (int)threadIdx.x < hp_n && ih >= 0 && ih < (int)g.in[0] && iw >= 0 && iw < (int)g.in[1];
+    s.xoff = n * s.x.sn + (s.hin ? (i64)ih * s.x.ss[0] + (i64)iw * s.x.ss[1] : 0);
+}
+
+/* (oh0, ow0, n) of output tile q (q over N · row tiles · column tiles, column tiles fastest) */
+__device__ __forceinline__ void hx_tile(const lkc_geom &g, i64 q, i64 &n, int &oh0, int &ow0) {
+    const i64 tw = cdiv(g.out[1], HX_TW), th = cdiv(g.out[0], HX_TH);
+    ow0 = (int)(q % tw) * HX_TW;
+    q /= tw;
+    oh0 = (int)(q % th) * HX_TH;
+    n = q / th;
+}
+
+/* the halo pixel's HX_CC channels from c0 (0 outside the image and for channels ≥ I) */
+__device__ __forceinline__ void hx_fetch_x(const hx_src &s, i64 c0, float (&xv)[HX_CC]) {
+#pragma unroll
+    for (int c = 0; c < HX_CC; c++) xv[c] = s.hin && c0 + c < s.I ? act_at(s.x, s.xoff + (c0 + c) * s.x.sc) : 0.0f;
+}
+
+/* → xs[hp][0..15] (threads hp < hp_n), two 16-byte stores */
+template <typename CT> __device__ __forceinline__ void hx_put_x(int hp_n, const float (&xv)[HX_CC], CT *xs) {
+    if ((int)threadIdx.x >= hp_n) return;
+    uint4 w0, w1;
+    w0.x = hx_pack<CT>(xv[0], xv[1]);
+    w0.y = hx_pack<CT>(xv[2], xv[3]);
+    w0.z = hx_pack<CT>(xv[4], xv[5]);
+    w0.w = hx_pack<CT>(xv[6], xv[7]);
+    w1.x = hx_pack<CT>(xv[8], xv[9]);
+    w1.y = hx_pack<CT>(xv[10], xv[11]);
+    w1.z = hx_pack<CT>(xv[12], xv[13]);
+    w1.w = hx_pack<CT>(xv[14], xv[15]);
+    *(uint4 *)(xs + threadIdx.x * HX_XP) = w0;
+    *(uint4 *)(xs + threadIdx.x * HX_XP + 8) = w1;
+}
+
+/* the A chunk Pk[a0 + a][κ][c0 .. c0+15] as 16-byte pieces u = (a·K + κ)·2 + half (0 for a0 + a ≥ r) */
+template <typename CT, int RT, int NA>
+__device__ __forceinline__ void hx_fetch_a(const hx_src &s, const CT *Pk, i64 c0, uint4 (&av)[NA]) {
+    const int na = RT * s.K * 2;
+#pragma unroll
+    for (int i = 0; i < NA; i++) {
+        const int u = (int)threadIdx.x + i * NT;
+        av[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (u < na) {
+            const int a = u / (2 * s.K), rem = u - a * 2 * s.K;
+            if (s.a0 + a < s.r) av[i] = *(const uint4 *)(Pk + ((s.a0 + a) * s.K + (rem >> 1)) * s.Ipad + c0 + (rem & 1) * 8);
+        }
+    }
+}
+
+/* → as[a][κ·16 + c] */
+template <typename CT, int RT, int NA> __device__ __forceinline__ void hx_put_a(const hx_src &s, const uint4 (&av)[NA], CT *as) {
+    const int na = RT * s.K * 2;
+#pragma unroll
+    for (int i = 0; i < NA; i++) {
+        const int u = (int)threadIdx.x + i * NT;
+        if (u < na) {
+            const int a = u / (2 * s.K), rem = u - a * 2 * s.K;
+            *(uint4 *)(as + a * HX_AP + (rem >> 1) * HX_CC + (rem & 1) * 8) = av[i];
+        }
+    }
+}
+
+/* acc += the chunk in shared memory: warp w, output row w, kernel offsets (dh, dw) */
+template <typename CT, int MI>
+__device__ __forceinline__ void hx_mma(const CT *xs, const CT *as, int kh, int kw, int HW, float (&acc)[MI][2][4]) {
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+    for (int dh = 0; dh < kh; dh++)
+        for (int dw = 0; dw < kw; dw++) {
+            const int kap = dh * kw + dw;
+            unsigned b[2][2];
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) {
+                const CT *bp = xs + ((w + dh) * HW + ni * 8 + gq + dw) * HX_XP + 2 * t;
+                b[ni][0] = *(const unsigned *)bp;
+                b[ni][1] = *(const unsigned *)(bp + 8);
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const CT *ap = as + (mi * 16 + gq) * HX_AP + kap * HX_CC + 2 * t;
+                unsigned a[4];
+                a[0] = *(const unsigned *)ap;
+                a[1] = *(const unsigned *)(ap + 8 * HX_AP);
+                a[2] = *(const unsigned *)(ap + 8);
+                a[3] = *(const unsigned *)(ap + 8 * HX_AP + 8);
+#pragma unroll
+                for (int ni = 0; ni < 2; ni++) mma16816<CT>(acc[mi][ni], a, b[ni]);
+            }
+        }
+}
+
+} // namespace
+
+/* H (Z = 1) or the partials of channel-chunk range z (Z > 1), as k_h_tc; grid (N · row tiles ·
+   column tiles, rank tiles of 16·MI, Z); kc chunks of HX_CC channels per z */
+template <typename CT, int MI>
+__global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, float *H, float *part, i64 kc) {
+    const int RT = 16 * MI, NA = (RT * HX_KMAX * HX_KMAX * 2 + NT - 1) / NT;
+    __shared__ __align__(16) CT xs[HX_HP_MAX * HX_XP];
+    __shared__ __align__(16) CT as[RT * HX_AP];
+    const lk_locon &L = C.L;
+    const lkc_geom &g = C.g;
+    const int kh = (int)g.k[0], kw = (int)g.k[1], HW = HX_TW + kw - 1, hp_n = (HX_TH + kh - 1) * HW;
+    const int OH = (int)g.out[0], OW = (int)g.out[1];
+    const i64 S = g.sout, T = C.N * S;
+    i64 n;
+    int oh0, ow0;
+    hx_tile(g, blockIdx.x, n, oh0, ow0);
+    const i64 NC = Ipad / HX_CC, cb = (i64)blockIdx.z * kc, ce = cb + kc < NC ? cb + kc : NC;
+    hx_src s;
+    s.x = x;
+    s.I = C.I;
+    s.Ipad = Ipad;
+    s.r = L.r;
+    s.a0 = (i64)blockIdx.y * RT;
+    s.K = (int)L.K;
+    hx_pixel(s, g, n, oh0, ow0, HW, hp_n);
+    float acc[MI][2][4], xv[HX_CC];
+    uint4 av[NA];
+    acc_zero<MI, 2>(acc);
+    if (cb < ce) {
+        hx_fetch_x(s, cb * HX_CC, xv);
+        hx_fetch_a<CT, RT, NA>(s, Pk, cb * HX_CC, av);
+        hx_put_x<CT>(hp_n, xv, xs);
+        hx_put_a<CT, RT, NA>(s, av, as);
+        __syncthreads();
+        for (i64 ch = cb; ch < ce; ch++) {
+            const bool more = ch + 1 < ce;
+            if (more) {
+                hx_fetch_x(s, (ch + 1) * HX_CC, xv);
+                hx_fetch_a<CT, RT, NA>(s, Pk, (ch + 1) * HX_CC, av);
+            }
+            hx_mma<CT, MI>(xs, as, kh, kw, HW, acc);
+            __syncthreads();
+            if (more) {
+                hx_put_x<CT>(hp_n, xv, xs);
+                hx_put_a<CT, RT, NA>(s, av, as);
+            }
+            __syncthreads();
+        }
+    }
+    const int oh = oh0 + (int)(threadIdx.x >> 5);
+    if (oh >= OH) return;
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 a = s.a0 + acc_row(0, mi, e);
+                const int ow = ow0 + acc_col(0, ni, e);
+                if (a >= L.r || ow >= OW) continue;
+                const i64 hi = (n * L.r + a) * S + (i64)oh * OW + ow;
+                if (part) part[(i64)blockIdx.z * L.r * T + hi] = acc[mi][ni][e];
+                else H[hi] = rnd_ct<CT>(vget(L.mask, a, 1.0f) * acc[mi][ni][e]);
+            }
+}
+
+/* =============================================================================================
+ * halo path for the G_P partials of the bypass backward (default where it applies;
+ * LYCO_CUDA_CONV_TC1=1 selects k_red_dp_tc at every shape):
+ *   part[z][a][c·K+κ] = Σ_{t in z's pixel tiles} GH[a,t]·RN_CT(x)[c, pix(t) + κ]
+ * CT = bf16 only (fp16 keeps k_red_dp_tc: its x would need 2 bf16 parts), plain or Tucker (G_P
+ * does not involve P), the geometries of k_h_halo. Block: rank tile RT = 16·MI (MI = 1 as launched: 128 registers, 2 blocks / SM) × a
+ * chunk of HX_CC channels × all K kernel offsets; grid (channel chunks, rank tiles, Z ranges of kq output tiles of 8 × 16 pixels of one image). Per
+ * pixel tile: the halo xs[hp][c] exactly as k_h_halo, GH's tile as 3 bf16 parts gs[p][a][px]
+ * (pitch HX_GP = 136 elements, ≡ 4 words mod 32: conflict-free; 0 outside the image, so the halo
+ * values there, real x, never count); one k16 MMA step per tile row: A = GH parts [a][16 pixels
+ * of the row], B(c, px) = channel c at halo pixels (hp, hp+1), two 16-bit shared reads (hp + dw
+ * may be odd); warp w owns the kernel offsets κ = w and w + 8 (K ≤ 9). Partials as k_red_dp_tc
+ * (every cell written by one block per z, zeros for an empty range); k_fin_dp sums them.
+ * Shared memory 21.7 KB static (MI = 1).
+ * =========================================================================================== */
+#define HX_GP (HX_TH * HX_TW + 8)
+
+namespace {
+
+/* GH[n][a0+a][(oh0+ρ)·OW + ow0+col] for this thread's elements e = tid + i·NT (a = e / 128,
+   px = e % 128 = ρ·16 + col); 0 outside the image and for a0 + a ≥ r */
+template <int NG>
+__device__ __forceinline__ void gp_fetch_gh(const float *GH, const lkc_conv &C, i64 n, int oh0, int ow0, i64 a0, float (&gv)[NG]) {
+    const int OH = (int)C.g.out[0], OW = (int)C.g.out[1];
+#pragma unroll
+    for (int i = 0; i < NG; i++) {
+        const int e = (int)threadIdx.x + i * NT, a = e >> 7, px = e & 127;
+        const int oh = oh0 + (px >> 4), ow = ow0 + (px & 15);
+        gv[i] = a0 + a < C.L.r && oh < OH && ow < OW ? GH[(n * C.L.r + a0 + a) * C.g.sout + (i64)oh * OW + ow] : 0.0f;
+    }
+}
+
+template <typename CT, int RT, int NG> __device__ __forceinline__ void gp_put_gh(const float (&gv)[NG], CT *gs) {
+    CT *parts[3] = {gs, gs + RT * HX_GP, gs + 2 * RT * HX_GP};
+#pragma unroll
+    for (int i = 0; i < NG; i++) {
+        const int e = (int)threadIdx.x + i * NT;
+        store_parts<CT>(parts, 3, (e >> 7) * HX_GP + (e & 127), gv[i]);
+    }
+}
+
+/* acc[u] += the tile in shared memory for κ = w + 8u */
+template <typename CT, int MI>
+__device__ __forceinline__ void gp_mma(const CT *xs, const CT *gs, int kh, int kw, int HW, float (&acc)[2][MI][2][4]) {
+    const int RT = 16 * MI, K = kh * kw;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+    const unsigned short *xu = (const unsigned short *)xs;
+#pragma unroll 1
+    for (int rho = 0; rho < HX_TH; rho++) {
+        unsigned b[2][2][2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int kap = w + 8 * u, dh = kap < K ? kap / kw : 0, dw = kap < K ? kap - dh * kw : 0;
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) {
+                const int c = ni * 8 + gq, hp = (rho + dh) * HW + 2 * t + dw;
+                b[u][ni][0] = (unsigned)xu[hp * HX_XP + c] | ((unsigned)xu[(hp + 1) * HX_XP + c] << 16);
+                b[u][ni][1] = (unsigned)xu[(hp + 8) * HX_XP + c] | ((unsigned)xu[(hp + 9) * HX_XP + c] << 16);
+            }
+        }
+#pragma unroll
+        for (int p = 2; p >= 0; p--) {
+            unsigned a[MI][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const CT *ap = gs + p * RT * HX_GP + (mi * 16 + gq) * HX_GP + rho * HX_TW + 2 * t;
+                a[mi][0] = *(const unsigned *)ap;
+                a[mi][1] = *(const unsigned *)(ap + 8 * HX_GP);
+                a[mi][2] = *(const unsigned *)(ap + 8);
+                a[mi][3] = *(const unsigned *)(ap + 8 * HX_GP + 8);
+            }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                if (w + 8 * u >= K) continue;
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < 2; ni++) mma16816<CT>(acc[u][mi][ni], a[mi], b[u][ni]);
+            }
+        }
+    }
+}
+
+} // namespace
+
+template <typename CT, int MI>
+__global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const float *GH, float *part, i64 kq) {
+    const int RT = 16 * MI, NG = RT * HX_TH * HX_TW / NT;
+    __shared__ __align__(16) CT xs[HX_HP_MAX * HX_XP];
+    __shared__ __align__(16) CT gs[3 * RT * HX_GP];
+    const lk_locon &L = C.L;
+    const lkc_geom &g = C.g;
+    const int kh = (int)g.k[0], kw = (int)g.k[1], K = kh * kw, HW = HX_TW + kw - 1, hp_n = (HX_TH + kh - 1) * HW;
+    const i64 ntile = C.N * cdiv(g.out[0], HX_TH) * cdiv(g.out[1], HX_TW);
+    const i64 c0 = (i64)blockIdx.x * HX_CC, qb = (i64)blockIdx.z * kq, qe = qb + kq < ntile ? qb + kq : ntile;
+    hx_src s;
+    s.x = x;
+    s.I = C.I;
+    s.Ipad = 0;
+    s.r = L.r;
+    s.a0 = (i64)blockIdx.y * RT;
+    s.K = K;
+    float acc[2][MI][2][4], xv[HX_CC], gv[NG];
+#pragma unroll
+    for (int u = 0; u < 2; u++) acc_zero<MI, 2>(acc[u]);
+    if (qb < qe) {
+        i64 n;
+        int oh0, ow0;
+        hx_tile(g, qb, n, oh0, ow0);
+        hx_pixel(s, g, n, oh0, ow0, HW, hp_n);
+        hx_fetch_x(s, c0, xv);
+        gp_fetch_gh<NG>(GH, C, n, oh0, ow0, s.a0, gv);
+        hx_put_x<CT>(hp_n, xv, xs);
+        gp_put_gh<CT, RT, NG>(gv, gs);
+        __syncthreads();
+        for (i64 q = qb; q < qe; q++) {
+            const bool more = q + 1 < qe;
+            if (more) {
+                hx_tile(g, q + 1, n, oh0, ow0);
+                hx_pixel(s, g, n, oh0, ow0, HW, hp_n);
+                hx_fetch_x(s, c0, xv);
+                gp_fetch_gh<NG>(GH, C, n, oh0, ow0, s.a0, gv);
+            }
+            gp_mma<CT, MI>(xs, gs, kh, kw, HW, acc);
+            __syncthreads();
+            if (more) {
+                hx_put_x<CT>(hp_n, xv, xs);
+                gp_put_gh<CT, RT, NG>(gv, gs);
+            }
+            __syncthreads();
+        }
+    }
+    const int w = threadIdx.x >> 5;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int kap = w + 8 * u;
+        if (kap >= K) continue;
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const i64 a = s.a0 + acc_row(0, mi, e), c = c0 + acc_col(0, ni, e);
+                    if (a < L.r && c < C.I) part[((i64)blockIdx.z * L.r + a) * L.IK + c * K + kap] = acc[u][mi][ni][e];
+                }
+    }
+}
+
+/* =============================================================================================
  * launchers
  * =========================================================================================== */
 static unsigned nblk(i64 n) { return (unsigned)cdiv(n > 0 ? n : 1, NT); }
@@ -1299,37 +1702,112 @@ static void tc_split(i64 len, i64 cells, i64 tiles, int *Z, i64 *kper) {
     *Z = (int)cdiv(l, *kper);
 }
 
-/* the k split of H = P·im2col(x) */
-static void h_split(const lkc_conv &C, int *Z, i64 *kper) {
-    const i64 T = C.N * C.g.sout;
-    tc_split(C.L.IK, C.L.r * T, cdiv(T, BN) * cdiv(C.L.r, BM), Z, kper);
+/* LYCO_CUDA_CONV_TC1=1 (read at each call): H takes round 1's tile-routine gather (k_h_tc) at
+   every shape instead of the halo path (k_h_halo), for A/B runs. */
+static bool conv_tc1(void) {
+    const char *e = getenv("LYCO_CUDA_CONV_TC1");
+    return e && e[0] == '1';
 }
 
+/* the plan of H = P·im2col(x): halo path or k_h_tc, its k split (Z ranges of kper: k indices for
+   k_h_tc, channel chunks of HX_CC for the halo path) and its grid; a function of the shape, CT
+   and the environment */
+typedef struct {
+    int halo, MI, Z;
+    i64 kper, Ipad;
+    unsigned gx, gy;
+} lkc_hplan;
+
+/* the geometries of the halo paths: dims 0-1 (dim 2 of size 1), stride 1, dilation 1, kernel
+   ≤ HX_KMAX per dim, output tiles within grid.x; not under LYCO_CUDA_CONV_TC1=1 */
+static bool halo_geom(const lkc_conv &C) {
+    const lkc_geom &g = C.g;
+    const i64 tiles = C.N * cdiv(g.out[0], HX_TH) * cdiv(g.out[1], HX_TW);
+    return !conv_tc1() && g.in[2] == 1 && g.out[2] == 1 && g.k[2] == 1 && g.k[0] <= HX_KMAX && g.k[1] <= HX_KMAX &&
+           g.st[0] == 1 && g.st[1] == 1 && g.dil[0] == 1 && g.dil[1] == 1 && tiles <= 0x7fffffff && C.L.r > 0 && C.I > 0;
+}
+
+template <typename CT> static lkc_hplan h_plan(const lkc_conv &C) {
+    const lkc_geom &g = C.g;
+    const i64 T = C.N * g.sout, r = C.L.r;
+    lkc_hplan h = {};
+    h.MI = r <= 16 ? 1 : 2;
+    const i64 tiles = C.N * cdiv(g.out[0], HX_TH) * cdiv(g.out[1], HX_TW), rt = cdiv(r, 16 * h.MI);
+    h.halo = sizeof(CT) == 2 && !C.M.p && halo_geom(C) && rt <= 65535;
+    if (!h.halo) {
+        tc_split(C.L.IK, r * T, cdiv(T, BN) * cdiv(r, BM), &h.Z, &h.kper);
+        h.gx = (unsigned)cdiv(T, BN);
+        h.gy = (unsigned)cdiv(r, BM);
+        return h;
+    }
+    h.Ipad = cdiv(C.I, HX_CC) * HX_CC;
+    /* ~512 blocks (≈ 4 per H200 multiprocessor), at least 4 chunks each, Z·r·T < 2^24 */
+    const i64 nc = h.Ipad / HX_CC, zmax = ((i64)1 << 24) / (r * T > 0 ? r * T : 1);
+    i64 z = cdiv(512, tiles * rt);
+    if (z > cdiv(nc, 4)) z = cdiv(nc, 4);
+    if (z > 64) z = 64;
+    if (z > zmax) z = zmax;
+    if (z < 1) z = 1;
+    h.kper = cdiv(nc, z);
+    h.Z = (int)cdiv(nc, h.kper);
+    h.gx = (unsigned)tiles;
+    h.gy = (unsigned)rt;
+    return h;
+}
+
+/* floats of the halo path's Pk (r·K·Ipad 16-bit elements) */
+static i64 pk_floats(const lkc_conv &C, const lkc_hplan &h) { return h.halo ? cdiv(C.L.r * C.L.K * h.Ipad * 2, 4) : 0; }
+
+/* scratch bytes of H beyond H itself: Pk (halo path) and the k-split partials (Z > 1) */
+template <typename CT> static size_t h_scratch_bytes(const lkc_conv &C) {
+    const lkc_hplan h = h_plan<CT>(C);
+    size_t b = h.halo ? carve_bytes(pk_floats(C, h)) : 0;
+    if (h.Z > 1) b += carve_bytes((i64)h.Z * C.L.r * C.N * C.g.sout);
+    return b;
+}
+
+/* the halo path's launches (Pk, k_h_halo); CT = float never takes it (h_plan) */
+template <typename CT> struct hx_launch {
+    static int run(const lkc_conv &C, const lkc_act &x, const float *P, const lkc_hplan &h, CT *Pk, float *H, float *part,
+                   cudaStream_t s) {
+        k_prep_pk<CT><<<nblk_grid(C.L.r * C.L.K * h.Ipad), NT, 0, s>>>(C, P, h.Ipad, Pk);
+        LK_LAUNCHED("conv locon h operand (halo path)");
+        dim3 grid(h.gx, h.gy, (unsigned)h.Z);
+        if (h.MI == 1) k_h_halo<CT, 1><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+        else k_h_halo<CT, 2><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+        LK_LAUNCHED("conv locon h (halo path)");
+        return LYCO_OK;
+    }
+};
+template <> struct hx_launch<float> {
+    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_hplan &, float *, float *, float *, cudaStream_t) {
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon halo path planned for fp32 compute (internal error)");
+    }
+};
+
+/* H = RN_CT(q ⊙ P·im2col(x)); hs: h_scratch_bytes<CT>(C) of scratch (or NULL when that is 0) */
 template <typename CT>
-static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, float *H, float *hp, cudaStream_t s) {
+static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, float *H, float *hs, cudaStream_t s) {
     const i64 T = C.N * C.g.sout;
-    int Z;
-    i64 kper;
-    h_split(C, &Z, &kper);
-    dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(C.L.r, BM), (unsigned)Z);
-    float *part = Z > 1 ? hp : NULL;
-    typedef wide<CT> W;
-    if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
-    else k_h_tc<CT, CT, 1, 1><<<grid, NT, 0, s>>>(C, x, P, H, part, kper);
-    LK_LAUNCHED("conv locon h (tensor cores)");
-    if (Z > 1) {
-        k_h_fin<CT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, hp, Z, H);
+    const lkc_hplan h = h_plan<CT>(C);
+    lkc_carve cv = {(char *)hs, 0};
+    CT *Pk = h.halo ? (CT *)carve_f(&cv, pk_floats(C, h)) : NULL;
+    float *part = h.Z > 1 ? carve_f(&cv, (i64)h.Z * C.L.r * T) : NULL;
+    int rc;
+    if (h.halo) {
+        if ((rc = hx_launch<CT>::run(C, x, P, h, Pk, H, part, s))) return rc;
+    } else {
+        dim3 grid(h.gx, h.gy, (unsigned)h.Z);
+        typedef wide<CT> W;
+        if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
+        else k_h_tc<CT, CT, 1, 1><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
+        LK_LAUNCHED("conv locon h (tensor cores)");
+    }
+    if (h.Z > 1) {
+        k_h_fin<CT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, part, h.Z, H);
         LK_LAUNCHED("conv locon h finalise");
     }
     return LYCO_OK;
-}
-
-/* bytes of the H partials (0 when Z = 1) */
-static size_t h_part_bytes(const lkc_conv &C) {
-    int Z;
-    i64 kper;
-    h_split(C, &Z, &kper);
-    return Z > 1 ? carve_bytes((i64)Z * C.L.r * C.N * C.g.sout) : 0;
 }
 
 template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cudaStream_t s) {
@@ -1338,7 +1816,7 @@ template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cu
     int rc = LYCO_OK;
     if (T == 0 || C.L.O == 0) return rc;
     void *mem = NULL;
-    const size_t hpb = h_part_bytes(C);
+    const size_t hpb = h_scratch_bytes<CT>(C);
     size_t bytes = carve_bytes(C.L.O * C.L.r) + carve_bytes(C.L.r * C.L.IK) + carve_bytes(T * C.L.r) + hpb;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
     lkc_carve cv = {(char *)mem, 0};
@@ -1354,17 +1832,71 @@ template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cu
     return rc ? rc : rf;
 }
 
-/* backward reduction splits (tensor-core path) */
+/* the plan of the G_P partials: halo path (k_gp_halo, bf16 CT, the geometries of h_plan's halo
+   path; Z ranges of kper output tiles) or k_red_dp_tc (Z ranges of kper pixels); its grid */
+typedef struct {
+    int halo, MI, Z;
+    i64 kper;
+    unsigned gx, gy;
+} lkc_gplan;
+
+template <typename CT> struct is_bf16 { static const bool v = false; };
+template <> struct is_bf16<bf16_t> { static const bool v = true; };
+
+template <typename CT> static lkc_gplan gp_plan(const lkc_conv &C) {
+    const lk_locon &L = C.L;
+    const lkc_geom &g = C.g;
+    const i64 T = C.N * g.sout;
+    lkc_gplan p = {};
+    p.MI = 1;   /* RT = 16: MI = 2 needs > 128 registers (spills at 2 blocks / SM) */
+    const i64 nc = cdiv(C.I, HX_CC), rt = cdiv(L.r, 16 * p.MI), ntile = C.N * cdiv(g.out[0], HX_TH) * cdiv(g.out[1], HX_TW);
+    p.halo = is_bf16<CT>::v && halo_geom(C) && nc <= 0x7fffffff && rt <= 65535;   /* plain or Tucker */
+    if (!p.halo) {
+        tc_split(T, L.r * L.IK, cdiv(L.IK, BN) * cdiv(L.r, BM), &p.Z, &p.kper);
+        p.gx = (unsigned)cdiv(L.IK, BN);
+        p.gy = (unsigned)cdiv(L.r, BM);
+        return p;
+    }
+    /* ~512 blocks, at least 2 tiles each, Z·r·I·K < 2^24 */
+    const i64 zmax = ((i64)1 << 24) / (L.r * L.IK > 0 ? L.r * L.IK : 1);
+    i64 z = cdiv(512, nc * rt);
+    if (z > cdiv(ntile, 2)) z = cdiv(ntile, 2);
+    if (z > 64) z = 64;
+    if (z > zmax) z = zmax;
+    if (z < 1) z = 1;
+    p.kper = cdiv(ntile > 0 ? ntile : 1, z);
+    p.Z = (int)cdiv(ntile > 0 ? ntile : 1, p.kper);
+    p.gx = (unsigned)nc;
+    p.gy = (unsigned)rt;
+    return p;
+}
+
+/* k_gp_halo's launch; only bf16 CT takes it (gp_plan) */
+template <typename CT> struct gp_launch {
+    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_gplan &, float *, cudaStream_t) {
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon G_P halo path planned for a non-bf16 compute dtype (internal error)");
+    }
+};
+template <> struct gp_launch<bf16_t> {
+    static int run(const lkc_conv &C, const lkc_act &x, const float *GH, const lkc_gplan &p, float *part, cudaStream_t s) {
+        dim3 grid(p.gx, p.gy, (unsigned)p.Z);
+        k_gp_halo<bf16_t, 1><<<grid, NT, 0, s>>>(C, x, GH, part, p.kper);
+        LK_LAUNCHED("conv locon d_down partials (halo path)");
+        return LYCO_OK;
+    }
+};
+
+/* backward reduction splits (tensor-core path): d_up over pixels (k_red_dup_tc), G_P (gp_plan) */
 typedef struct {
     int Zu, Zp;
-    i64 ku, kp;
+    i64 ku;
 } lkc_bwd_split;
-static lkc_bwd_split bwd_split_tc(const lkc_conv &C) {
+template <typename CT> static lkc_bwd_split bwd_split_tc(const lkc_conv &C) {
     const lk_locon &L = C.L;
     const i64 T = C.N * C.g.sout;
     lkc_bwd_split b;
     tc_split(T, L.O * L.r, cdiv(L.r, BN) * cdiv(L.O, BM), &b.Zu, &b.ku);
-    tc_split(T, L.r * L.IK, cdiv(L.IK, BN) * cdiv(L.r, BM), &b.Zp, &b.kp);
+    b.Zp = gp_plan<CT>(C).Z;
     return b;
 }
 
@@ -1388,8 +1920,8 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S;
     const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
-    const lkc_bwd_split b = bwd_split_tc(C);
-    const size_t hpb = h_part_bytes(C);
+    const lkc_bwd_split b = bwd_split_tc<CT>(C);
+    const size_t hpb = h_scratch_bytes<CT>(C);
     float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
     float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
@@ -1417,10 +1949,15 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
         if ((rc = finish_dup(L, 0, pu, b.Zu, Ur, a->gU, a->gsigma, sigpart, s))) return rc;
     }
     if (want_p) {
-        dim3 grid((unsigned)cdiv(L.IK, BN), (unsigned)cdiv(L.r, BM), (unsigned)b.Zp);
-        k_red_dp_tc<CT><<<grid, NT, 0, s>>>(C, a->x, GH, pp, b.kp);
-        LK_LAUNCHED("conv locon d_down partials (tensor cores)");
-        if ((rc = finish_gp<CT>(C, pp, b.Zp, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
+        const lkc_gplan gp = gp_plan<CT>(C);
+        if (gp.halo) {
+            if ((rc = gp_launch<CT>::run(C, a->x, GH, gp, pp, s))) return rc;
+        } else {
+            dim3 grid(gp.gx, gp.gy, (unsigned)gp.Z);
+            k_red_dp_tc<CT><<<grid, NT, 0, s>>>(C, a->x, GH, pp, gp.kper);
+            LK_LAUNCHED("conv locon d_down partials (tensor cores)");
+        }
+        if ((rc = finish_gp<CT>(C, pp, gp.Z, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
     }
     return LYCO_OK;
 }
@@ -1429,10 +1966,10 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     const lkc_conv &C = a->C;
     const lk_locon &L = C.L;
     const i64 T = C.N * C.g.sout;
-    const lkc_bwd_split b = bwd_split_tc(C);
+    const lkc_bwd_split b = bwd_split_tc<CT>(C);
     size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
                    carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
-                   h_part_bytes(C);
+                   h_scratch_bytes<CT>(C);
     void *mem = NULL;
     int rc;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
