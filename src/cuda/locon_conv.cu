@@ -54,7 +54,9 @@
  * (16+kw−1) pixels) into shared memory and form the K shifted operand views from there (implicit
  * GEMM, k = (channel chunk, kernel offset)); everything else keeps the round-1 tile routine.
  * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
- * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence).
+ * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
+ * LYCO_CUDA_CONV_DXHALO=1 = OPT-IN halo path for dx too (k_dx_halo: bf16, plain, the same
+ * geometries; written last, least reviewed: default off until a GPU check passes with it on).
  *
  * Time model (H200: 132 SMs, ~1.05e12 warp-instr/s issue, 4.2 TB/s DRAM, L2 ~10 TB/s; bf16;
  * A = 3x3 640ch 64x64 n2 r32: T = 8192 pixels, I·K = 5760; B = 3x3 320ch 128x128 n2 r16: T =
@@ -76,7 +78,9 @@
  *             source and the flipped kernel); H 15 | 20; k_red_dup_tc 40 | 60 (unchanged);
  *             k_gp_halo 25-40 | 30-50 (grid 40·2·Z7 | 20·1·Z26 blocks, 10 tiles each, 128 regs =
  *             2 blocks/SM, GH in 3 bf16 parts); finalisers 5 | 5; total ≈ 300-400 | 500-650
- *             (round 1: 1083 | 1720), dominated by k_dx_tc.
+ *             (round 1: 1083 | 1720), dominated by k_dx_tc. With LYCO_CUDA_CONV_DXHALO=1:
+ *             k_dx_halo 15-25 | 25-40 (grid 64·20 | 256·10 blocks, 2 | 1 rank chunks, 3 GH parts,
+ *             96 regs = 2 blocks/SM) instead of k_dx_tc: total ≈ 150-200 | 200-300.
  * If the measured H (forward) is still > 50 µs, the model's "gather-issue-bound" reading is wrong
  * and LYCO_CUDA_CONV_TC1=1 vs default isolates the two H kernels (bench fwd with / without).
  * LYCO_CUDA_CONV_LEGACY=1 (read at each call) selects the previous FFMA kernels for the bypass
@@ -1449,6 +1453,144 @@ __global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const 
 }
 
 /* =============================================================================================
+ * halo path for dx (OPT-IN: LYCO_CUDA_CONV_DXHALO=1; default is k_dx_tc): col2im as an implicit
+ * GEMM over the input-pixel tile, dx[n,c,ih,iw] = Σ_{a,κ} P[a, c·K+κ]·GH[n, a, ih+π−dh, iw+π−dw]
+ * (stride 1, dilation 1: the flipped kernel). bf16 CT, plain LoCon (P = RN_CT(D) exact), the
+ * geometries of k_h_halo. Block: 8 × 16 input pixels of one image × RT = 32 channels (grid.y),
+ * chunks of 16 ranks: the GH halo ((8+kh−1) × (16+kw−1) output pixels, 0 outside the output
+ * image) as 3 bf16 parts xs[p][hp][a] (store_parts' split), A = Pt[c][κ][a] (a CT copy of P in
+ * that order, ranks padded to 16, k_prep_pt) with 16-byte loads; per kernel offset one k16 MMA
+ * step per part; each dx element written once (dx's dtype), no atomics. Shared 35.6 KB static.
+ * =========================================================================================== */
+namespace {
+
+/* Pt[c][κ][a] = CT(P[a, c·K+κ]) for a < r, 0 for r ≤ a < rpad */
+template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pt(lkc_conv C, const float *P, i64 rpad, CT *Pt) {
+    const lk_locon &L = C.L;
+    const i64 total = C.I * L.K * rpad;
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
+        const i64 a = i % rpad, ck = i / rpad, kap = ck % L.K, c = ck / L.K;
+        Pt[i] = ct_of<CT>::from(a < L.r ? P[a * L.IK + c * L.K + kap] : 0.0f);
+    }
+}
+
+/* 16 GH values → xs[p][hp][0..15], p = 0..2 (store_parts' split), threads hp < hp_n */
+template <typename CT> __device__ __forceinline__ void dx_put_gh(int hp_n, const float (&gv)[HX_CC], CT *xs) {
+    if ((int)threadIdx.x >= hp_n) return;
+    unsigned wv[3][8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        unsigned short b[3][2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float v = gv[2 * j + e];
+            const CT h = ct_of<CT>::from(v);
+            const float r1 = v - ct_of<CT>::to(h);
+            const CT m = ct_of<CT>::from(r1);
+            b[0][e] = ct_bits<CT>(h);
+            b[1][e] = ct_bits<CT>(m);
+            b[2][e] = ct_bits<CT>(ct_of<CT>::from(r1 - ct_of<CT>::to(m)));
+        }
+#pragma unroll
+        for (int p = 0; p < 3; p++) wv[p][j] = (unsigned)b[p][0] | ((unsigned)b[p][1] << 16);
+    }
+#pragma unroll
+    for (int p = 0; p < 3; p++) {
+        CT *d = xs + p * HX_HP_MAX * HX_XP + threadIdx.x * HX_XP;
+        *(uint4 *)d = make_uint4(wv[p][0], wv[p][1], wv[p][2], wv[p][3]);
+        *(uint4 *)(d + 8) = make_uint4(wv[p][4], wv[p][5], wv[p][6], wv[p][7]);
+    }
+}
+
+} // namespace
+
+template <typename CT>
+__global__ __launch_bounds__(NT, 2) void k_dx_halo(lkc_conv C, const float *GH, const CT *Pt, i64 rpad, lkc_act dx) {
+    const int MI = 2, RT = 16 * MI, NA = (RT * HX_KMAX * HX_KMAX * 2 + NT - 1) / NT;
+    __shared__ __align__(16) CT xs[3 * HX_HP_MAX * HX_XP];
+    __shared__ __align__(16) CT as[RT * HX_AP];
+    const lk_locon &L = C.L;
+    const lkc_geom &g = C.g;
+    const int kh = (int)g.k[0], kw = (int)g.k[1], HW = HX_TW + kw - 1, hp_n = (HX_TH + kh - 1) * HW;
+    const int IH = (int)g.in[0], IW = (int)g.in[1], OH = (int)g.out[0], OW = (int)g.out[1];
+    const i64 S = g.sout, tw = cdiv(g.in[1], HX_TW), th = cdiv(g.in[0], HX_TH);
+    i64 q = blockIdx.x;
+    const int iw0 = (int)(q % tw) * HX_TW;
+    q /= tw;
+    const int ih0 = (int)(q % th) * HX_TH;
+    const i64 n = q / th;
+    hx_src s;   /* A operand: rows c < I, row length K·rpad */
+    s.I = C.I;
+    s.Ipad = rpad;
+    s.r = C.I;
+    s.a0 = (i64)blockIdx.y * RT;
+    s.K = (int)L.K;
+    /* this thread's halo pixel: output pixel (ih0 + π − (kh−1) + hr, iw0 + π − (kw−1) + hc) */
+    const int hr = (int)threadIdx.x / HW, hc = (int)threadIdx.x - hr * HW;
+    const int opr = ih0 + (int)g.pad[0] - (kh - 1) + hr, opc = iw0 + (int)g.pad[1] - (kw - 1) + hc;
+    const bool hin = (int)threadIdx.x < hp_n && opr >= 0 && opr < OH && opc >= 0 && opc < OW;
+    const i64 goff = n * L.r * S + (hin ? (i64)opr * OW + opc : 0);
+    float acc[MI][2][4], gv[HX_CC];
+    uint4 av[NA];
+    acc_zero<MI, 2>(acc);
+    const i64 nch = rpad / HX_CC;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+    for (i64 ch = 0; ch < nch; ch++) {
+        __syncthreads();   /* the previous chunk's readers are done */
+#pragma unroll
+        for (int j = 0; j < HX_CC; j++) {
+            const i64 a = ch * HX_CC + j;
+            gv[j] = hin && a < L.r ? GH[goff + a * S] : 0.0f;
+        }
+        hx_fetch_a<CT, RT, NA>(s, Pt, ch * HX_CC, av);
+        dx_put_gh<CT>(hp_n, gv, xs);
+        hx_put_a<CT, RT, NA>(s, av, as);
+        __syncthreads();
+        for (int dh = 0; dh < kh; dh++)
+            for (int dw = 0; dw < kw; dw++) {
+                const int kap = dh * kw + dw, hb = (w + kh - 1 - dh) * HW + (kw - 1 - dw);
+                unsigned a[MI][4];
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
+                    const CT *ap = as + (mi * 16 + gq) * HX_AP + kap * HX_CC + 2 * t;
+                    a[mi][0] = *(const unsigned *)ap;
+                    a[mi][1] = *(const unsigned *)(ap + 8 * HX_AP);
+                    a[mi][2] = *(const unsigned *)(ap + 8);
+                    a[mi][3] = *(const unsigned *)(ap + 8 * HX_AP + 8);
+                }
+#pragma unroll
+                for (int p = 2; p >= 0; p--) {
+                    unsigned b[2][2];
+#pragma unroll
+                    for (int ni = 0; ni < 2; ni++) {
+                        const CT *bp = xs + p * HX_HP_MAX * HX_XP + (hb + ni * 8 + gq) * HX_XP + 2 * t;
+                        b[ni][0] = *(const unsigned *)bp;
+                        b[ni][1] = *(const unsigned *)(bp + 8);
+                    }
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                        for (int ni = 0; ni < 2; ni++) mma16816<CT>(acc[mi][ni], a[mi], b[ni]);
+                }
+            }
+    }
+    const int ih = ih0 + w;
+    if (ih >= IH) return;
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 c = s.a0 + acc_row(0, mi, e);
+                const int iw = iw0 + acc_col(0, ni, e);
+                if (c >= C.I || iw >= IW) continue;
+                const i64 o = n * dx.sn + c * dx.sc + (i64)ih * dx.ss[0] + (i64)iw * dx.ss[1];
+                st_elem((char *)dx.p + o * (i64)dt_size(dx.dt), dx.dt, dx.unal, acc[mi][ni][e]);
+            }
+}
+
+/* =============================================================================================
  * launchers
  * =========================================================================================== */
 static unsigned nblk(i64 n) { return (unsigned)cdiv(n > 0 ? n : 1, NT); }
@@ -1900,8 +2042,44 @@ template <typename CT> static lkc_bwd_split bwd_split_tc(const lkc_conv &C) {
     return b;
 }
 
-template <typename CT> static int launch_dx_tc(const lkc_conv &C, const float *P, const float *GH, const lkc_act &dx, cudaStream_t s) {
-    const i64 U = C.N * C.g.sin;
+/* LYCO_CUDA_CONV_DXHALO=1 (read at each call, opt-in): dx through k_dx_halo where it applies
+   (bf16 CT, plain, halo_geom, input tiles within grid.x, ⌈I/32⌉ ≤ 65535). Its ranks padded to 16
+   (rpad) or 0 when dx takes k_dx_tc. */
+template <typename CT> static i64 dx_halo_rpad(const lkc_conv &C) {
+    const char *e = getenv("LYCO_CUDA_CONV_DXHALO");
+    if (!(e && e[0] == '1') || !is_bf16<CT>::v || C.M.p || !halo_geom(C)) return 0;
+    const i64 tiles = C.N * cdiv(C.g.in[0], HX_TH) * cdiv(C.g.in[1], HX_TW);
+    if (tiles > 0x7fffffff || cdiv(C.I, 32) > 65535) return 0;
+    return cdiv(C.L.r, HX_CC) * HX_CC;
+}
+/* scratch bytes of dx (Pt of the halo path) */
+template <typename CT> static size_t dx_scratch_bytes(const lkc_conv &C) {
+    const i64 rpad = dx_halo_rpad<CT>(C);
+    return rpad ? carve_bytes(cdiv(C.I * C.L.K * rpad * 2, 4)) : 0;
+}
+
+template <typename CT> struct dx_launch {
+    static int run(const lkc_conv &, const float *, const float *, i64, float *, const lkc_act &, cudaStream_t) {
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon dx halo path planned for a non-bf16 compute dtype (internal error)");
+    }
+};
+template <> struct dx_launch<bf16_t> {
+    static int run(const lkc_conv &C, const float *P, const float *GH, i64 rpad, float *ws, const lkc_act &dx, cudaStream_t s) {
+        bf16_t *Pt = (bf16_t *)ws;
+        k_prep_pt<bf16_t><<<nblk_grid(C.I * C.L.K * rpad), NT, 0, s>>>(C, P, rpad, Pt);
+        LK_LAUNCHED("conv locon dx operand (halo path)");
+        dim3 grid((unsigned)(C.N * cdiv(C.g.in[0], HX_TH) * cdiv(C.g.in[1], HX_TW)), (unsigned)cdiv(C.I, 32));
+        k_dx_halo<bf16_t><<<grid, NT, 0, s>>>(C, GH, Pt, rpad, dx);
+        LK_LAUNCHED("conv locon dx (halo path)");
+        return LYCO_OK;
+    }
+};
+
+/* dx; ws: dx_scratch_bytes<CT>(C) of scratch (NULL when 0) */
+template <typename CT>
+static int launch_dx_tc(const lkc_conv &C, const float *P, const float *GH, const lkc_act &dx, float *ws, cudaStream_t s) {
+    const i64 U = C.N * C.g.sin, rpad = dx_halo_rpad<CT>(C);
+    if (rpad) return dx_launch<CT>::run(C, P, GH, rpad, ws, dx, s);
     if (cdiv(C.I, BM) > 65535) {   /* channel tiles beyond grid.y: the gather kernel */
         k_dx<CT><<<nblk_grid(U * C.I), NT, 0, s>>>(C, P, GH, dx);
         LK_LAUNCHED("conv locon dx");
@@ -1926,6 +2104,8 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
     float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
     float *hp = hpb ? carve_f(cv, (i64)(hpb / sizeof(float))) : NULL;
+    const size_t dxb = a->dx.p ? dx_scratch_bytes<CT>(C) : 0;
+    float *ws = dxb ? carve_f(cv, (i64)(dxb / sizeof(float))) : NULL;
     int rc;
     if ((rc = prep<CT>(C, Ur, P, s))) return rc;
     if (a->dy0.p && T > 0 && L.O > 0) {
@@ -1940,7 +2120,7 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
         k_gh_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, Ur, GH);
         LK_LAUNCHED("conv locon gh (tensor cores)");
     }
-    if (a->dx.p && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, s))) return rc;
+    if (a->dx.p && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, ws, s))) return rc;
     if (want_up) {
         if (T > 0 && (rc = launch_h_tc<CT>(C, a->x, P, H, hp, s))) return rc;
         dim3 grid((unsigned)cdiv(L.r, BN), (unsigned)cdiv(L.O, BM), (unsigned)b.Zu);
@@ -1969,7 +2149,7 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     const lkc_bwd_split b = bwd_split_tc<CT>(C);
     size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
                    carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
-                   h_scratch_bytes<CT>(C);
+                   h_scratch_bytes<CT>(C) + (a->dx.p ? dx_scratch_bytes<CT>(C) : 0);
     void *mem = NULL;
     int rc;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
