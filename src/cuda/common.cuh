@@ -318,29 +318,27 @@ static inline __host__ __device__ int raw_bytes(int R, int C, int dt) {
 }
 __device__ __forceinline__ int raw_pitch(int C, int dt) { return C + 16 / dt_size(dt); }
 
-/* ES = element size: the chunk geometry is compile-time (no division per chunk); the row address
-   is one multiply per chunk; vector views take cp.async, the rest exact element copies. */
-/* the exact bits of elements (r, c..c+n-1) of v (0 outside) into dst: the slow path of raw_issue */
-static __device__ __noinline__ void raw_copy_elems(char *dst, const lk_view &v, i64 r, i64 c, int n) {
-    const int es = dt_size(v.dt);
-    for (int e = 0; e < n; e++) {
-        unsigned b = (r < v.rows && c + e < v.cols) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
-        if (es == 4) *(unsigned *)(dst + 4 * e) = b;
-        else *(unsigned short *)(dst + 2 * e) = (unsigned short)b;
-    }
-}
-
+/* ES = element size: the chunk geometry is compile-time (no division per chunk); vector views
+   take cp.async, the rest exact element copies. (An out-of-line element copy made k_expand 3x
+   slower on the H200 at 7e88a0c: keep this inline.) */
 template <int R, int C, int ES> __device__ __forceinline__ void raw_issue_es(char *st, const lk_view &v, i64 r0, i64 c0) {
     const int epc = 16 / ES, cpr = C / epc, pitch = C + epc;
     const bool fast = (v.flags & LK_VEC) != 0;
-    const char *base = (const char *)v.p;
     for (int q = threadIdx.x; q < R * cpr; q += NT) {
         const int rr = q / cpr, cc = (q % cpr) * epc;
         const i64 r = r0 + rr, c = c0 + cc;
         char *dst = st + (rr * pitch + cc) * ES;
-        if (fast && r < v.rows && c + epc <= v.cols) cp_async16(dst, base + (r * v.s0 + c) * ES, 16);
-        else if (fast && (r >= v.rows || c >= v.cols)) cp_async16(dst, v.p, 0);
-        else raw_copy_elems(dst, v, r, c, epc);
+        if (fast && r < v.rows && c + epc <= v.cols) {
+            cp_async16(dst, (const char *)v.p + (r * v.s0 + c) * ES, 16);
+        } else if (fast && (r >= v.rows || c >= v.cols)) {
+            cp_async16(dst, v.p, 0);
+        } else {
+            for (int e = 0; e < epc; e++) {
+                unsigned b = (r < v.rows && c + e < v.cols) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
+                if (ES == 4) *(unsigned *)(dst + 4 * e) = b;
+                else *(unsigned short *)(dst + 2 * e) = (unsigned short)b;
+            }
+        }
     }
 }
 

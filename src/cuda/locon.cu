@@ -11,6 +11,11 @@
  * folded). Any strides whose dims collapse to two, any alignment, any sizes (tiles are
  * zero-filled at the edges), r ≥ 1 (bypass forward: h of a 32-token tile in shared memory).
  *
+ * For r ≤ 128 the common cases go to lowrank.cu's streaming kernels (merge forward with or
+ * without DoRA beyond the r ≤ 16 small-rank kernel; merge backward's d_up and, unmasked without
+ * DoRA, d_down; bypass forward; bypass backward's gh / h / dy0 / σs, dx, d_up and d_down); the
+ * kernels below serve the rest (DoRA and masked reductions, r > 128, LYCO_CUDA_LOWRANK_LEGACY=1).
+ *
  * Two kernel sets. The pipelined set (k2_*) stages both operands of every step with cp.async,
  * S deep (S from the device's shared memory: two blocks per SM where they fit), and reads each
  * staged tile directly as a tensor-core operand when it is already CT (the bf16 fast path);

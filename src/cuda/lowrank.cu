@@ -1,41 +1,50 @@
 /*
- * lowrank.cu — the two streaming kernels behind LoRA/LoCon's merge forward (plain and DoRA) and
- * linear bypass forward on the GPU (ALGORITHMS.md §2.1, §1.6; NUMERICS.md §1). Interface and
- * formulas: kern_lowrank.h. Both read every big operand once, in its own dtype, rounding to
- * the compute dtype CT in shared memory; products run on the tensor cores (mma.sync m16n8k16,
- * fp32 accumulators) for 16-bit CT and on FFMA for fp32 CT; outputs are rounded once.
+ * lowrank.cu — the streaming kernels behind LoRA/LoCon on the GPU for ranks ≤ 128 (ALGORITHMS.md
+ * §2.1, §1.6; NUMERICS.md §1): merge forward (plain and DoRA), merge backward's two reductions,
+ * linear bypass forward and backward. Interface and formulas: kern_lowrank.h. Every big operand
+ * (W, Γ, x, y0, dy) is read in its own dtype and rounded to the compute dtype CT in shared memory;
+ * products run on the tensor cores (mma.sync m16n8k16, fp32 accumulators) for 16-bit CT and on
+ * FFMA for fp32 CT; fp32 scratch operands (gh) enter 16-bit products as nsplit<CT> exact parts;
+ * outputs are rounded once.
  *
  * Why these and not locon.cu's pipelined kernels (H200 profile, docs/kernels.md): those give
  * one block a long serial walk (all column tiles of 64 rows; all of I then all of O for a
  * 32-token tile) — 256–512 blocks at ~23% occupancy, 16% of DRAM bandwidth. Here every block
- * owns one output tile and lives briefly, so several blocks per SM keep their loads in flight.
+ * owns one output tile (expand) or one fixed range of the reduced axis (reductions) and lives
+ * briefly, so several blocks per SM keep their loads in flight.
  *
- * expand (merge forward: P = lora_up O×r, Q = lora_down r×IK, base = W; bypass phase 2: P = h
- * T×r, Q = lora_upᵀ, base = y0): a block owns a 64×128 tile of out. It issues, with cp.async,
- * its P rows (64×RP) and Q columns (RP×128, or 128×RP transposed) as one group and the base
- * tile (64×128) as a second, so the product starts while the base tile is still in flight;
- * operands not already in CT are converted in shared memory (raw_operand). 8 warps as 2×4,
- * each a 32×32 piece (MI 2, NI 4). The epilogue reads base from shared memory at the
- * accumulator positions (conflict-free: row pitch 136 halfwords), applies merge_elem (plain or
- * DoRA), writes the rounded result into a shared tile (aliasing the operand buffers when they
- * are big enough), and the block stores it with coalesced 16-byte stores (element-wise at the
- * edges and for unaligned or strided out). Any strides and alignment are correct (raw_issue's
- * element-wise fallback); row-major 16-byte-aligned views take the fast paths. In place
- * (out = base) is safe: a block reads its whole base tile before it writes the same tile.
+ * expand (merge forward: P = lora_up O×r, Q = lora_down r×IK, base = W; bypass forward's second
+ * product: P = h T×r, Q = lora_upᵀ, base = y0; bypass backward's dx: P = gh in parts, Q = lora_down,
+ * no base): a block owns a 64×128 tile of out. It issues, with cp.async, its P rows (64×RP) and
+ * Q columns (RP×128, or 128×RP transposed) as one group and the base tile (64×128) as a second,
+ * so the product starts while the base tile is still in flight; operands not already in CT are
+ * converted in shared memory (raw_operand). 8 warps as 2×4, each a 32×32 piece (MI 2, NI 4). The
+ * epilogue reads base from shared memory at the accumulator positions (conflict-free: row pitch
+ * 136 halfwords), applies merge_elem (plain or DoRA), writes the rounded result into a shared
+ * tile (aliasing the operand buffers when they are big enough), and the block stores it with
+ * coalesced 16-byte stores (element-wise at the edges and for unaligned or strided out). Any
+ * strides and alignment are correct (raw_issue's element-wise fallback); row-major 16-byte-aligned
+ * views take the fast paths. In place (out = base) is safe: a block reads its whole base tile
+ * before it writes the same tile.
  *   Shared memory (bf16 W/out, bf16 factors): RP 16 → 42 KB, 32 → 45 KB, 64 → 52 KB,
  *   128 → 70 KB (+ conversion buffers for factors whose dtype is not CT).
  *   DoRA: a first launch in stats mode writes per-tile partial Σ V² (per row: one partial per
  *   128-column tile; per column: one per 64-row tile), lk_dora_finish_parts sums them in a fixed
  *   order into the statistics, a second launch applies them. W is read twice, out written once.
  *
- * reduce (bypass phase 1: A = x T×I, B = lora_down r×I): part[z][t][i] over a fixed range z of
- * I (a multiple of 64 wide, so no 64-column step straddles two ranges); a block owns 64 tokens
- * × one range, streams 64-column tiles of x and D through common.cuh's cp.async pipeline
- * (S stages), 8 warps as 4×2. The split count Z targets three blocks per SM and is a function
- * of the shape and the device's SM count only. hfin sums the Z partials in order z = 0, 1, …,
- * applies the rank mask and rounds to CT — h exactly as NUMERICS.md §1.6 asks (rounded like
- * eager between the two products). Extra memory (stream-ordered scratch): Z·T·RP fp32 partials
- * and h, T·RP CT.
+ * reduce (part[z][m][i] = Σ_{k in range z} A[m,k]·B[i,k]; bypass forward h = x·Dᵀ, bypass backward
+ * g = dy·U (B staged K-major, dy0 = RN(dy) written from the staged dy tiles) and h, merge backward
+ * Γ·Dᵀ): a block owns 64 rows × one range of k (a multiple of 64 wide, so no 64-column step
+ * straddles two ranges) and streams 64-column tiles of A and B through common.cuh's cp.async
+ * pipeline (S stages), 8 warps as 4×2. Finalised in a fixed order z = 0, 1, …: hfin (mask, round
+ * to CT: h exactly as NUMERICS.md §1.6 asks), bwd_fin (gh = c·q·g in fp32, h, the σs partials)
+ * or locon.cu's k_fin_dup (d_up).
+ * column reduction (part[z][n][i] = Σ_{m in range z} A[m,n]·B[m,i]; merge backward d_down = Uᵀ·Γ,
+ * bypass backward d_up = dyᵀ·h and d_down = ghᵀ·x): a block owns 128 columns × the rank over one
+ * range of rows; colfin applies coef·σ' and writes either orientation.
+ * Split counts target LYCO_CUDA_LR_BLOCKS_PER_SM (3) blocks per SM, at least 4 steps of 64 per
+ * block; they depend only on the shape and the SM count. Extra memory (stream-ordered scratch):
+ * the fp32 partials (Z × rows × RP) and h (T × RP, CT).
  *
  * Deterministic: no atomics; tile shapes and split counts depend only on the shape and device.
  * A/B: LYCO_CUDA_LOWRANK_LEGACY=1 sends these calls back to locon.cu's kernels (locon.cu).
