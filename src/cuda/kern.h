@@ -14,6 +14,7 @@
 #ifndef LYCO_CUDA_KERN_H
 #define LYCO_CUDA_KERN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /*
- * kern_lowrank.h — the two streaming low-rank kernels of lowrank.cu, as plain-C launch structs
- * (kern.h's views). They serve LoRA/LoCon's merge forward (with DoRA) and linear bypass forward
+ * kern_lowrank.h — lowrank.cu's streaming kernels (expand, row reduction, column reduction) as
+ * plain-C launch structs and functions over kern.h's views. They serve LoRA/LoCon for r ≤ 128:
+ * merge forward (with DoRA), merge backward's d_up / d_down, bypass forward and backward
  * (locon.cu decides when; LYCO_CUDA_LOWRANK_LEGACY=1 sends those calls to locon.cu's older
  * kernels instead, for A/B and as a fallback).
  *
