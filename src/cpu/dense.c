@@ -1,15 +1,43 @@
 /*
- * dense.c — small fp32 GEMM kernels for the fused CPU paths (row-major, strided by lda/ldb/ldc).
+ * dense.c — the fp32 GEMMs of the fused CPU paths (row-major, strided by lda/ldb/ldc):
+ *   cpu_gemm_nn  C[M×N] (+)= A[M×K]·B[K×N]      cpu_gemm_tn  C (+)= A[K×M]ᵀ·B[K×N]
+ *   cpu_gemm_nt  C[M×N] (+)= A[M×K]·B[N×K]ᵀ
+ * C never aliases A or B; A and B are only read.
  *
- * Register-blocked micro-kernels written with GCC vector types (8 fp32 lanes; the clones for
- * x86-64-v3/v4 use AVX2/AVX-512 + FMA, the baseline SSE2):
- *   nn / tn : 4 rows × 16 columns of C in 8 vector accumulators; per k two B vectors, four
- *             broadcast A scalars, eight FMAs (A read as A[i][k] for nn, A[k][i] for tn)
- *   nt      : 4 × 4 dot products with K contiguous in both operands, 16 vector accumulators
- *             reduced once at the end in a fixed order
- * Tails (rows, columns, K) take the same sums in scalar code. The summation order depends only on
- * the shapes, never on the thread count or the ISA clone (beyond FMA contraction).
+ * Paths, chosen from the shape only (never from the thread count; path_of):
+ *  - blocked (BLIS-style): N in blocks of NC, K in blocks of KC, M in blocks of MC; a 6×16
+ *    register-blocked micro-kernel (12 ymm accumulators, two B vectors, one broadcast) reads A in
+ *    place by broadcasts (any layout: nn/nt rows, tn columns). B is either packed per (NC, KC)
+ *    block into 16-column k-major panels, zero-padded (PACKED_B: always for nt, where packing is
+ *    the transpose; for nn/tn when B is large and read by enough rows), or read in place with its
+ *    row stride, only a partial last panel packed so nothing past column N is read (DIRECT_B).
+ *  - small: the unblocked 4×16 (nn/tn) and 4×4 dot-product (nt) kernels, for tiny products, K < 8
+ *    (the C traffic dominates), nn/tn with M ≤ 4 (the merge driver's 4-row blocks: packing would
+ *    cost as much as the product) and nt with few rows and a long K.
+ * Summation order: blocked, every C element is one fp32 chain over k = 0…K−1 in increasing
+ *   order, started from C (accumulate) or 0; between K blocks the partial sum is stored to C and
+ *   reloaded (exact). Small, Σ_k first (nt: 8 k-lanes reduced in a fixed tree), then + C. Both
+ *   depend on the shape only: not on the thread count or the M/N blocking; the ISA only through
+ *   FMA contraction (the v3 build contracts, the portable one does not).
+ * Threads: called inside a parallel region (every caller in src/cpu is), a GEMM runs on the
+ *   calling thread; called outside one with ≥ 4·10⁶ multiply-adds on the blocked path, it splits
+ *   N (or M when N is narrower) into contiguous 16-column (6-row) aligned ranges over the OpenMP
+ *   threads, each C element computed by one thread in the same order as serially, so results
+ *   are bitwise equal for any thread count.
+ * Extra memory: one packing buffer per thread, (NC + NR)·KC floats (528 KB), allocated on the
+ *   thread's first blocked GEMM, never grown (constant size), freed at thread exit (pthread key
+ *   destructor). No other state. Out of memory: the small path (same results up to rounding).
+ *
+ * The kernels (gemm_kern.h) are GCC vector types (8 fp32 lanes), compiled twice: for x86-64-v3
+ * (AVX2 + FMA, under a target pragma; see gemm_kern.h for why not target_clones) and portable,
+ * picked per call from __builtin_cpu_supports (AVX-512 machines run the v3 code).
  */
+#include <pthread.h>
+#include <stdlib.h>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
+
 #include "cpu.h"
 
 #ifdef _OPENMP
@@ -32,127 +60,156 @@ int cpu_thread_id(void) {
 #endif
 }
 
+/* ---- blocking (AVX2: 16 ymm registers, 32 KB L1d, 512 KB L2 per core on the Zen 3 here) ---- */
+#define MR 6            /* micro-tile rows: 12 accumulators + 2 B vectors + 1 broadcast = 15 registers */
+#define NR 16           /* micro-tile columns: two 8-lane vectors */
+#define PACK_FLOATS 131072   /* packed B block: 512 KB (L2), K × (a multiple of NR) columns */
+#define NT_DOT_K 64     /* nt with K ≥ this: dot products (no transpose); below: packed, chained */
+#define DOT_JG 32       /* dot_nt: B rows per group (32 × K floats, L2) */
+
+/* op(X)(r, c) = p[r·rs + c·cs] */
+typedef struct {
+    const float *p;
+    int64_t rs, cs;
+} mat;
+
+enum { PATH_SMALL, PATH_DIRECT_B, PATH_PACKED_B };
+
 typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
 
-static inline __attribute__((always_inline)) v8 ld8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
-static inline __attribute__((always_inline)) void st8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
-static inline __attribute__((always_inline)) v8 bc8(float a) { return (v8){a, a, a, a, a, a, a, a}; }
+/* ---- the per-thread packing buffer ---- */
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+static bool pack_key_ok;
+static _Thread_local float *pack_buf;
+static _Thread_local int64_t pack_cap;
 
-/* C[M×N] (+)= op(A) · B with op(A)[i][k] = A[i·sa_i + k·sa_k] */
-static inline __attribute__((always_inline)) void gemm_axpy_form(int64_t M, int64_t N, int64_t K, const float *A, int64_t sa_i, int64_t sa_k,
-                                  const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4) {
-        int64_t j = 0;
-        for (; j + 16 <= N; j += 16) {
-            v8 c00 = bc8(0), c01 = bc8(0), c10 = bc8(0), c11 = bc8(0), c20 = bc8(0), c21 = bc8(0), c30 = bc8(0), c31 = bc8(0);
-            for (int64_t k = 0; k < K; k++) {
-                const float *b = B + k * ldb + j;
-                v8 b0 = ld8(b), b1 = ld8(b + 8);
-                const float *a = A + i * sa_i + k * sa_k;
-                v8 a0 = bc8(a[0]), a1 = bc8(a[sa_i]), a2 = bc8(a[2 * sa_i]), a3 = bc8(a[3 * sa_i]);
-                c00 += a0 * b0; c01 += a0 * b1;
-                c10 += a1 * b0; c11 += a1 * b1;
-                c20 += a2 * b0; c21 += a2 * b1;
-                c30 += a3 * b0; c31 += a3 * b1;
-            }
-            float *c = C + i * ldc + j;
-            if (accumulate) {
-                c00 += ld8(c); c01 += ld8(c + 8);
-                c10 += ld8(c + ldc); c11 += ld8(c + ldc + 8);
-                c20 += ld8(c + 2 * ldc); c21 += ld8(c + 2 * ldc + 8);
-                c30 += ld8(c + 3 * ldc); c31 += ld8(c + 3 * ldc + 8);
-            }
-            st8(c, c00); st8(c + 8, c01);
-            st8(c + ldc, c10); st8(c + ldc + 8, c11);
-            st8(c + 2 * ldc, c20); st8(c + 2 * ldc + 8, c21);
-            st8(c + 3 * ldc, c30); st8(c + 3 * ldc + 8, c31);
-        }
-        for (; j < N; j++)
-            for (int64_t ii = 0; ii < 4; ii++) {
-                float s = 0.0f;
-                for (int64_t k = 0; k < K; k++) s += A[(i + ii) * sa_i + k * sa_k] * B[k * ldb + j];
-                C[(i + ii) * ldc + j] = accumulate ? C[(i + ii) * ldc + j] + s : s;
-            }
+static void pack_free(void *p) { free(p); }
+static void pack_key_init(void) { pack_key_ok = pthread_key_create(&pack_key, pack_free) == 0; }
+
+/* This thread's buffer of max(PACK_FLOATS, need) floats or more, 64-byte aligned, kept for the
+   thread's next GEMMs and freed at its exit; *cap gets its size. NULL when out of memory (the
+   caller then takes the small path). */
+static float *pack_buffer(int64_t need, int64_t *cap) {
+    if (need < PACK_FLOATS) need = PACK_FLOATS;
+    if (pack_buf && pack_cap >= need) {
+        *cap = pack_cap;
+        return pack_buf;
     }
-    for (; i < M; i++) {
-        int64_t j = 0;
-        for (; j + 8 <= N; j += 8) {
-            v8 acc = bc8(0);
-            for (int64_t k = 0; k < K; k++) acc += bc8(A[i * sa_i + k * sa_k]) * ld8(B + k * ldb + j);
-            if (accumulate) acc += ld8(C + i * ldc + j);
-            st8(C + i * ldc + j, acc);
-        }
-        for (; j < N; j++) {
-            float s = 0.0f;
-            for (int64_t k = 0; k < K; k++) s += A[i * sa_i + k * sa_k] * B[k * ldb + j];
-            C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;
-        }
+    pthread_once(&pack_once, pack_key_init);
+    if (!pack_key_ok) return NULL;
+    size_t bytes = ((size_t)need * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes);
+    if (!p) return NULL;
+    if (pthread_setspecific(pack_key, p) != 0) {
+        free(p);
+        return NULL;
     }
+    free(pack_buf);
+    pack_buf = p;
+    pack_cap = need;
+    *cap = need;
+    return p;
 }
 
-CPU_HOT
+/* ---- the kernels, once per ISA ---- */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GEMM_V3 1
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v3")
+#define KN(name) name##_v3
+#define GK_FMA 1
+#include "gemm_kern.h"
+#undef GK_FMA
+#undef KN
+#pragma GCC pop_options
+#endif
+#define KN(name) name##_base
+#include "gemm_kern.h"
+#undef KN
+
+static bool have_v3(void) {
+#ifdef GEMM_V3
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("x86-64-v3");
+#else
+    return false;
+#endif
+}
+
+static void gemm_part(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C, int64_t ldc,
+                      bool accumulate, float *buf, int64_t cap) {
+#ifdef GEMM_V3
+    if (have_v3()) {
+        gemm_part_v3(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
+        return;
+    }
+#endif
+    gemm_part_base(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
+}
+
+/* ---- the choice of path and the threads ---- */
+
+/* The path, measured on the callers' shapes (docs/bench-cpu.md, "GEMM rewrite"). b_rows: op(B)
+   has contiguous rows (nn, tn): every path sums alike, so the choice is free: tiny products,
+   K < 8 (the C traffic dominates) and M ≤ 4 (the merge driver's row blocks: packing B would cost
+   as much as the product) take axpy_form; B is packed when it is large and read by enough rows,
+   else read in place. nt: from K alone, since the two nt paths sum differently (see gemm_kern.h). */
+static int path_of(int64_t M, int64_t N, int64_t K, bool b_rows) {
+    if (!b_rows) return K < NT_DOT_K ? PATH_PACKED_B : PATH_SMALL;
+    if (M * N * K < 4096 || K < 8 || M <= 4) return PATH_SMALL;
+    return M >= 16 && K * N >= 32768 ? PATH_PACKED_B : PATH_DIRECT_B;
+}
+
+/* C[M×N] (+)= op(A)·op(B). Outside a parallel region and with enough work the blocked path is
+   split over the threads: N in NR-aligned ranges (M in MR-aligned ranges when N is narrower);
+   each C element is computed by one thread in the same order as serially. */
+static void gemm(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int64_t ldc, bool accumulate) {
+    if (M <= 0 || N <= 0) return;
+    int path = path_of(M, N, K, B.cs == 1);
+    int64_t need = path == PATH_PACKED_B ? K * NR : 0, cap = 0;
+    float *buf = path == PATH_SMALL || K < 1 ? NULL : pack_buffer(need, &cap);
+    int nt = 1;
+#ifdef _OPENMP
+    if (buf && !omp_in_parallel() && (double)M * (double)N * (double)K >= 4e6) nt = omp_get_max_threads();
+#endif
+    bool split_n = N >= M || N >= (int64_t)nt * 4 * NR;
+    int64_t units = split_n ? (N + NR - 1) / NR : (M + MR - 1) / MR;
+    if (units < nt) nt = (int)units;
+    if (nt <= 1) {
+        gemm_part(path, 0, M, 0, N, K, A, B, C, ldc, accumulate, buf, cap);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), n_t = omp_get_num_threads();
+        int64_t u0 = units * t / n_t, u1 = units * (t + 1) / n_t, my_cap = cap;
+        /* NULL (out of memory): this range on the small path */
+        float *mine = t == 0 ? buf : pack_buffer(need, &my_cap);
+        if (split_n) {
+            int64_t j0 = u0 * NR, j1 = u1 * NR < N ? u1 * NR : N;
+            if (j1 > j0) gemm_part(path, 0, M, j0, j1 - j0, K, A, B, C, ldc, accumulate, mine, my_cap);
+        } else {
+            int64_t i0 = u0 * MR, i1 = u1 * MR < M ? u1 * MR : M;
+            if (i1 > i0) gemm_part(path, i0, i1 - i0, 0, N, K, A, B, C, ldc, accumulate, mine, my_cap);
+        }
+    }
+#endif
+}
+
 void cpu_gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate) {
-    gemm_axpy_form(M, N, K, A, lda, 1, B, ldb, C, ldc, accumulate);
+    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, ldb, 1}, C, ldc, accumulate);
 }
 
-CPU_HOT
 void cpu_gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate) {
-    gemm_axpy_form(M, N, K, A, 1, lda, B, ldb, C, ldc, accumulate);
+    gemm(M, N, K, (mat){A, 1, lda}, (mat){B, ldb, 1}, C, ldc, accumulate);
 }
 
-static inline __attribute__((always_inline)) float hsum8(v8 v) {
-    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
-
-static inline __attribute__((always_inline)) float dot_tail(const float *a, const float *b, int64_t k0, int64_t K) {
-    float s = 0.0f;
-    for (int64_t k = k0; k < K; k++) s += a[k] * b[k];
-    return s;
-}
-
-CPU_HOT
 void cpu_gemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate) {
-    int64_t K8 = K & ~(int64_t)7;
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4) {
-        int64_t j = 0;
-        for (; j + 4 <= N; j += 4) {
-            v8 acc[4][4];
-            for (int p = 0; p < 4; p++)
-                for (int q = 0; q < 4; q++) acc[p][q] = bc8(0);
-            for (int64_t k = 0; k < K8; k += 8) {
-                v8 a[4], b[4];
-                for (int p = 0; p < 4; p++) a[p] = ld8(A + (i + p) * lda + k);
-                for (int q = 0; q < 4; q++) b[q] = ld8(B + (j + q) * ldb + k);
-                for (int p = 0; p < 4; p++)
-                    for (int q = 0; q < 4; q++) acc[p][q] += a[p] * b[q];
-            }
-            for (int p = 0; p < 4; p++)
-                for (int q = 0; q < 4; q++) {
-                    float s = hsum8(acc[p][q]) + dot_tail(A + (i + p) * lda, B + (j + q) * ldb, K8, K);
-                    float *c = C + (i + p) * ldc + j + q;
-                    *c = accumulate ? *c + s : s;
-                }
-        }
-        for (; j < N; j++)
-            for (int p = 0; p < 4; p++) {
-                v8 acc = bc8(0);
-                for (int64_t k = 0; k < K8; k += 8) acc += ld8(A + (i + p) * lda + k) * ld8(B + j * ldb + k);
-                float s = hsum8(acc) + dot_tail(A + (i + p) * lda, B + j * ldb, K8, K);
-                float *c = C + (i + p) * ldc + j;
-                *c = accumulate ? *c + s : s;
-            }
-    }
-    for (; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            v8 acc = bc8(0);
-            for (int64_t k = 0; k < K8; k += 8) acc += ld8(A + i * lda + k) * ld8(B + j * ldb + k);
-            float s = hsum8(acc) + dot_tail(A + i * lda, B + j * ldb, K8, K);
-            float *c = C + i * ldc + j;
-            *c = accumulate ? *c + s : s;
-        }
+    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, 1, ldb}, C, ldc, accumulate);
 }
