@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ncu_summary.py — per-kernel summary of an `ncu --csv --page raw` file (tools/gpu-lowrank-profile.sh):
+"""ncu_summary.py — per-kernel summary of an `ncu --csv --page raw` file (tools/gpu-focus.sh with LYCO_FOCUS_NCU):
 launches, median duration, and the median of each other metric, grouped by kernel name and grid size."""
 import csv
 import statistics

@@ -46,10 +46,23 @@ typedef struct {
 
 /* Whether lk_expand can run a call (row-major out/base, r ≤ 128, grid limits); 0 = use another path. */
 int lk_expand_fits(const lk_expand_args *a, const lk_device *dev);
-/* Number of per-tile partials of the stats mode (tiles along N for rows, along M for columns). */
+/* Number of per-tile partials of the stats mode (tiles along N for rows, along M for columns), for
+   the stats-mode args (out absent; stat_part may still be NULL). */
 int64_t lk_expand_stat_tiles(const lk_expand_args *a);
 int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
+/* lowrank_stream.cu: the register-streaming expand lk_expand prefers when it fits (16-bit CT, all
+   operands in CT, row-major 16-byte-row out/base, DoRA per output row only); its stats mode writes
+   lk_expand_stream_stat_tiles partials per row (one per 32-column warp group). */
+int lk_expand_stream_fits(const lk_expand_args *a);
+int64_t lk_expand_stream_stat_tiles(const lk_expand_args *a);
+int lk_expand_stream(const lk_expand_args *a, const lk_device *dev, void *stream);
 
+/* lowrank_stream.cu: the register-streaming row reduction the reductions prefer when it fits (16-bit
+   CT, rank tile 16 or 32, A row-major 16-byte rows in CT or fp32, B r×K row-major in CT, K % 8 = 0,
+   copyA absent or in CT); same partial layout as lk_reduce_parts. */
+int lk_reduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t K, int64_t rp);
+int lk_reduce_stream_parts(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t M, int64_t K,
+                           int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream);
 /* h = RN_CT(q ⊙ (A·Bᵀ)) into h (M×r view of CT scratch, row pitch rp = the rank tile); A M×K,
    B r×K; mask 1×r or absent. Scratch (partials) is allocated and freed on the stream. */
 int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K, int64_t r,

@@ -1039,7 +1039,9 @@ template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args
    grid or shared-memory limits). ---- */
 static bool lowrank_legacy() { return getenv("LYCO_CUDA_LOWRANK_LEGACY") != NULL; }
 
-static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+/* stream_only: take the call only when lowrank_stream.cu's kernel runs it (tried before the small-rank
+   kernel, which it replaces where both fit). */
+static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool stream_only, bool *done) {
     const lk_locon &L = a->L;
     *done = false;
     if (lowrank_legacy()) return LYCO_OK;
@@ -1061,18 +1063,18 @@ static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, c
     e.mode = a->mode;
     e.dora = a->dora;
     e.K = L.K;
-    if (!lk_expand_fits(&e, dev)) return LYCO_OK;
+    if (!lk_expand_fits(&e, dev) || (stream_only && !lk_expand_stream_fits(&e))) return LYCO_OK;
     *done = true;
     if (!a->dora.on) return lk_expand(&e, dev, s);
     /* DoRA: stats pass (per-tile Σ V² partials), statistics, then the merge with them */
     const i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-    const i64 tiles = lk_expand_stat_tiles(&e);
+    lk_expand_args st = e;
+    memset(&st.out, 0, sizeof st.out);
+    const i64 tiles = lk_expand_stat_tiles(&st);
     float *ws = NULL;
     int rc = lk_scratch_alloc((void **)&ws, (size_t)(tiles * n + 3 * kept) * sizeof(float), s);
     if (rc) return rc;
-    lk_expand_args st = e;
     st.stat_part = ws;
-    memset(&st.out, 0, sizeof st.out);
     rc = lk_expand(&st, dev, s);
     if (rc == LYCO_OK)
         rc = lk_dora_finish_parts(&a->dora, ws, tiles, n, kept, a->dora.on_out ? 1 : L.K, L.m, L.ct, ws + tiles * n, s);
@@ -1512,11 +1514,13 @@ extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *d
     cudaStream_t s = (cudaStream_t)stream;
     /* r ≤ 16 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, 38 vs 57 µs for lowrank.cu's
        expand at 4096² r 8 on the H200); r ≤ 128 otherwise: lowrank.cu; the rest: this file's kernels */
-    int done = 0;
-    int rc = lk_locon_merge_fwd_small(a, dev, stream, &done);
-    if (rc || done) return rc;
     bool streamed = false;
-    rc = merge_fwd_lowrank(a, dev, s, &streamed);
+    int rc = merge_fwd_lowrank(a, dev, s, true, &streamed);
+    if (rc || streamed) return rc;
+    int done = 0;
+    rc = lk_locon_merge_fwd_small(a, dev, stream, &done);
+    if (rc || done) return rc;
+    rc = merge_fwd_lowrank(a, dev, s, false, &streamed);
     if (rc || streamed) return rc;
     switch (a->L.ct) {
     case DT_BF16: return merge_fwd_t<bf16_t>(a, dev, s);

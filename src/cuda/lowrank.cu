@@ -629,12 +629,16 @@ extern "C" int lk_expand_fits(const lk_expand_args *a, const lk_device *dev) {
     return expand_bytes(a) <= dev->smem_optin;
 }
 
-extern "C" int64_t lk_expand_stat_tiles(const lk_expand_args *a) { return a->dora.on_out ? cdiv(a->N, EN) : cdiv(a->M, EM); }
+extern "C" int64_t lk_expand_stat_tiles(const lk_expand_args *a) {
+    if (lk_expand_stream_fits(a)) return lk_expand_stream_stat_tiles(a);
+    return a->dora.on_out ? cdiv(a->N, EN) : cdiv(a->M, EM);
+}
 
 extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (!lk_expand_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: expand called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;
+    if (lk_expand_stream_fits(a)) return lk_expand_stream(a, dev, stream);
     switch (a->ct) {
     case DT_BF16: return a->q_t ? ex_launch_rp<bf16_t, true>(a, s) : ex_launch_rp<bf16_t, false>(a, s);
     case DT_F16: return a->q_t ? ex_launch_rp<f16_t, true>(a, s) : ex_launch_rp<f16_t, false>(a, s);
@@ -647,6 +651,12 @@ static int reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_km
     *part = NULL;
     *Z = 0;
     if (cdiv(M, RM) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld rows exceed the reduction grid", (long long)M);
+    if (!b_kmajor && lk_reduce_stream_fits(ct, A, B, copyA, K, rp)) {
+        int64_t z = 0;
+        const int rc = lk_reduce_stream_parts(ct, A, B, copyA, M, K, rp, part, &z, dev, s);
+        *Z = z;
+        return rc;
+    }
     switch (ct) {
     case DT_BF16: return b_kmajor ? reduce_ct<bf16_t, true>(A, B, copyA, M, K, rp, part, Z, dev, s)
                                   : reduce_ct<bf16_t, false>(A, B, copyA, M, K, rp, part, Z, dev, s);

@@ -1,0 +1,470 @@
+/*
+ * lowrank_stream.cu — lk_expand's streaming kernel: out = epi(base, rowc · P·Q) with every output
+ * element loaded, merged and stored by the thread whose tensor-core accumulator holds it, without
+ * a shared-memory round trip (kern_lowrank.h has the formula; lowrank.cu's k_expand is the general
+ * kernel this one stands in for on the common layouts).
+ *
+ * Why: k_expand stages the base tile and the result tile through shared memory and lives for one
+ * 64×128 tile; the H200 profile showed it issue-bound at 17–33% of DRAM bandwidth (docs/kernels.md),
+ * 2.6–3.9× the floor on LoRA merge forward. Here the only traffic is the stream itself:
+ *
+ *   - columns are permuted inside each 32-column group so that a thread's accumulators
+ *     (mma.sync m16n8k16: rows g and g+8, columns 2t, 2t+1 of each of 4 n8 tiles j) are the 8
+ *     consecutive columns 8t … 8t+7 of the group: tile j's column 2t'+e is column 8t' + 2j + e.
+ *     The permutation is applied when Q is loaded (B fragment column g ↔ column 8·(g>>1) + 2j +
+ *     (g&1)), so base and out move as one 16-byte load and one 16-byte store per thread and row;
+ *   - a warp owns 32 columns; its B fragments (Q restricted to them, r × 32, permuted) stay in
+ *     registers while it walks down the rows; A fragments (P's rows) come straight from global
+ *     memory as 32-bit pairs (L1 hits: the block's 4 warps read the same rows);
+ *   - the next step's base and P are loaded before the current step is multiplied and stored;
+ *   - the grid is persistent (SMs × resident blocks); block b takes the b-th equal slice of the
+ *     (column strip, row step) sequence, so every SM gets the same number of steps (no partial
+ *     last wave), and reloads its B fragments when its slice crosses into the next strip.
+ *
+ * Taken when (lk_expand_stream_fits): 16-bit CT; P, Q, base and out all in CT; out (and base)
+ * row-major with 16-byte rows (LK_VEC, any N: the last chunk of a row is element-wise); no fp32
+ * P parts; DoRA only per output row (its statistics pass writes one Σ V² partial per row and
+ * 32-column warp group: lk_expand_stat_tiles). Everything else runs k_expand. In place (out =
+ * base) is safe: each element is read, then written, by one thread.
+ *
+ * Registers per thread: B fragments 8·KS (KS = r/16 rounded up: 1, 2, 4, 8), A fragments 4·MT·KS
+ * twice (current and next), base 8·MT twice, accumulators 16·MT; MT = 2 row tiles per step for
+ * KS ≤ 2, else 1. Extra memory: none (stats mode: the partials the caller allocates).
+ * Deterministic: fixed summation order per element (k order inside the mma), no atomics.
+ * A/B: LYCO_CUDA_EXPAND_STAGED=1 sends every call to k_expand; LYCO_CUDA_XS_BLOCKS_PER_SM=n
+ * caps the resident blocks per SM of the persistent grid (experiments).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/kern_lowrank.h"
+#include "cuda/merge_ep.cuh"
+
+namespace {
+
+const int XW = 4;        /* warps per block */
+const int XT = XW * 32;  /* threads per block */
+const int XN = XW * 32;  /* columns per strip (one 32-column group per warp) */
+
+template <typename CT> __device__ __forceinline__ float lo16(unsigned u);
+template <typename CT> __device__ __forceinline__ float hi16(unsigned u);
+template <> __device__ __forceinline__ float lo16<bf16_t>(unsigned u) { return __uint_as_float(u << 16); }
+template <> __device__ __forceinline__ float hi16<bf16_t>(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+template <> __device__ __forceinline__ float lo16<f16_t>(unsigned u) { return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu))); }
+template <> __device__ __forceinline__ float hi16<f16_t>(unsigned u) { return __half2float(__ushort_as_half((unsigned short)(u >> 16))); }
+
+/* RN(a) in the low half, RN(b) in the high half */
+template <typename CT> __device__ __forceinline__ unsigned pack2(float a, float b);
+template <> __device__ __forceinline__ unsigned pack2<bf16_t>(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *(unsigned *)&v;
+}
+template <> __device__ __forceinline__ unsigned pack2<f16_t>(float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *(unsigned *)&v;
+}
+
+/* Bits of element (r, c) of a view already in the 16-bit CT (exact). */
+__device__ __forceinline__ unsigned ld_bits(const lk_view &v, i64 r, i64 c) { return f_to_bits(vload(v, r, c), v.dt); }
+
+/* Elements (m, k), (m, k+1) of P packed (k even; zero past r). pairs: P row-major with 4-byte pairs. */
+__device__ __forceinline__ unsigned ld_apair(const lk_view &P, i64 m, int k, int r, bool pairs) {
+    if (k >= r) return 0u;
+    if (pairs && k + 1 < r) return *(const unsigned *)vaddr(P, m, k);
+    return ld_bits(P, m, k) | (k + 1 < r ? ld_bits(P, m, k + 1) << 16 : 0u);
+}
+
+struct xs_args {
+    lk_expand_args a;
+    i64 strips, steps; /* column strips of XN, row steps of 16·MT per strip */
+    int pairs;         /* P row-major with 4-byte aligned pairs */
+};
+
+template <int KS, int MT> struct xs_step {
+    unsigned a[MT][KS][4];
+    uint4 w[MT][2];
+};
+
+/* The A fragments and base chunks of row step `st` of strip `sp` for this thread. */
+template <typename CT, int KS, int MT>
+__device__ __forceinline__ void xs_load(const xs_args &x, i64 sp, i64 st, xs_step<KS, MT> &s) {
+    const lk_expand_args &a = x.a;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const i64 col = sp * XN + (threadIdx.x >> 5) * 32 + 8 * t;
+    const int r = (int)a.r;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const i64 m = st * 16 * MT + mt * 16 + g;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            const int k = ks * 16 + 2 * t;
+            s.a[mt][ks][0] = m < a.M ? ld_apair(a.P, m, k, r, x.pairs) : 0u;
+            s.a[mt][ks][1] = m + 8 < a.M ? ld_apair(a.P, m + 8, k, r, x.pairs) : 0u;
+            s.a[mt][ks][2] = m < a.M ? ld_apair(a.P, m, k + 8, r, x.pairs) : 0u;
+            s.a[mt][ks][3] = m + 8 < a.M ? ld_apair(a.P, m + 8, k + 8, r, x.pairs) : 0u;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const i64 row = m + 8 * h;
+            uint4 w = make_uint4(0u, 0u, 0u, 0u);
+            if (a.base.p && row < a.M && col < a.N) {
+                if (col + 8 <= a.N) {
+                    w = __ldcs((const uint4 *)vaddr(a.base, row, col));
+                } else {
+                    unsigned e[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+                    for (int c = 0; c < 8 && col + c < a.N; c++) e[c] = ld_bits(a.base, row, col + c);
+                    w = make_uint4(e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16);
+                }
+            }
+            s.w[mt][h] = w;
+        }
+    }
+}
+
+/* B fragments of strip sp for this warp's 32 columns, permuted (see the header). */
+template <int KS, bool QT> __device__ __forceinline__ void xs_load_b(const xs_args &x, i64 sp, unsigned (&b)[KS][4][2]) {
+    const lk_expand_args &a = x.a;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r = (int)a.r;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const i64 n = sp * XN + (threadIdx.x >> 5) * 32 + 8 * (g >> 1) + 2 * j + (g & 1);
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int hk = 0; hk < 2; hk++) {
+                const int k = ks * 16 + 2 * t + 8 * hk;
+                unsigned v = 0u;
+                if (n < a.N && k < r) {
+                    v = QT ? ld_bits(a.Q, n, k) : ld_bits(a.Q, k, n);
+                    if (k + 1 < r) v |= (QT ? ld_bits(a.Q, n, k + 1) : ld_bits(a.Q, k + 1, n)) << 16;
+                }
+                b[ks][j][hk] = v;
+            }
+    }
+}
+
+/* The kept-index statistics of (row, col) for DoRA (per output row: the row's). */
+__device__ __forceinline__ const float *xs_st(const lk_expand_args &a, i64 row) { return a.st + 3 * (row < a.M ? row : 0); }
+
+/* Multiply one step and merge/store it (or, stats mode, write its per-row Σ V² partials). */
+template <typename CT, int KS, int MT, bool DORA>
+__device__ __forceinline__ void xs_step_out(const xs_args &x, i64 sp, i64 st, const xs_step<KS, MT> &s,
+                                            const unsigned (&b)[KS][4][2], float rs, float mf) {
+    const lk_expand_args &a = x.a;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const i64 col = sp * XN + warp * 32 + 8 * t;
+    const bool stats = DORA && a.stat_part != NULL;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float acc[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) mma16816<CT>(acc[j], s.a[mt][ks], b[ks][j]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const i64 row = st * 16 * MT + mt * 16 + g + 8 * h;
+            const float rc = row < a.M ? rs * vget(a.rowmask, row, 1.0f) : 0.0f;
+            const unsigned wv[4] = {s.w[mt][h].x, s.w[mt][h].y, s.w[mt][h].z, s.w[mt][h].w};
+            const float *s3 = DORA && !stats ? xs_st(a, row) : NULL;
+            if (stats) {
+                float ss = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float v0 = lo16<CT>(wv[j]) + acc[j][2 * h] * rc, v1 = hi16<CT>(wv[j]) + acc[j][2 * h + 1] * rc;
+                    ss = fmaf(v0, v0, ss);
+                    ss = fmaf(v1, v1, ss);
+                }
+                ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+                ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+                if (t == 0 && row < a.M) a.stat_part[(sp * XW + warp) * a.M + row] = ss;
+                continue;
+            }
+            unsigned o[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float v0 = merge_elem(lo16<CT>(wv[j]), acc[j][2 * h] * rc, a.mode, mf, DORA, s3);
+                const float v1 = merge_elem(hi16<CT>(wv[j]), acc[j][2 * h + 1] * rc, a.mode, mf, DORA, s3);
+                o[j] = pack2<CT>(v0, v1);
+            }
+            if (row >= a.M || col >= a.N) continue;
+            if (col + 8 <= a.N) {
+                __stcs((uint4 *)vaddr(a.out, row, col), make_uint4(o[0], o[1], o[2], o[3]));
+            } else {
+                for (int c = 0; c < 8 && col + c < a.N; c++)
+                    vstore(a.out, row, col + c, (c & 1) ? hi16<CT>(o[c >> 1]) : lo16<CT>(o[c >> 1]));
+            }
+        }
+    }
+}
+
+template <typename CT, int KS, int MT, bool QT, bool DORA> __global__ __launch_bounds__(XT) void k_expand_stream(xs_args x) {
+    const lk_expand_args &a = x.a;
+    const i64 total = x.strips * x.steps;
+    const i64 s0 = total * blockIdx.x / gridDim.x, s1 = total * (blockIdx.x + 1) / gridDim.x;
+    if (s0 >= s1) return;
+    const float sig = sigma_ct<CT>(a.sigma);
+    const float rs = (float)a.row_scale * (a.sig_in_row ? sig : 1.0f);
+    const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
+    unsigned b[KS][4][2];
+    i64 bsp = -1;
+    xs_step<KS, MT> cur, nxt;
+    xs_load<CT, KS, MT>(x, s0 / x.steps, s0 % x.steps, cur);
+    for (i64 q = s0; q < s1; q++) {
+        const i64 sp = q / x.steps, st = q % x.steps;
+        if (q + 1 < s1) xs_load<CT, KS, MT>(x, (q + 1) / x.steps, (q + 1) % x.steps, nxt);
+        if (sp != bsp) {
+            xs_load_b<KS, QT>(x, sp, b);
+            bsp = sp;
+        }
+        xs_step_out<CT, KS, MT, DORA>(x, sp, st, cur, b, rs, mf);
+        cur = nxt;
+    }
+}
+
+template <int KS> struct xs_mt { static const int v = KS <= 2 ? 2 : 1; };
+
+/* Resident blocks per SM for the persistent grid (occupancy API; LYCO_CUDA_XS_BLOCKS_PER_SM caps it). */
+template <typename K> int xs_blocks(K kern, const lk_device *dev, int *blocks) {
+    int per = 0;
+    LK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, XT, 0));
+    const char *e = getenv("LYCO_CUDA_XS_BLOCKS_PER_SM");
+    const int cap = e ? atoi(e) : 0;
+    if (cap > 0 && cap < per) per = cap;
+    if (per < 1) per = 1;
+    *blocks = per * dev->sms;
+    return LYCO_OK;
+}
+
+template <typename CT, int KS, bool QT, bool DORA> int xs_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+    const int MT = xs_mt<KS>::v;
+    xs_args x;
+    x.a = *a;
+    x.strips = cdiv(a->N, XN);
+    x.steps = cdiv(a->M, 16 * MT);
+    x.pairs = a->P.s1 == 1 && !(a->P.flags & LK_UNALIGNED) && ((uintptr_t)a->P.p % 4) == 0 && (a->P.s0 % 2) == 0;
+    int blocks = 0;
+    int rc = xs_blocks(k_expand_stream<CT, KS, MT, QT, DORA>, dev, &blocks);
+    if (rc) return rc;
+    const i64 total = x.strips * x.steps;
+    if (total < blocks) blocks = (int)total;
+    k_expand_stream<CT, KS, MT, QT, DORA><<<blocks, XT, 0, s>>>(x);
+    LK_LAUNCHED("expand_stream");
+    return LYCO_OK;
+}
+
+template <typename CT, bool QT, bool DORA> int xs_launch_rp(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+    switch (lk_reduce_rank_tile(a->r)) {
+    case 16: return xs_launch<CT, 1, QT, DORA>(a, dev, s);
+    case 32: return xs_launch<CT, 2, QT, DORA>(a, dev, s);
+    case 64: return xs_launch<CT, 4, QT, DORA>(a, dev, s);
+    default: return xs_launch<CT, 8, QT, DORA>(a, dev, s);
+    }
+}
+
+template <typename CT> int xs_launch_ct(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+    if (a->q_t) return xs_launch_rp<CT, true, false>(a, dev, s);
+    return a->dora.on ? xs_launch_rp<CT, false, true>(a, dev, s) : xs_launch_rp<CT, false, false>(a, dev, s);
+}
+
+bool row_major_vec(const lk_view &v) { return v.s1 == 1 && (v.flags & LK_VEC) != 0; }
+
+/* ---------------------------------------------------------------------------------------------
+ * reduce: part[z][m][i] = Σ_{k ∈ range z} RN_CT(A[m, k]) · B[i, k]  (B r×K in CT, i < RP)
+ *
+ * The summation index is permuted inside each 32-wide k chunk so that a thread's A fragments
+ * for both k16 steps are the 8 consecutive elements 8t … 8t+7 of its rows g and g+8 (slot
+ * 2t + 8h + e of step s ↔ k offset 8t + 4s + 2h + e): one 16-byte load per row and chunk (two
+ * for fp32 A, rounded to CT in registers), and the same permutation on B (one 16-byte load per
+ * n8 tile). A block's 4 warps own 32 rows each and walk the same k range z chunk by chunk (so
+ * their B loads hit L1), each loading chunk c+1 before multiplying chunk c, and write their own
+ * rows' partials. copyA (bypass backward's dy0 = RN(dy), in CT): every A element is loaded by
+ * exactly one thread, which also stores it there.
+ * ------------------------------------------------------------------------------------------- */
+const int RW = 4;  /* warps per reduce block */
+const int RMT = 2; /* m16 tiles per warp */
+
+template <int NI> struct rs_chunk {
+    uint4 x[RMT][2];
+    uint4 d[NI];
+};
+
+/* 8 elements (row, k..k+7) of a view as CT pairs (zero past kend; k a multiple of 8). */
+template <typename CT, bool F32>
+__device__ __forceinline__ uint4 rs_load8(const lk_view &v, i64 row, i64 k, i64 kend) {
+    if (k + 8 <= kend) {
+        const char *p = vaddr(v, row, k);
+        if (!F32) return *(const uint4 *)p;
+        const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 16);
+        return make_uint4(pack2<CT>(a.x, a.y), pack2<CT>(a.z, a.w), pack2<CT>(b.x, b.y), pack2<CT>(b.z, b.w));
+    }
+    float e[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) e[c] = k + c < kend ? vload(v, row, k + c) : 0.0f;
+    return make_uint4(pack2<CT>(e[0], e[1]), pack2<CT>(e[2], e[3]), pack2<CT>(e[4], e[5]), pack2<CT>(e[6], e[7]));
+}
+
+template <typename CT, int NI, bool AF32>
+__device__ __forceinline__ void rs_load(const lk_view &A, const lk_view &B, const lk_view &copyA, i64 M, i64 r, i64 m0, i64 k,
+                                        i64 kend, rs_chunk<NI> &c) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int mt = 0; mt < RMT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const i64 row = m0 + mt * 16 + g + 8 * h;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (row < M && k < kend) {
+                v = rs_load8<CT, AF32>(A, row, k, kend);
+                if (copyA.p) {
+                    if (k + 8 <= kend) {
+                        *(uint4 *)vaddr(copyA, row, k) = v;
+                    } else {
+                        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+                        for (int e = 0; k + e < kend; e++) vstore(copyA, row, k + e, (e & 1) ? hi16<CT>(w[e >> 1]) : lo16<CT>(w[e >> 1]));
+                    }
+                }
+            }
+            c.x[mt][h] = v;
+        }
+#pragma unroll
+    for (int j = 0; j < NI; j++) {
+        const i64 n = j * 8 + g;
+        c.d[j] = n < r && k < kend ? rs_load8<CT, false>(B, n, k, kend) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+template <typename CT, int NI> __device__ __forceinline__ void rs_mma(float (&acc)[RMT][NI][4], const rs_chunk<NI> &c) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+#pragma unroll
+        for (int mt = 0; mt < RMT; mt++) {
+            const unsigned x0[4] = {c.x[mt][0].x, c.x[mt][0].y, c.x[mt][0].z, c.x[mt][0].w};
+            const unsigned x1[4] = {c.x[mt][1].x, c.x[mt][1].y, c.x[mt][1].z, c.x[mt][1].w};
+            const unsigned a[4] = {x0[2 * s], x1[2 * s], x0[2 * s + 1], x1[2 * s + 1]};
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                const unsigned d[4] = {c.d[j].x, c.d[j].y, c.d[j].z, c.d[j].w};
+                const unsigned b[2] = {d[2 * s], d[2 * s + 1]};
+                mma16816<CT>(acc[mt][j], a, b);
+            }
+        }
+    }
+}
+
+template <typename CT, int NI, bool AF32>
+__global__ __launch_bounds__(RW * 32) void k_reduce_stream(lk_view A, lk_view B, lk_view copyA, i64 M, i64 K, i64 r, i64 kper,
+                                                           float *part) {
+    const int RPn = NI * 8;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const i64 m0 = ((i64)blockIdx.x * RW + warp) * 16 * RMT, z = blockIdx.y;
+    const i64 kb0 = z * kper, kb1 = kb0 + kper < K ? kb0 + kper : K;
+    const i64 nc = kb1 > kb0 ? cdiv(kb1 - kb0, 32) : 0;
+    float acc[RMT][NI][4];
+    acc_zero(acc);
+    rs_chunk<NI> cur, nxt;
+    if (nc > 0) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + 8 * t, kb1, cur);
+    for (i64 c = 0; c < nc; c++) {
+        if (c + 1 < nc) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + (c + 1) * 32 + 8 * t, kb1, nxt);
+        rs_mma<CT, NI>(acc, cur);
+        cur = nxt;
+    }
+#pragma unroll
+    for (int mt = 0; mt < RMT; mt++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const i64 m = m0 + mt * 16 + g + 8 * h;
+                if (m < M) *(float2 *)(part + (z * M + m) * RPn + j * 8 + 2 * t) = make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
+            }
+}
+
+template <typename CT, int NI, bool AF32>
+int rs_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i64 K, i64 r, float **part, i64 *Zout,
+              const lk_device *dev, cudaStream_t s) {
+    const int RPn = NI * 8;
+    const i64 bx = cdiv(M, 16 * RMT * RW);
+    int per = 0;
+    LK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_reduce_stream<CT, NI, AF32>, RW * 32, 0));
+    if (per < 1) per = 1;
+    /* enough k ranges to fill the resident blocks, each range ≥ 4 chunks of 32 */
+    i64 Z = cdiv((i64)per * dev->sms, bx);
+    const i64 zmax = K > 0 ? cdiv(K, 4 * 32) : 1;
+    if (Z > zmax) Z = zmax;
+    if (Z > 64) Z = 64;
+    if (Z < 1) Z = 1;
+    const i64 kper = K > 0 ? cdiv(cdiv(K, Z), 32) * 32 : 32;
+    Z = K > 0 ? cdiv(K, kper) : 1;
+    int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RPn) * sizeof(float), s);
+    if (rc) return rc;
+    *Zout = Z;
+    lk_view none;
+    memset(&none, 0, sizeof none);
+    k_reduce_stream<CT, NI, AF32><<<dim3((unsigned)bx, (unsigned)Z), RW * 32, 0, s>>>(*A, *B, copyA ? *copyA : none, M, K, r, kper, *part);
+    LK_LAUNCHED("reduce_stream");
+    return LYCO_OK;
+}
+
+template <typename CT, bool AF32>
+int rs_launch_rp(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i64 K, i64 rp, float **part, i64 *Z,
+                 const lk_device *dev, cudaStream_t s) {
+    return rp == 16 ? rs_launch<CT, 2, AF32>(A, B, copyA, M, K, B->rows, part, Z, dev, s)
+                    : rs_launch<CT, 4, AF32>(A, B, copyA, M, K, B->rows, part, Z, dev, s);
+}
+
+} // namespace
+
+extern "C" int lk_expand_stream_fits(const lk_expand_args *a) {
+    if (getenv("LYCO_CUDA_EXPAND_STAGED")) return 0;
+    const int ct = a->ct;
+    if (ct != DT_BF16 && ct != DT_F16) return 0;
+    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0 || a->p_split) return 0;
+    if (a->P.dt != ct || a->Q.dt != ct) return 0;
+    if (a->dora.on && (!a->dora.on_out || a->q_t)) return 0;
+    const bool stats = a->stat_part != NULL || a->out.p == NULL; /* out absent: the stats mode's args */
+    if (stats && !a->dora.on) return 0;
+    if (!stats && (a->out.dt != ct || !row_major_vec(a->out))) return 0;
+    if (a->base.p && (a->base.dt != ct || !row_major_vec(a->base))) return 0;
+    return 1;
+}
+
+extern "C" int64_t lk_expand_stream_stat_tiles(const lk_expand_args *a) { return cdiv(a->N, XN) * XW; }
+
+extern "C" int lk_expand_stream(const lk_expand_args *a, const lk_device *dev, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (!lk_expand_stream_fits(a)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: streaming expand called outside its limits");
+    if (a->M == 0 || a->N == 0) return LYCO_OK;
+    return a->ct == DT_BF16 ? xs_launch_ct<bf16_t>(a, dev, s) : xs_launch_ct<f16_t>(a, dev, s);
+}
+
+extern "C" int lk_reduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t K, int64_t rp) {
+    if (getenv("LYCO_CUDA_REDUCE_STAGED")) return 0;
+    if ((ct != DT_BF16 && ct != DT_F16) || (rp != 16 && rp != 32) || K % 8 != 0) return 0;
+    if (!row_major_vec(*A) || (A->dt != ct && A->dt != DT_F32)) return 0;
+    if (!row_major_vec(*B) || B->dt != ct || B->rows > rp || B->cols < K) return 0;
+    if (copyA && copyA->p && (copyA->dt != ct || !row_major_vec(*copyA))) return 0;
+    return 1;
+}
+
+extern "C" int lk_reduce_stream_parts(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t M, int64_t K,
+                                      int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    *part = NULL;
+    *Z = 0;
+    if (!lk_reduce_stream_fits(ct, A, B, copyA, K, rp)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: streaming reduction called outside its limits");
+    if (cdiv(M, 16 * RMT * RW) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld rows exceed the reduction grid", (long long)M);
+    const bool f32 = A->dt == DT_F32;
+    i64 z = 0;
+    int rc;
+    if (ct == DT_BF16) rc = f32 ? rs_launch_rp<bf16_t, true>(A, B, copyA, M, K, rp, part, &z, dev, s)
+                                : rs_launch_rp<bf16_t, false>(A, B, copyA, M, K, rp, part, &z, dev, s);
+    else rc = f32 ? rs_launch_rp<f16_t, true>(A, B, copyA, M, K, rp, part, &z, dev, s)
+                  : rs_launch_rp<f16_t, false>(A, B, copyA, M, K, rp, part, &z, dev, s);
+    *Z = z;
+    return rc;
+}
