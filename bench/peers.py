@@ -93,18 +93,20 @@ def quick_cases():
 def default_cases():
     """BENCH.md §6's families at its shapes, trimmed to one row per family and direction (plus
     LoRA at rank 128, last) so that every arm, compile and autotune included, and the first-call
-    table fit ~6 minutes on an H200 (an estimate: --max-minutes guards it): merge 4096², bypass
+    table fit ~6 minutes on an H200 (an estimate: --time-limit guards it): merge 4096², bypass
     8192 tokens × 4096², rank 32, LoKr factor 16, OFT block 32, BOFT block 16 with every
     butterfly stage."""
+    # cheap warm-ups first: OFT/BOFT (the peer autotunes for up to a minute per new shape, BENCH.md
+    # §6) last, so a run that reaches its time limit loses those (named in the notes) and the extras
     return [case("lora_merge", 4096, 4096, r=32), case("lora_bypass", 4096, 4096, r=32, T=8192),
-            case("loha_merge", 4096, 4096, r=32), case("loha_bypass", 4096, 4096, r=32, T=8192),
+            case("dora_merge", 4096, 4096, r=32), case("ia3_bypass", 4096, 4096, T=8192),
             case("lokr_merge", 4096, 4096, r=32, factor=16),
             case("lokr_bypass", 4096, 4096, r=32, T=8192, factor=16),
+            case("loha_merge", 4096, 4096, r=32), case("loha_bypass", 4096, 4096, r=32, T=8192),
             case("oft_merge", 4096, 4096, block=32), case("oft_bypass", 4096, 4096, T=8192, block=32),
             case("boft_merge", 4096, 4096, block=16),
             case("boft_bypass", 4096, 4096, T=8192, block=16),
-            case("dora_merge", 4096, 4096, r=32), case("ia3_bypass", 4096, 4096, T=8192),
-            # extras, last so that --max-minutes drops them first
+            # extras, last so that the time limit drops them first
             case("lora_merge", 11008, 4096, r=128), case("lora_bypass", 3072, 3072, r=128, T=16384)]
 
 
@@ -526,6 +528,30 @@ def make_runner(dev, fn, capture):
         return fn, "events (no graph: %s)" % short_err(e)[:120]
 
 
+def kernel_time_sum(dev, fn, n=5):
+    """Device time of fn's kernels alone (seconds per call, the profiler's sum, flush kernels
+    subtracted): the time of an arm whose call synchronises the host, without the gaps."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        def total(work):
+            dev.sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(n):
+                    work()
+                dev.sync()
+            return sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+                       for e in prof.key_averages()) * 1e-6
+
+        def flushed():
+            dev.flush()
+            fn()
+        return max(0.0, total(flushed) - total(dev.flush)) / n
+    except Exception as e:  # noqa: BLE001 (the profiler is optional evidence, never fatal)
+        log("kernel-time sum failed: " + short_err(e))
+        return None
+
+
 def sample_all(dev, runners, reps):
     """Interleaved samples (seconds) of every (arm, mode) runner, order rotated per repeat."""
     keys = list(runners)
@@ -693,18 +719,37 @@ def accuracy(p, out, grads, ref_out, ref_grads):
     return acc
 
 
-def bench_row(i, n, c, args, dev, ceil, t_start):
+def bench_row(i, n, c, args, dev, ceil):
     """Measure one row: every arm's warm-up, accuracy, memory and interleaved timing."""
-    name = "%s %s" % (c["fam"], case_name(c))
-    row = {"case": c, "name": name, "arms": {}, "notes": []}
+    tag = "row %d/%d %s %s" % (i + 1, n, c["fam"], case_name(c))
+    row = {"case": c, "name": "%s %s" % (c["fam"], case_name(c)), "arms": {}, "notes": []}
     p = Problem(c, args.device, DTYPE[args.dtype], args.seed + i)
-    out_dt = p.dt
+    eager, calls, errors = make_calls(p, args, dev, row)
+    results = warm_up(p, calls, errors, row, dev, tag)
+    for arm, e in errors.items():
+        row["arms"].setdefault(arm, {})["error"] = e
+    if eager is not None:
+        score(p, eager, results, row, tag)
+    del results
+    runners, keep = make_runners(p, calls, args, dev, row, tag)
+    log("%s: timing %d runners × %d repeats" % (tag, len(runners), args.reps))
+    times = sample_all(dev, runners, args.reps) if runners else {}
+    finish_row(p, row, times, ceil)
+    del runners, keep, calls, p
+    if dev.cuda:
+        torch.cuda.empty_cache()
+    return row
+
+
+def make_calls(p, args, dev, row):
+    """(eager fn, {arm: call(tensors) -> output}, {arm: why it does not run})."""
     calls, errors = {}, {}
     try:
         eager = p.eager_fn()
     except Exception as e:  # noqa: BLE001
         row["notes"].append("eager arm unavailable: " + short_err(e))
         eager = None
+    out_dt = p.dt
     for arm in args.arms:
         try:
             if arm == "lyco":
@@ -713,8 +758,7 @@ def bench_row(i, n, c, args, dev, ceil, t_start):
                 calls[arm] = lambda t, f=eager: f(t, out_dt)
             elif arm == "compile" and eager is not None:
                 torch._dynamo.reset()
-                cf = torch.compile(lambda t, f=eager: f(t, out_dt), dynamic=False)
-                calls[arm] = cf
+                calls[arm] = torch.compile(lambda t, f=eager: f(t, out_dt), dynamic=False)
             elif arm == "lycoris":
                 if not dev.cuda:
                     errors[arm] = "skipped: no GPU (LyCORIS's fused kernels are Triton on CUDA)"
@@ -722,10 +766,15 @@ def bench_row(i, n, c, args, dev, ceil, t_start):
                 calls[arm] = p.peer_fn("triton")
         except Exception as e:  # noqa: BLE001
             errors[arm] = short_err(e)
-    # warm-up (first in-process call: compile / JIT / autotune) and the results for accuracy
+    return eager, calls, errors
+
+
+def warm_up(p, calls, errors, row, dev, tag):
+    """The first in-process call of every arm (compile / JIT / autotune), timed; its fb results
+    ({arm: (out, grads)}) are scored. An arm that raises leaves `calls` with its error."""
     results = {}
     for arm, call in list(calls.items()):
-        log("row %d/%d %s: %s warm-up" % (i + 1, n, name, arm))
+        log("%s: %s warm-up" % (tag, arm))
         try:
             t0 = time.perf_counter()
             results[arm] = run_arm_once(p, call, "fb")
@@ -740,50 +789,59 @@ def bench_row(i, n, c, args, dev, ceil, t_start):
         except Exception as e:  # noqa: BLE001
             errors[arm] = short_err(e)
             calls.pop(arm)
-            log("row %d/%d %s: %s FAILED: %s" % (i + 1, n, name, arm, errors[arm]))
-    for arm, e in errors.items():
-        row["arms"].setdefault(arm, {})["error"] = e
-    # accuracy against the fp64 oracle, and the lyco/eager agreement check
-    if eager is not None:
-        try:
-            ref_out, ref_grads = oracle(p, eager)
-            for arm, (out, grads) in results.items():
-                row["arms"][arm]["ulp"] = accuracy(p, out, grads, ref_out, ref_grads)
-            row["agree"] = agreement(p, results, ref_out, ref_grads)
-            del ref_out, ref_grads
-        except Exception as e:  # noqa: BLE001
-            row["notes"].append("oracle failed: " + short_err(e))
+            results.pop(arm, None)
+            log("%s: %s FAILED: %s" % (tag, arm, errors[arm]))
+    return results
+
+
+def score(p, eager, results, row, tag):
+    """ULP of every arm against the fp64 oracle, and the lyco/eager agreement check."""
+    try:
+        ref_out, ref_grads = oracle(p, eager)
+        for arm, (out, grads) in results.items():
+            row["arms"][arm]["ulp"] = accuracy(p, out, grads, ref_out, ref_grads)
+        row["agree"] = agreement(p, results, ref_out, ref_grads)
+    except Exception as e:  # noqa: BLE001
+        row["notes"].append("oracle failed: " + short_err(e))
     if row.get("agree") and not row["agree"]["ok"]:
         row["mismatch"] = True
-        print("MISMATCH row %d/%d %s: %s" % (i + 1, n, name, row["agree"]["why"]), flush=True)
-    del results
-    # memory, runners, interleaved timing
-    leaves_cache = {}
-    runners = {}
+        print("MISMATCH %s: %s" % (tag, row["agree"]["why"]), flush=True)
+
+
+def make_runners(p, calls, args, dev, row, tag):
+    """Per arm and direction: peak memory, wall per call, and the runner the timing loop calls
+    (a graph replay or the call itself). Returns (runners, the tensors they hold)."""
+    runners, keep = {}, []
     for arm, call in calls.items():
         t = p.tensors()
-        names = p.leaf_names()
-        leaves = [t[k] for k in names]
-        leaves_cache[arm] = t
+        keep.append(t)
+        leaves = [t[k] for k in p.leaf_names()]
         fns = {"f": (lambda call=call, t=t: call(t)),
                "fb": (lambda call=call, t=t, leaves=leaves: torch.autograd.grad(call(t), leaves, p.dy))}
+        # eager/compiled OFT and BOFT invert a matrix through a host-synchronising op
         capture = args.graphs and not (arm in ("eager", "compile") and p.fam in ("oft", "boft"))
+        a = row["arms"][arm]
         for mode, fn in fns.items():
-            a = row["arms"][arm]
             try:
-                a["peak_extra_MiB_" + mode] = (lambda b: None if b is None else b / 2 ** 20)(dev.peak_extra(fn))
+                b = dev.peak_extra(fn)
+                a["peak_extra_MiB_" + mode] = None if b is None else b / 2 ** 20
                 a["wall_s_" + mode] = wall_per_call(dev, fn, args.wall_calls)
                 runner, how = make_runner(dev, fn, capture)
                 if not capture and dev.cuda:
                     how = "events (host-synchronising op: no graph)"
                 a["timing_" + mode] = how
                 runners[(arm, mode)] = runner
+                if dev.cuda and not how.startswith("graph"):  # host gaps are inside the event time
+                    a["kernel_sum_s_" + mode] = kernel_time_sum(dev, fn)
             except Exception as e:  # noqa: BLE001
                 a["error_" + mode] = short_err(e)
-                log("row %d/%d %s: %s %s FAILED: %s" % (i + 1, n, name, arm, mode, a["error_" + mode]))
-    log("row %d/%d %s: timing %d runners × %d repeats" % (i + 1, n, name, len(runners), args.reps))
-    times = sample_all(dev, runners, args.reps) if runners else {}
-    out_el = torch.empty((), dtype=out_dt).element_size()
+                log("%s: %s %s FAILED: %s" % (tag, arm, mode, a["error_" + mode]))
+    return runners, keep
+
+
+def finish_row(p, row, times, ceil):
+    """Floor, median/min, time/floor and lyco's speed-up over each peer."""
+    out_el = torch.empty((), dtype=p.dt).element_size()
     bf, ff, bb, fb = p.floor_terms(out_el)
     floor_f = max(bf / ceil["copy_Bps"], ff / ceil["mm_flops"])
     floor_b = max(bb / ceil["copy_Bps"], fb / ceil["mm_flops"])
@@ -803,10 +861,6 @@ def bench_row(i, n, c, args, dev, ceil, t_start):
         for mode in MODES:
             if ("med_s_" + mode) in ly and ("med_s_" + mode) in a:
                 a["lyco_speedup_" + mode] = a["med_s_" + mode] / ly["med_s_" + mode]
-    del runners, leaves_cache, calls, p
-    if dev.cuda:
-        torch.cuda.empty_cache()
-    return row
 
 
 def lyco_last_path():
@@ -897,8 +951,10 @@ def first_call_child(args):
 def first_call_table(args):
     """Each family × arm in a fresh process (fresh caches), `--first-call-jobs` at a time."""
     arms = [a for a in args.arms if not (a == "lycoris" and args.device != "cuda")]
-    fams = [c["fam"] for c in first_call_cases(args.quick) if not args.only or c["fam"] in args.only]
-    jobs = [(f, a) for f in fams for a in arms]
+    algos = {o.split("_")[0] for o in args.only}  # one first-call case per algorithm of --only
+    fams = [c["fam"] for c in first_call_cases(args.quick) if not args.only or c["fam"].split("_")[0] in algos]
+    order = {"lycoris": 0, "compile": 1, "lyco": 2, "eager": 3}  # the slow cold starts first
+    jobs = sorted(((f, a) for f in fams for a in arms), key=lambda j: order[j[1]])
     res = {}
     running = []
     tmp_root = tempfile.mkdtemp(prefix="peers-firstcall-")
@@ -917,6 +973,17 @@ def first_call_table(args):
             time.time()
 
     while jobs or running:
+        if args.deadline and time.time() > args.deadline - 5:  # the run's own limit: stop cleanly
+            for f, a in jobs:
+                res.setdefault(f, {})[a] = {"error": "not run: --time-limit reached"}
+            jobs = []
+            for f, a, proc, t in running:
+                proc.kill()
+                proc.communicate()
+                res.setdefault(f, {})[a] = {"error": "killed at --time-limit after %.0f s" % (time.time() - t)}
+            running = []
+            log("first call: --time-limit reached, the rest not run")
+            break
         while jobs and len(running) < args.first_call_jobs:
             f, a = jobs.pop(0)
             proc, t = start(f, a)
@@ -1005,6 +1072,10 @@ def fmt_t(s):
     return "%.1f µs" % (s * 1e6) if s < 1e-3 else "%.2f ms" % (s * 1e3) if s < 1 else "%.2f s" % s
 
 
+def fmt_rate(flops):
+    return "%.1f TFLOP/s" % (flops / 1e12) if flops >= 1e12 else "%.1f GFLOP/s" % (flops / 1e9)
+
+
 def fmt(v, spec="%.2f"):
     return "—" if v is None else spec % v
 
@@ -1047,11 +1118,12 @@ def write_table(doc, path):
                  env["lycoris"], env["lyco_commit"], env["lyco_library"], env["dtype"], env["python"]))
     c = doc["ceilings"]
     L.append("")
-    L.append("Ceilings (same run): copy %.1f GB/s, matmul %.1f TFLOP/s (%s). Floor = max(min_bytes / copy, "
+    L.append("Ceilings (same run): copy %.1f GB/s, matmul %s (%s). Floor = max(min_bytes / copy, "
              "flops / matmul); fb floor = f floor + backward floor. Times: median of %d interleaved repeats "
              "(min beside), %s. f = forward with autograd on; fb = forward + backward." % (
-                 c["copy_Bps"] / 1e9, c["mm_flops"] / 1e12, c["how"], doc["reps"],
-                 "device time (CUDA events; graph replay where the `timing` column says graph), L2 flushed by "
+                 c["copy_Bps"] / 1e9, fmt_rate(c["mm_flops"]), c["how"], doc["reps"],
+                 "device time (CUDA events; graph replay where the `timing` column says graph, else around the "
+                 "eager call, with [kernels …] = the profiler's kernel-time sum beside it), L2 flushed by "
                  "a %d MB write before every sample" % doc["flush_mb"] if env["device_kind"] == "cuda" else
                  "perf_counter wall time, a %d MB buffer written before every sample" % doc["flush_mb"]))
     L.append("")
@@ -1069,7 +1141,9 @@ def write_table(doc, path):
             x = r["arms"].get(a, {})
             for m in MODES:
                 if "med_s_" + m in x:
-                    cells.append("%s (%s)" % (fmt_t(x["med_s_" + m]), fmt_t(x["min_s_" + m])))
+                    k = x.get("kernel_sum_s_" + m)
+                    cells.append("%s (%s)%s" % (fmt_t(x["med_s_" + m]), fmt_t(x["min_s_" + m]),
+                                                " [kernels %s]" % fmt_t(k) if k else ""))
                 else:
                     err = x.get("error") or x.get("error_" + m)
                     cells.append("—" if not err else (err if err.startswith("skipped") else "error: " + err)[:120]
@@ -1186,7 +1260,7 @@ def plot(doc, outdir):
     except Exception as e:  # noqa: BLE001
         print("plots: matplotlib not importable (%s); run `bench/peers.py --plot results.json` where it is" % e)
         return []
-    rows, arms, env = doc["rows"], doc["arms"], doc["env"]
+    rows, arms, env = doc["rows"], measured_arms(doc), doc["env"]
     title = "%s, %s, lyco %s, %s" % (env["device"], env["dtype"], env["lyco_commit"], env["date"])
     names = [r["name"] + (" (MISMATCH)" if r.get("mismatch") else "") for r in rows]
     written = []
@@ -1277,7 +1351,14 @@ def parse(argv):
     ap.add_argument("--first-call-jobs", type=int, default=6, help="fresh processes at a time (default 6)")
     ap.add_argument("--first-call-timeout", type=int, default=120, help="seconds per fresh process (default 120)")
     ap.add_argument("--max-minutes", type=float, default=None,
-                    help="start no new row after this many minutes of rows (default 3.5; none with --quick/--full)")
+                    help="start no new row after this many minutes of rows (default: no such limit)")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="the whole run's wall-clock limit (default 360 for the default rows, none for --quick "
+                         "and --full): no row starts later than 100 s before it (the first-call table's share), "
+                         "no first-call process after it; the rows and processes left out are named")
+    ap.add_argument("--cache-dir", default=None,
+                    help="Triton / inductor / LyCORIS tuning caches of the main run (default: a fresh temporary "
+                         "folder; give one to reuse a previous run's JIT and tuning)")
     ap.add_argument("--plot", metavar="RESULTS_JSON", help="only draw the plots of a results.json")
     ap.add_argument("--first-call-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1293,6 +1374,8 @@ def parse(argv):
 def main(argv):
     global torch
     args = parse(argv)
+    t_parse = time.time()
+    args.deadline = t_parse + args.time_limit if args.time_limit else None
     if args.plot:
         with open(args.plot) as f:
             doc = json.load(f)
@@ -1303,7 +1386,7 @@ def main(argv):
         return 0 if plot(doc, out) else 1
     if args.first_call_child:
         return first_call_child(args)
-    cache = tempfile.mkdtemp(prefix="peers-cache-")  # a known, empty start for every JIT cache
+    cache = args.cache_dir or tempfile.mkdtemp(prefix="peers-cache-")  # by default an empty start
     for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "LYCORIS_KERNEL_CACHE_DIR"):
         os.environ.setdefault(k, os.path.join(cache, k.split("_")[0].lower()))
     import torch as _t
@@ -1318,8 +1401,9 @@ def main(argv):
     args.reps = args.reps or (30 if gpu else 5)
     args.wall_calls = args.wall_calls or (10 if gpu else 2)
     args.flush_mb = args.flush_mb or (256 if gpu else 64)
-    if args.max_minutes is None and not (args.full or args.quick):
-        args.max_minutes = 3.5
+    if args.time_limit is None and not (args.full or args.quick):
+        args.time_limit = 360.0
+        args.deadline = t_parse + args.time_limit
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     try:
@@ -1343,7 +1427,7 @@ def main(argv):
     log("peers: %s, %s, %d rows, arms %s, out %s" % (env["device"], args.dtype, len(cases), ",".join(args.arms), args.out))
     dev = Device(args.device, args.flush_mb)
     ceil = measure_ceilings(dev, args.dtype, args.quick)
-    log("ceilings: copy %.1f GB/s, matmul %.1f TFLOP/s" % (ceil["copy_Bps"] / 1e9, ceil["mm_flops"] / 1e12))
+    log("ceilings: copy %.1f GB/s, matmul %s" % (ceil["copy_Bps"] / 1e9, fmt_rate(ceil["mm_flops"])))
     t_start = time.time()
     rows = []
     doc = {"env": env, "ceilings": ceil, "arms": args.arms, "reps": args.reps, "flush_mb": args.flush_mb,
@@ -1353,8 +1437,12 @@ def main(argv):
             notes.append("rows %d-%d not run: --max-minutes %.1f reached" % (i + 1, len(cases), args.max_minutes))
             log(notes[-1])
             break
+        if args.deadline and time.time() > args.deadline - (100 if args.first_call else 20):
+            notes.append("rows %d-%d not run: --time-limit %.0f s nearly reached" % (i + 1, len(cases), args.time_limit))
+            log(notes[-1])
+            break
         try:
-            rows.append(bench_row(i, len(cases), c, args, dev, ceil, t_start))
+            rows.append(bench_row(i, len(cases), c, args, dev, ceil))
         except Exception as e:  # noqa: BLE001 (one row's failure never aborts the run)
             rows.append({"case": c, "name": "%s %s" % (c["fam"], case_name(c)), "arms": {},
                          "notes": ["row failed: " + short_err(e)]})

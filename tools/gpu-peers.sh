@@ -8,11 +8,15 @@
 #   2. lycoris-lora (and toml) from build-deps/wheels/ into build-deps/pylib/ when absent (the
 #      device has no network; same pip command as gpu-tier.sh step 3c);
 #   3. bench/peers.py --device cuda --out $OUT/peers ${LYCO_PEERS_ARGS} (e.g. "--full",
-#      "--only lora_merge,ia3_bypass", "--arms lyco,eager"), under `timeout` (LYCO_PEERS_TIMEOUT,
-#      default 570 s; peers.py writes results.json and table.md after every row, so a run cut
-#      short keeps its rows). Its first-call subprocesses carry their own timeouts.
+#      "--only lora_merge,ia3_bypass", "--arms lyco,eager"). LYCO_PEERS_TIMEOUT (default 570 s)
+#      bounds this whole script: peers.py gets what is left (at most 360 s unless --full/--quick
+#      is asked for; a --time-limit in LYCO_PEERS_ARGS wins) as --time-limit (it stops starting
+#      rows and first-call processes in time, and its first-call processes carry their own
+#      timeouts) and runs under `timeout` 15 s beyond that as the last resort; it rewrites
+#      results.json and table.md after every row, so even a killed run keeps its rows.
 # Output: $OUT/peers/{table.md,results.json,peers.log,*.png}; OUT defaults to ./gpu-peers-out.
-# Exit status: peers.py's (0; 1 when a row's lyco and eager results disagree; 124 on timeout).
+# Exit status: peers.py's (0; 1 when a row's lyco and eager results disagree; 124 on timeout;
+# 2 when the prerequisites are missing).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-peers-out}"
@@ -56,10 +60,15 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$P/peers.log"
 
 # ---- 3. the bench ----
-say "bench/peers.py --device cuda --out $P ${LYCO_PEERS_ARGS:-} (timeout ${LYCO_PEERS_TIMEOUT:-570} s)"
-timeout -k 15 "${LYCO_PEERS_TIMEOUT:-570}" python3 -u bench/peers.py --device cuda --out "$P" ${LYCO_PEERS_ARGS:-} 2>&1 | tee -a "$P/peers.log"
+# peers.py's own default limit for the default rows is 360 s; never more than this script has left
+left=$(( ${LYCO_PEERS_TIMEOUT:-570} - ($(date +%s) - t0) - 20 ))
+[ "$left" -lt 60 ] && left=60
+tl=$left
+case " ${LYCO_PEERS_ARGS:-} " in *" --full "*|*" --quick "*) ;; *) [ "$tl" -gt 360 ] && tl=360 ;; esac
+say "bench/peers.py --device cuda --out $P --time-limit $tl ${LYCO_PEERS_ARGS:-}"
+timeout -k 10 $((left + 15)) python3 -u bench/peers.py --device cuda --out "$P" --time-limit "$tl" ${LYCO_PEERS_ARGS:-} 2>&1 | tee -a "$P/peers.log"
 rc=${PIPESTATUS[0]}
-[ "$rc" = 124 ] && say "TIMED OUT after ${LYCO_PEERS_TIMEOUT:-570} s: table.md/results.json hold the rows finished before"
+[ "$rc" = 124 ] && say "TIMED OUT after $((left + 15)) s: table.md/results.json hold the rows finished before"
 python3 -c "import matplotlib" 2>/dev/null || say "no matplotlib here: plot later with 'bench/peers.py --plot $P/results.json'"
 say "done: exit $rc; $P/table.md"
 exit "$rc"
