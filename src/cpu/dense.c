@@ -5,28 +5,29 @@
  * C never aliases A or B; A and B are only read.
  *
  * Paths, chosen from the shape only (never from the thread count; path_of):
- *  - blocked (BLIS-style): N in blocks of NC, K in blocks of KC, M in blocks of MC; a 6×16
- *    register-blocked micro-kernel (12 ymm accumulators, two B vectors, one broadcast) reads A in
- *    place by broadcasts (any layout: nn/nt rows, tn columns). B is either packed per (NC, KC)
- *    block into 16-column k-major panels, zero-padded (PACKED_B: always for nt, where packing is
- *    the transpose; for nn/tn when B is large and read by enough rows), or read in place with its
- *    row stride, only a partial last panel packed so nothing past column N is read (DIRECT_B).
- *  - small: the unblocked 4×16 (nn/tn) and 4×4 dot-product (nt) kernels, for tiny products, K < 8
- *    (the C traffic dominates), nn/tn with M ≤ 4 (the merge driver's 4-row blocks: packing would
- *    cost as much as the product) and nt with few rows and a long K.
- * Summation order: blocked, every C element is one fp32 chain over k = 0…K−1 in increasing
- *   order, started from C (accumulate) or 0; between K blocks the partial sum is stored to C and
- *   reloaded (exact). Small, Σ_k first (nt: 8 k-lanes reduced in a fixed tree), then + C. Both
- *   depend on the shape only: not on the thread count or the M/N blocking; the ISA only through
- *   FMA contraction (the v3 build contracts, the portable one does not).
+ *  - blocked (BLIS-style, without K blocking): N in blocks of up to PACK_FLOATS/K columns, M in
+ *    blocks whose A slice stays in L2; a 6×16 register-blocked micro-kernel (12 ymm accumulators,
+ *    two B vectors, one broadcast) runs over the whole K and reads A in place by broadcasts (any
+ *    layout: nn/nt rows, tn columns). B is either packed into K × 16 k-major panels, zero-padded
+ *    (PACKED_B: nt with K < NT_DOT_K, where packing is the transpose; nn/tn when B is large and
+ *    read by enough rows), or read in place with its row stride, the partial last 16 columns by
+ *    the small kernel (DIRECT_B).
+ *  - small: unblocked 4×24 / mr×16 register blocks (nn/tn, B read in place) for tiny products,
+ *    K < 8 (C traffic dominates) and M ≤ 4 (the merge driver's 4-row blocks: packing would cost as
+ *    much as the product); 3×4 dot-product blocks over K (nt with K ≥ NT_DOT_K).
+ * Summation order (gemm_kern.h): nn, tn and short-K nt: acc = 0, one FMA chain over k = 0…K−1,
+ *   then + C when accumulating, on every path; long-K nt: 8 k-lanes, a fixed tree, the chained
+ *   tail, then + C. Each element depends on its row of op(A), column of op(B), K and C only: not
+ *   on M, N, how the caller splits them, or the thread count (tested: sub-block calls and 1 vs
+ *   2 threads bitwise equal on random shapes). FMAs are explicit (intrinsics), so this holds at
+ *   any optimisation level; the portable build multiplies and adds (no FMA).
  * Threads: called inside a parallel region (every caller in src/cpu is), a GEMM runs on the
  *   calling thread; called outside one with ≥ 4·10⁶ multiply-adds on the blocked path, it splits
  *   N (or M when N is narrower) into contiguous 16-column (6-row) aligned ranges over the OpenMP
- *   threads, each C element computed by one thread in the same order as serially, so results
- *   are bitwise equal for any thread count.
- * Extra memory: one packing buffer per thread, (NC + NR)·KC floats (528 KB), allocated on the
- *   thread's first blocked GEMM, never grown (constant size), freed at thread exit (pthread key
- *   destructor). No other state. Out of memory: the small path (same results up to rounding).
+ *   threads, each C element computed by one thread as serially.
+ * Extra memory: one packing buffer per thread, max(PACK_FLOATS, 16·K) floats (≥ 512 KB), made on
+ *   the thread's first blocked GEMM, grown when a larger K needs it, freed at thread exit (pthread
+ *   key destructor). No other state. Out of memory: the small path (rounding may then differ).
  *
  * The kernels (gemm_kern.h) are GCC vector types (8 fp32 lanes), compiled twice: for x86-64-v3
  * (AVX2 + FMA, under a target pragma; see gemm_kern.h for why not target_clones) and portable,

@@ -18,7 +18,8 @@
  *             the chained tail k ≥ K&~7, then + C_old
  *
  * Contents (all static, all names through KN):
- *   axpy_form   : nn/tn, 4×16 register block, B read in place (tiny products, K < 8, M ≤ 4, and
+ *   axpy_form   : nn/tn, nothing packed: 4×24 (micro4x24) and mr×16 (micro) register blocks, B
+ *                 read in place, 8-lane and scalar column tails (tiny products, K < 8, M ≤ 4, and
  *                 the partial last 16 columns of the direct path)
  *   dot_nt      : nt as dot products over K (3×4 blocks of 12 accumulators; B rows in groups of
  *                 DOT_JG so they stay in L2 while every A row block passes)
@@ -63,59 +64,7 @@ AI v8 KN(bcp8)(const float *p) {
     return __builtin_shuffle(v, (vi8){0, 0, 0, 0, 0, 0, 0, 0});
 }
 
-/* ---- the small path ---- */
-
-/* C[M×N] (+)= op(A)·B with op(A)[i][k] = A[i·sa_i + k·sa_k], B rows contiguous (stride ldb) */
-AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sa_i, int64_t sa_k, const float *B, int64_t ldb,
-                      float *C, int64_t ldc, bool accumulate) {
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4) {
-        int64_t j = 0;
-        for (; j + 16 <= N; j += 16) {
-            v8 c00 = KN(zero8)(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-            for (int64_t k = 0; k < K; k++) {
-                const float *b = B + k * ldb + j, *a = A + i * sa_i + k * sa_k;
-                v8 b0 = KN(ld8)(b), b1 = KN(ld8)(b + 8);
-                v8 a0 = KN(bcp8)(a), a1 = KN(bcp8)(a + sa_i), a2 = KN(bcp8)(a + 2 * sa_i), a3 = KN(bcp8)(a + 3 * sa_i);
-                c00 = KN(vfma)(a0, b0, c00); c01 = KN(vfma)(a0, b1, c01);
-                c10 = KN(vfma)(a1, b0, c10); c11 = KN(vfma)(a1, b1, c11);
-                c20 = KN(vfma)(a2, b0, c20); c21 = KN(vfma)(a2, b1, c21);
-                c30 = KN(vfma)(a3, b0, c30); c31 = KN(vfma)(a3, b1, c31);
-            }
-            float *c = C + i * ldc + j;
-            if (accumulate) {
-                c00 += KN(ld8)(c); c01 += KN(ld8)(c + 8);
-                c10 += KN(ld8)(c + ldc); c11 += KN(ld8)(c + ldc + 8);
-                c20 += KN(ld8)(c + 2 * ldc); c21 += KN(ld8)(c + 2 * ldc + 8);
-                c30 += KN(ld8)(c + 3 * ldc); c31 += KN(ld8)(c + 3 * ldc + 8);
-            }
-            KN(st8)(c, c00); KN(st8)(c + 8, c01);
-            KN(st8)(c + ldc, c10); KN(st8)(c + ldc + 8, c11);
-            KN(st8)(c + 2 * ldc, c20); KN(st8)(c + 2 * ldc + 8, c21);
-            KN(st8)(c + 3 * ldc, c30); KN(st8)(c + 3 * ldc + 8, c31);
-        }
-        for (; j < N; j++)
-            for (int64_t ii = 0; ii < 4; ii++) {
-                float s = 0.0f;
-                for (int64_t k = 0; k < K; k++) s = KN(fmas)(A[(i + ii) * sa_i + k * sa_k], B[k * ldb + j], s);
-                C[(i + ii) * ldc + j] = accumulate ? C[(i + ii) * ldc + j] + s : s;
-            }
-    }
-    for (; i < M; i++) {
-        int64_t j = 0;
-        for (; j + 8 <= N; j += 8) {
-            v8 acc = KN(zero8)();
-            for (int64_t k = 0; k < K; k++) acc = KN(vfma)(KN(bcp8)(A + i * sa_i + k * sa_k), KN(ld8)(B + k * ldb + j), acc);
-            if (accumulate) acc += KN(ld8)(C + i * ldc + j);
-            KN(st8)(C + i * ldc + j, acc);
-        }
-        for (; j < N; j++) {
-            float s = 0.0f;
-            for (int64_t k = 0; k < K; k++) s = KN(fmas)(A[i * sa_i + k * sa_k], B[k * ldb + j], s);
-            C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;
-        }
-    }
-}
+/* ---- the small path (dot products) ---- */
 
 AI float KN(hsum8)(v8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
@@ -245,6 +194,60 @@ AI void KN(tile)(int64_t mr, int64_t nr, int64_t K, const float *a, int64_t ars,
     KN(micro_any)(mr, K, a, ars, acs, b, ldb, t, NR, accumulate);
     for (int64_t p = 0; p < mr; p++)
         for (int64_t j = 0; j < nr; j++) c[p * ldc + j] = t[p * NR + j];
+}
+
+/* The 4×24 variant (12 accumulators, three B vectors, one broadcast) for few rows and wide B:
+   C[4×24] (+)= A[4 × K]·B[K × 24], same order as micro. */
+#define GK_ROWS4(X) X(0) X(1) X(2) X(3)
+AI void KN(micro4x24)(int64_t K, const float *restrict a, int64_t ars, int64_t acs, const float *restrict b, int64_t ldb,
+                      float *restrict c, int64_t ldc, bool accumulate) {
+#define GK_DECL(p) v8 c##p##0 = KN(zero8)(), c##p##1 = c##p##0, c##p##2 = c##p##0;
+    GK_ROWS4(GK_DECL)
+    for (int64_t k = 0; k < K; k++) {
+        v8 b0 = KN(ld8)(b + k * ldb), b1 = KN(ld8)(b + k * ldb + 8), b2 = KN(ld8)(b + k * ldb + 16);
+        const float *ak = a + k * acs;
+#define GK_STEP(p) { v8 av = KN(bcp8)(ak + p * ars); c##p##0 = KN(vfma)(av, b0, c##p##0); c##p##1 = KN(vfma)(av, b1, c##p##1); \
+                     c##p##2 = KN(vfma)(av, b2, c##p##2); }
+        GK_ROWS4(GK_STEP)
+    }
+#define GK_ADDC(p) { c##p##0 += KN(ld8)(c + p * ldc); c##p##1 += KN(ld8)(c + p * ldc + 8); c##p##2 += KN(ld8)(c + p * ldc + 16); }
+    if (accumulate) { GK_ROWS4(GK_ADDC) }
+#define GK_STOREC(p) { KN(st8)(c + p * ldc, c##p##0); KN(st8)(c + p * ldc + 8, c##p##1); KN(st8)(c + p * ldc + 16, c##p##2); }
+    GK_ROWS4(GK_STOREC)
+#undef GK_DECL
+#undef GK_STEP
+#undef GK_ADDC
+#undef GK_STOREC
+}
+#undef GK_ROWS4
+
+/* The small path for nn/tn: C[M×N] (+)= op(A)·B with op(A)[i][k] = A[i·sa_i + k·sa_k], B rows
+   contiguous (stride ldb), nothing packed: 4×24 and 4×16 register blocks (row tails: mr×16),
+   then 8-lane and scalar column tails, all in micro's order. */
+AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sa_i, int64_t sa_k, const float *B, int64_t ldb,
+                      float *C, int64_t ldc, bool accumulate) {
+    for (int64_t i = 0; i < M; i += 4) {
+        int64_t mr = M - i < 4 ? M - i : 4, j = 0;
+        const float *a = A + i * sa_i;
+        float *c = C + i * ldc;
+        if (mr == 4)
+            for (; j + 24 <= N; j += 24) KN(micro4x24)(K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
+        for (; j + 16 <= N; j += 16) KN(micro_any)(mr, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
+        for (int64_t ii = 0; ii < mr; ii++) {
+            int64_t jj = j;
+            for (; jj + 8 <= N; jj += 8) {
+                v8 acc = KN(zero8)();
+                for (int64_t k = 0; k < K; k++) acc = KN(vfma)(KN(bcp8)(a + ii * sa_i + k * sa_k), KN(ld8)(B + k * ldb + jj), acc);
+                if (accumulate) acc += KN(ld8)(c + ii * ldc + jj);
+                KN(st8)(c + ii * ldc + jj, acc);
+            }
+            for (; jj < N; jj++) {
+                float s = 0.0f;
+                for (int64_t k = 0; k < K; k++) s = KN(fmas)(a[ii * sa_i + k * sa_k], B[k * ldb + jj], s);
+                c[ii * ldc + jj] = accumulate ? c[ii * ldc + jj] + s : s;
+            }
+        }
+    }
 }
 
 /* The blocked product on the calling thread: C[M×N] (+)= op(A)·op(B), K ≥ 1.
