@@ -130,14 +130,12 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 #include "gemm_kern.h"
 #undef KN
 
-static bool have_v3(void) {
 #ifdef GEMM_V3
+static bool have_v3(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("x86-64-v3");
-#else
-    return false;
-#endif
 }
+#endif
 
 static void gemm_part(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C, int64_t ldc,
                       bool accumulate, float *buf, int64_t cap) {

@@ -61,7 +61,11 @@ AI float KN(fmas)(float a, float b, float c) {
 /* *p in all lanes */
 AI v8 KN(bcp8)(const float *p) {
     v8 v = {*p};
+#ifdef __clang__
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
+#else
     return __builtin_shuffle(v, (vi8){0, 0, 0, 0, 0, 0, 0, 0});
+#endif
 }
 
 /* ---- the small path (dot products) ---- */
