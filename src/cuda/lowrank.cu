@@ -701,6 +701,47 @@ static int bwd_fin_launch(const float *pg, i64 Zg, const float *ph, i64 Zh, i64 
     return LYCO_OK;
 }
 
+/* Ut[i][o] = RN_CT(U[o][i]) for i < r: lora_up transposed into CT scratch (r × O, tiny), so dy·U can
+   take the streaming reduction (which wants B as r×K rows). */
+template <typename CT> __global__ __launch_bounds__(NT) void k_transpose_ct(lk_view U, i64 O, i64 r, CT *Ut) {
+    const i64 n = O * r;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 i = idx / O, o = idx % O;
+        Ut[idx] = ct_of<CT>::from(vload(U, o, i));
+    }
+}
+
+/* g partials of bypass backward: dy·U through the streaming reduction on a transposed copy of U when
+   it fits, else the staged one with U read K-major. */
+static int reduce_dy_u(const lk_locon *L, const lk_view *dy, const lk_view *dy0, i64 T, i64 rp, float **pg, i64 *Zg,
+                       const lk_device *dev, cudaStream_t s) {
+    const int es = L->ct == DT_F32 ? 4 : 2;
+    lk_view ut;
+    memset(&ut, 0, sizeof ut);
+    ut.s0 = L->O;
+    ut.s1 = 1;
+    ut.rows = L->r;
+    ut.cols = L->O;
+    ut.dt = L->ct;
+    ut.flags = (L->O * es) % 16 == 0 ? LK_VEC : 0;
+    const lk_view *copy = dy0 && dy0->p ? dy0 : NULL;
+    if (!(L->ct != DT_F32 && (ut.flags & LK_VEC) && lk_reduce_stream_fits(L->ct, dy, &ut, copy, L->O, rp)))
+        return reduce_parts(L->ct, dy, &L->U, 1, copy, T, L->O, rp, pg, Zg, dev, s);
+    void *buf = NULL;
+    int rc = lk_scratch_alloc(&buf, (size_t)(L->r * L->O * es), s);
+    if (rc) return rc;
+    i64 blocks = cdiv(L->r * L->O, NT);
+    if (blocks > 4096) blocks = 4096;
+    if (L->ct == DT_BF16) k_transpose_ct<bf16_t><<<(unsigned)blocks, NT, 0, s>>>(L->U, L->O, L->r, (bf16_t *)buf);
+    else k_transpose_ct<f16_t><<<(unsigned)blocks, NT, 0, s>>>(L->U, L->O, L->r, (f16_t *)buf);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of transpose failed: %s", cudaGetErrorString(e));
+    ut.p = buf;
+    if (rc == LYCO_OK) rc = reduce_parts(L->ct, dy, &ut, 0, copy, T, L->O, rp, pg, Zg, dev, s);
+    const int rf = lk_scratch_free(buf, s);
+    return rc ? rc : rf;
+}
+
 extern "C" int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T,
                                     float *gh, void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev,
                                     void *stream) {
@@ -710,7 +751,7 @@ extern "C" int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const l
     if (T == 0) return LYCO_OK;
     float *pg = NULL, *ph = NULL;
     i64 Zg = 0, Zh = 0;
-    int rc = reduce_parts(L->ct, dy, &L->U, 1, dy0 && dy0->p ? dy0 : NULL, T, L->O, rp, &pg, &Zg, dev, s);
+    int rc = reduce_dy_u(L, dy, dy0, T, rp, &pg, &Zg, dev, s);
     if (rc == LYCO_OK) rc = reduce_parts(L->ct, x, &L->D, 0, NULL, T, L->IK, rp, &ph, &Zh, dev, s);
     if (rc == LYCO_OK) {
         switch (L->ct) {

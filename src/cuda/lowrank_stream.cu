@@ -21,15 +21,16 @@
  *     (column strip, row step) sequence, so every SM gets the same number of steps (no partial
  *     last wave), and reloads its B fragments when its slice crosses into the next strip.
  *
- * Taken when (lk_expand_stream_fits): 16-bit CT; P, Q, base and out all in CT; out (and base)
- * row-major with 16-byte rows (LK_VEC, any N: the last chunk of a row is element-wise); no fp32
- * P parts; DoRA only per output row (its statistics pass writes one Σ V² partial per row and
- * 32-column warp group: lk_expand_stat_tiles). Everything else runs k_expand. In place (out =
- * base) is safe: each element is read, then written, by one thread.
+ * Taken when (lk_expand_stream_fits): 16-bit CT; P (or, p_split, fp32 P such as bypass
+ * backward's gh, split into nsplit<CT> parts in registers at use), Q, base and out in CT; out
+ * (and base) row-major with 16-byte rows (LK_VEC, any N: the last chunk of a row is
+ * element-wise); DoRA only per output row (its statistics pass writes one Σ V² partial per row
+ * and 32-column warp group: lk_expand_stat_tiles). Everything else runs k_expand. In place
+ * (out = base) is safe: each element is read, then written, by one thread.
  *
  * Registers per thread: B fragments 8·KS (KS = r/16 rounded up: 1, 2, 4, 8), A fragments 4·MT·KS
- * twice (current and next), base 8·MT twice, accumulators 16·MT; MT = 2 row tiles per step for
- * KS ≤ 2, else 1. Extra memory: none (stats mode: the partials the caller allocates).
+ * (fp32 P: 8·MT·KS) twice (current and next), base 8·MT twice, accumulators 16·MT; MT = 2 row
+ * tiles per step for KS ≤ 2 (CT P), else 1. Extra memory: none (stats mode: the partials the caller allocates).
  * Deterministic: fixed summation order per element (k order inside the mma), no atomics.
  * A/B: LYCO_CUDA_EXPAND_STAGED=1 sends every call to k_expand; LYCO_CUDA_XS_BLOCKS_PER_SM=n
  * caps the resident blocks per SM of the persistent grid (experiments).
@@ -81,14 +82,23 @@ struct xs_args {
     int pairs;         /* P row-major with 4-byte aligned pairs */
 };
 
-template <int KS, int MT> struct xs_step {
-    unsigned a[MT][KS][4];
+/* PS: P is fp32 (bypass backward's gh) entering the products as nsplit<CT> parts, split at use. */
+template <int KS, int MT, bool PS> struct xs_step {
+    unsigned a[PS ? 1 : MT][PS ? 1 : KS][4];  /* CT pairs */
+    float2 af[PS ? MT : 1][PS ? KS : 1][4];   /* fp32 pairs */
     uint4 w[MT][2];
 };
 
+/* Elements (m, k), (m, k+1) of fp32 P (k even; zero past r). */
+__device__ __forceinline__ float2 ld_fpair(const lk_view &P, i64 m, int k, int r, bool pairs) {
+    if (k >= r) return make_float2(0.0f, 0.0f);
+    if (pairs && k + 1 < r) return *(const float2 *)vaddr(P, m, k);
+    return make_float2(vload(P, m, k), k + 1 < r ? vload(P, m, k + 1) : 0.0f);
+}
+
 /* The A fragments and base chunks of row step `st` of strip `sp` for this thread. */
-template <typename CT, int KS, int MT>
-__device__ __forceinline__ void xs_load(const xs_args &x, i64 sp, i64 st, xs_step<KS, MT> &s) {
+template <typename CT, int KS, int MT, bool PS>
+__device__ __forceinline__ void xs_load(const xs_args &x, i64 sp, i64 st, xs_step<KS, MT, PS> &s) {
     const lk_expand_args &a = x.a;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const i64 col = sp * XN + (threadIdx.x >> 5) * 32 + 8 * t;
@@ -99,10 +109,13 @@ __device__ __forceinline__ void xs_load(const xs_args &x, i64 sp, i64 st, xs_ste
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             const int k = ks * 16 + 2 * t;
-            s.a[mt][ks][0] = m < a.M ? ld_apair(a.P, m, k, r, x.pairs) : 0u;
-            s.a[mt][ks][1] = m + 8 < a.M ? ld_apair(a.P, m + 8, k, r, x.pairs) : 0u;
-            s.a[mt][ks][2] = m < a.M ? ld_apair(a.P, m, k + 8, r, x.pairs) : 0u;
-            s.a[mt][ks][3] = m + 8 < a.M ? ld_apair(a.P, m + 8, k + 8, r, x.pairs) : 0u;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 me = m + 8 * (e & 1);
+                const int ke = k + 8 * (e >> 1);
+                if (PS) s.af[PS ? mt : 0][PS ? ks : 0][e] = me < a.M ? ld_fpair(a.P, me, ke, r, x.pairs) : make_float2(0.0f, 0.0f);
+                else s.a[PS ? 0 : mt][PS ? 0 : ks][e] = me < a.M ? ld_apair(a.P, me, ke, r, x.pairs) : 0u;
+            }
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -149,8 +162,41 @@ template <int KS, bool QT> __device__ __forceinline__ void xs_load_b(const xs_ar
 __device__ __forceinline__ const float *xs_st(const lk_expand_args &a, i64 row) { return a.st + 3 * (row < a.M ? row : 0); }
 
 /* Multiply one step and merge/store it (or, stats mode, write its per-row Σ V² partials). */
-template <typename CT, int KS, int MT, bool DORA>
-__device__ __forceinline__ void xs_step_out(const xs_args &x, i64 sp, i64 st, const xs_step<KS, MT> &s,
+/* The A fragment of part p of fp32 pairs (p = 0: RN_CT(v); 1: RN_CT(v − part 0); 2: the rest). */
+template <typename CT> __device__ __forceinline__ float split_part(float v, int p) {
+    float h = rnd_ct<CT>(v);
+    if (p == 0) return h;
+    v -= h;
+    h = rnd_ct<CT>(v);
+    if (p == 1) return h;
+    return rnd_ct<CT>(v - h);
+}
+
+template <typename CT, int KS, int MT, bool PS>
+__device__ __forceinline__ void xs_mma(float (&acc)[4][4], const xs_step<KS, MT, PS> &s, int mt, const unsigned (&b)[KS][4][2]) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        if (PS) {
+#pragma unroll
+            for (int p = nsplit<CT>::n - 1; p >= 0; p--) {
+                unsigned a[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 f = s.af[PS ? mt : 0][PS ? ks : 0][e];
+                    a[e] = pack2<CT>(split_part<CT>(f.x, p), split_part<CT>(f.y, p));
+                }
+#pragma unroll
+                for (int j = 0; j < 4; j++) mma16816<CT>(acc[j], a, b[ks][j]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) mma16816<CT>(acc[j], s.a[PS ? 0 : mt][PS ? 0 : ks], b[ks][j]);
+        }
+    }
+}
+
+template <typename CT, int KS, int MT, bool PS, bool DORA>
+__device__ __forceinline__ void xs_step_out(const xs_args &x, i64 sp, i64 st, const xs_step<KS, MT, PS> &s,
                                             const unsigned (&b)[KS][4][2], float rs, float mf) {
     const lk_expand_args &a = x.a;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
@@ -161,10 +207,7 @@ __device__ __forceinline__ void xs_step_out(const xs_args &x, i64 sp, i64 st, co
         float acc[4][4];
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) mma16816<CT>(acc[j], s.a[mt][ks], b[ks][j]);
+        xs_mma<CT, KS, MT, PS>(acc, s, mt, b);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const i64 row = st * 16 * MT + mt * 16 + g + 8 * h;
@@ -202,7 +245,7 @@ __device__ __forceinline__ void xs_step_out(const xs_args &x, i64 sp, i64 st, co
     }
 }
 
-template <typename CT, int KS, int MT, bool QT, bool DORA> __global__ __launch_bounds__(XT) void k_expand_stream(xs_args x) {
+template <typename CT, int KS, int MT, bool QT, bool PS, bool DORA> __global__ __launch_bounds__(XT) void k_expand_stream(xs_args x) {
     const lk_expand_args &a = x.a;
     const i64 total = x.strips * x.steps;
     const i64 s0 = total * blockIdx.x / gridDim.x, s1 = total * (blockIdx.x + 1) / gridDim.x;
@@ -212,21 +255,21 @@ template <typename CT, int KS, int MT, bool QT, bool DORA> __global__ __launch_b
     const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
     unsigned b[KS][4][2];
     i64 bsp = -1;
-    xs_step<KS, MT> cur, nxt;
-    xs_load<CT, KS, MT>(x, s0 / x.steps, s0 % x.steps, cur);
+    xs_step<KS, MT, PS> cur, nxt;
+    xs_load<CT, KS, MT, PS>(x, s0 / x.steps, s0 % x.steps, cur);
     for (i64 q = s0; q < s1; q++) {
         const i64 sp = q / x.steps, st = q % x.steps;
-        if (q + 1 < s1) xs_load<CT, KS, MT>(x, (q + 1) / x.steps, (q + 1) % x.steps, nxt);
+        if (q + 1 < s1) xs_load<CT, KS, MT, PS>(x, (q + 1) / x.steps, (q + 1) % x.steps, nxt);
         if (sp != bsp) {
             xs_load_b<KS, QT>(x, sp, b);
             bsp = sp;
         }
-        xs_step_out<CT, KS, MT, DORA>(x, sp, st, cur, b, rs, mf);
+        xs_step_out<CT, KS, MT, PS, DORA>(x, sp, st, cur, b, rs, mf);
         cur = nxt;
     }
 }
 
-template <int KS> struct xs_mt { static const int v = KS <= 2 ? 2 : 1; };
+template <int KS, bool PS> struct xs_mt { static const int v = KS <= 2 && !PS ? 2 : 1; };
 
 /* Resident blocks per SM for the persistent grid (occupancy API; LYCO_CUDA_XS_BLOCKS_PER_SM caps it). */
 template <typename K> int xs_blocks(K kern, const lk_device *dev, int *blocks) {
@@ -240,35 +283,39 @@ template <typename K> int xs_blocks(K kern, const lk_device *dev, int *blocks) {
     return LYCO_OK;
 }
 
-template <typename CT, int KS, bool QT, bool DORA> int xs_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
-    const int MT = xs_mt<KS>::v;
+template <typename CT, int KS, bool QT, bool PS, bool DORA> int xs_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+    const int MT = xs_mt<KS, PS>::v;
     xs_args x;
     x.a = *a;
     x.strips = cdiv(a->N, XN);
     x.steps = cdiv(a->M, 16 * MT);
-    x.pairs = a->P.s1 == 1 && !(a->P.flags & LK_UNALIGNED) && ((uintptr_t)a->P.p % 4) == 0 && (a->P.s0 % 2) == 0;
+    const int pb = PS ? 8 : 4; /* bytes of a pair */
+    x.pairs = a->P.s1 == 1 && !(a->P.flags & LK_UNALIGNED) && ((uintptr_t)a->P.p % pb) == 0 && (a->P.s0 % 2) == 0;
     int blocks = 0;
-    int rc = xs_blocks(k_expand_stream<CT, KS, MT, QT, DORA>, dev, &blocks);
+    int rc = xs_blocks(k_expand_stream<CT, KS, MT, QT, PS, DORA>, dev, &blocks);
     if (rc) return rc;
     const i64 total = x.strips * x.steps;
     if (total < blocks) blocks = (int)total;
-    k_expand_stream<CT, KS, MT, QT, DORA><<<blocks, XT, 0, s>>>(x);
+    k_expand_stream<CT, KS, MT, QT, PS, DORA><<<blocks, XT, 0, s>>>(x);
     LK_LAUNCHED("expand_stream");
     return LYCO_OK;
 }
 
-template <typename CT, bool QT, bool DORA> int xs_launch_rp(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+template <typename CT, bool QT, bool PS, bool DORA> int xs_launch_rp(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
     switch (lk_reduce_rank_tile(a->r)) {
-    case 16: return xs_launch<CT, 1, QT, DORA>(a, dev, s);
-    case 32: return xs_launch<CT, 2, QT, DORA>(a, dev, s);
-    case 64: return xs_launch<CT, 4, QT, DORA>(a, dev, s);
-    default: return xs_launch<CT, 8, QT, DORA>(a, dev, s);
+    case 16: return xs_launch<CT, 1, QT, PS, DORA>(a, dev, s);
+    case 32: return xs_launch<CT, 2, QT, PS, DORA>(a, dev, s);
+    case 64: return xs_launch<CT, 4, QT, PS, DORA>(a, dev, s);
+    default: return xs_launch<CT, 8, QT, PS, DORA>(a, dev, s);
     }
 }
 
+/* The instances: merge (Q r×N; DoRA or not), bypass forward (Q given transposed), bypass backward's
+   dx (fp32 P in parts). */
 template <typename CT> int xs_launch_ct(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
-    if (a->q_t) return xs_launch_rp<CT, true, false>(a, dev, s);
-    return a->dora.on ? xs_launch_rp<CT, false, true>(a, dev, s) : xs_launch_rp<CT, false, false>(a, dev, s);
+    if (a->q_t) return xs_launch_rp<CT, true, false, false>(a, dev, s);
+    if (a->p_split) return xs_launch_rp<CT, false, true, false>(a, dev, s);
+    return a->dora.on ? xs_launch_rp<CT, false, false, true>(a, dev, s) : xs_launch_rp<CT, false, false, false>(a, dev, s);
 }
 
 bool row_major_vec(const lk_view &v) { return v.s1 == 1 && (v.flags & LK_VEC) != 0; }
@@ -423,8 +470,9 @@ extern "C" int lk_expand_stream_fits(const lk_expand_args *a) {
     if (getenv("LYCO_CUDA_EXPAND_STAGED")) return 0;
     const int ct = a->ct;
     if (ct != DT_BF16 && ct != DT_F16) return 0;
-    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0 || a->p_split) return 0;
-    if (a->P.dt != ct || a->Q.dt != ct) return 0;
+    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0) return 0;
+    if (a->P.dt != (a->p_split ? DT_F32 : ct) || a->Q.dt != ct) return 0;
+    if (a->p_split && (a->q_t || a->dora.on || a->r > 64)) return 0; /* r > 64 in parts: 255 registers, spills */
     if (a->dora.on && (!a->dora.on_out || a->q_t)) return 0;
     const bool stats = a->stat_part != NULL || a->out.p == NULL; /* out absent: the stats mode's args */
     if (stats && !a->dora.on) return 0;
