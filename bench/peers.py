@@ -47,6 +47,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -141,7 +142,7 @@ def first_call_cases(quick=False):
         return [case("lora_bypass", 384, 384, r=4, T=128), case("loha_bypass", 384, 384, r=4, T=128),
                 case("lokr_bypass", 384, 384, r=4, T=128, factor=8),
                 case("oft_bypass", 384, 384, T=128, block=8),
-                case("boft_bypass", 384, 384, T=128, block=8), case("dora_merge", 384, 384, r=4),
+                case("boft_bypass", 256, 256, T=128, block=8), case("dora_merge", 384, 384, r=4),
                 case("ia3_bypass", 384, 384, T=128)]
     return [case("lora_bypass", 2048, 2048, r=16, T=4096), case("loha_bypass", 2048, 2048, r=16, T=4096),
             case("lokr_bypass", 2048, 2048, r=16, T=4096, factor=16),
@@ -212,6 +213,8 @@ class Problem:
             ad["oft_blocks"] = rnd(O // bs, bs, bs, scale=0.05)
         elif self.fam == "boft":
             bs = c["block"]
+            if O % bs or (O // bs) & (O // bs - 1):
+                raise ValueError("BOFT needs O = block × 2^k; %d = %d × %s" % (O, bs, O / bs))
             self.stages = boft_stages(O, bs)
             ad["oft_blocks"] = rnd(self.stages, O // bs, bs, bs, scale=0.05)
         elif self.fam == "ia3":
@@ -934,7 +937,11 @@ def first_call_child(args):
     if args.device == "cuda":
         torch.cuda.synchronize()
     t1 = time.perf_counter()
-    run_arm_once(p, call, "fb")
+    try:
+        run_arm_once(p, call, "fb")
+    except Exception as e:  # noqa: BLE001 (one line for the parent's table)
+        print("FIRSTCALL-ERROR " + short_err(e), flush=True)
+        return 1
     if args.device == "cuda":
         torch.cuda.synchronize()
     t_first = time.perf_counter() - t1
@@ -969,48 +976,59 @@ def first_call_table(args):
                "--dtype", args.dtype, "--only", f, "--arms", a, "--seed", str(args.seed)] + \
             (["--quick"] if args.quick else [])
         log("first call: start %s %s" % (f, a))
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), \
-            time.time()
+        with open(os.path.join(d, "output.txt"), "w") as sink:  # a file, not a pipe: never blocks the child
+            return subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT), time.time()
 
-    while jobs or running:
-        if args.deadline and time.time() > args.deadline - 5:  # the run's own limit: stop cleanly
-            for f, a in jobs:
-                res.setdefault(f, {})[a] = {"error": "not run: --time-limit reached"}
-            jobs = []
-            for f, a, proc, t in running:
-                proc.kill()
-                proc.communicate()
-                res.setdefault(f, {})[a] = {"error": "killed at --time-limit after %.0f s" % (time.time() - t)}
-            running = []
-            log("first call: --time-limit reached, the rest not run")
-            break
-        while jobs and len(running) < args.first_call_jobs:
-            f, a = jobs.pop(0)
-            proc, t = start(f, a)
-            running.append((f, a, proc, t))
-        time.sleep(0.2)
-        for item in list(running):
-            f, a, proc, t = item
-            timed_out = time.time() - t > args.first_call_timeout
-            if proc.poll() is None and not timed_out:
-                continue
-            running.remove(item)
-            if timed_out and proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-                res.setdefault(f, {})[a] = {"error": "timed out after %d s" % args.first_call_timeout}
-                log("first call: %s %s TIMED OUT" % (f, a))
-                continue
-            out = proc.communicate()[0]
-            line = [ln for ln in out.splitlines() if ln.startswith("FIRSTCALL ")]
-            if proc.returncode == 0 and line:
-                res.setdefault(f, {})[a] = json.loads(line[-1][len("FIRSTCALL "):])
-                log("first call: %s %s import %.1f s, first fwd+bwd %.2f s" % (
-                    f, a, res[f][a]["import_s"], res[f][a]["first_s"]))
-            else:
-                tail = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
-                res.setdefault(f, {})[a] = {"error": "exit %s: %s" % (proc.returncode, tail[0][:300])}
-                log("first call: %s %s FAILED: %s" % (f, a, res[f][a]["error"]))
+    def output(f, a):
+        with open(os.path.join(tmp_root, "%s-%s" % (f, a), "output.txt"), errors="replace") as fh:
+            return fh.read()
+
+    try:
+        while jobs or running:
+            if args.deadline and time.time() > args.deadline - 5:  # the run's own limit: stop cleanly
+                for f, a in jobs:
+                    res.setdefault(f, {})[a] = {"error": "not run: --time-limit reached"}
+                jobs = []
+                for f, a, proc, t in running:
+                    proc.kill()
+                    proc.wait()
+                    res.setdefault(f, {})[a] = {"error": "killed at --time-limit after %.0f s" % (time.time() - t)}
+                running = []
+                log("first call: --time-limit reached, the rest not run")
+                break
+            while jobs and len(running) < args.first_call_jobs:
+                f, a = jobs.pop(0)
+                proc, t = start(f, a)
+                running.append((f, a, proc, t))
+            time.sleep(0.2)
+            for item in list(running):
+                f, a, proc, t = item
+                timed_out = time.time() - t > args.first_call_timeout
+                if proc.poll() is None and not timed_out:
+                    continue
+                running.remove(item)
+                if timed_out and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                    res.setdefault(f, {})[a] = {"error": "timed out after %d s" % args.first_call_timeout}
+                    log("first call: %s %s TIMED OUT" % (f, a))
+                    continue
+                out = output(f, a)
+                line = [ln for ln in out.splitlines() if ln.startswith("FIRSTCALL ")]
+                if proc.returncode == 0 and line:
+                    res.setdefault(f, {})[a] = json.loads(line[-1][len("FIRSTCALL "):])
+                    log("first call: %s %s import %.1f s, first fwd+bwd %.2f s" % (
+                        f, a, res[f][a]["import_s"], res[f][a]["first_s"]))
+                else:
+                    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+                    why = [ln[len("FIRSTCALL-ERROR "):] for ln in lines if ln.startswith("FIRSTCALL-ERROR ")] \
+                        or lines[-1:] or ["(no output)"]
+                    res.setdefault(f, {})[a] = {"error": "exit %s: %s" % (proc.returncode, why[-1][:300])}
+                    log("first call: %s %s FAILED: %s" % (f, a, res[f][a]["error"]))
+    finally:  # never leave a child behind (the run killed, an exception)
+        for item in running:
+            if item[2].poll() is None:
+                item[2].kill()
     return {"jobs_at_once": args.first_call_jobs, "timeout_s": args.first_call_timeout,
             "cases": {c["fam"]: case_name(c) for c in first_call_cases(args.quick)}, "results": res}
 
@@ -1348,7 +1366,8 @@ def parse(argv):
     ap.add_argument("--no-graphs", dest="graphs", action="store_false", help="CUDA events around eager calls only")
     ap.add_argument("--seed", type=int, default=20261129)
     ap.add_argument("--no-first-call", dest="first_call", action="store_false")
-    ap.add_argument("--first-call-jobs", type=int, default=6, help="fresh processes at a time (default 6)")
+    ap.add_argument("--first-call-jobs", type=int, default=max(1, min(6, (os.cpu_count() or 2) // 2)),
+                    help="fresh processes at a time (default: half the cores, at most 6)")
     ap.add_argument("--first-call-timeout", type=int, default=120, help="seconds per fresh process (default 120)")
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="start no new row after this many minutes of rows (default: no such limit)")
@@ -1374,6 +1393,7 @@ def parse(argv):
 def main(argv):
     global torch
     args = parse(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (first-call children)
     t_parse = time.time()
     args.deadline = t_parse + args.time_limit if args.time_limit else None
     if args.plot:
