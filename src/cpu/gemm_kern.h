@@ -23,7 +23,8 @@
  *                 the partial last 16 columns of the direct path)
  *   dot_nt      : nt as dot products over K (3×4 blocks of 12 accumulators; B rows in groups of
  *                 DOT_JG so they stay in L2 while every A row block passes)
- *   pack_b_panel: NR-column k-major panels, zero-padded (for nt: the transpose)
+ *   pack_b_panel: NR-column k-major panels, zero-padded (for nt: the transpose, 8×8 blocks in
+ *                 registers in the v3 build)
  *   micro / tile: the MR×NR micro-kernel over the whole K (no K blocking: that would move the
  *                 + C_old of an accumulating call), A read in place by broadcasts; column tails
  *                 through a scratch tile
@@ -124,6 +125,29 @@ AI void KN(dot_nt)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
 
 /* ---- the blocked path ---- */
 
+#ifdef GK_FMA
+/* d[r·ldd + c] = s[c·lds + r] for r, c < 8 (AVX: unpack, shuffle, lane permute) */
+AI void KN(tr8x8)(const float *s, int64_t lds, float *d, int64_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds), r2 = _mm256_loadu_ps(s + 2 * lds),
+           r3 = _mm256_loadu_ps(s + 3 * lds), r4 = _mm256_loadu_ps(s + 4 * lds), r5 = _mm256_loadu_ps(s + 5 * lds),
+           r6 = _mm256_loadu_ps(s + 6 * lds), r7 = _mm256_loadu_ps(s + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+           u3 = _mm256_shuffle_ps(t1, t3, 0xEE), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
 /* one B panel: k [k0, k0+kc), columns [j0, j0+nr) (nr ≤ NR) into dst[k][jj], columns past nr
    zero */
 AI void KN(pack_b_panel)(mat B, int64_t k0, int64_t kc, int64_t j0, int64_t nr, float *dst) {
@@ -137,11 +161,20 @@ AI void KN(pack_b_panel)(mat B, int64_t k0, int64_t kc, int64_t j0, int64_t nr, 
         for (int64_t k = 0; k < kc; k++)
             for (int64_t jj = 0; jj < NR; jj++) dst[k * NR + jj] = jj < nr ? b[k * B.rs + jj] : 0.0f;
     } else {                        /* nt: column jj of the panel is contiguous in k */
+        int64_t k8 = 0;
+#ifdef GK_FMA
+        /* 8 columns × 8 k at a time through an in-register 8×8 transpose (the scalar loop below
+           cost as much as the product for K = rank) */
+        if (B.rs == 1 && nr == NR) {
+            for (; k8 + 8 <= kc; k8 += 8)
+                for (int64_t h = 0; h < NR; h += 8) KN(tr8x8)(b + h * B.cs + k8, B.cs, dst + k8 * NR + h, NR);
+        }
+#endif
         for (int64_t jj = 0; jj < NR; jj++)
             if (jj < nr)
-                for (int64_t k = 0; k < kc; k++) dst[k * NR + jj] = b[jj * B.cs + k * B.rs];
+                for (int64_t k = k8; k < kc; k++) dst[k * NR + jj] = b[jj * B.cs + k * B.rs];
             else
-                for (int64_t k = 0; k < kc; k++) dst[k * NR + jj] = 0.0f;
+                for (int64_t k = k8; k < kc; k++) dst[k * NR + jj] = 0.0f;
     }
 }
 
