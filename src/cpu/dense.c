@@ -31,15 +31,14 @@
  *
  * The kernels (gemm_kern.h) are GCC vector types (8 fp32 lanes), compiled twice: for x86-64-v3
  * (AVX2 + FMA, under a target pragma; see gemm_kern.h for why not target_clones) and portable,
- * picked per call from __builtin_cpu_supports (AVX-512 machines run the v3 code).
+ * picked per call by cpu_have_v3() (isa.h, the dispatch shared with view.c and loha.c; AVX-512
+ * machines run the v3 code).
  */
 #include <pthread.h>
 #include <stdlib.h>
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
-#endif
 
 #include "cpu.h"
+#include "isa.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -115,8 +114,7 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 }
 
 /* ---- the kernels, once per ISA ---- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GEMM_V3 1
+#ifdef CPU_V3
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64-v3")
 #define KN(name) name##_v3
@@ -130,17 +128,10 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 #include "gemm_kern.h"
 #undef KN
 
-#ifdef GEMM_V3
-static bool have_v3(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("x86-64-v3");
-}
-#endif
-
 static void gemm_part(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C, int64_t ldc,
                       bool accumulate, float *buf, int64_t cap) {
-#ifdef GEMM_V3
-    if (have_v3()) {
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
         gemm_part_v3(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
         return;
     }

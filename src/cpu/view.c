@@ -1,16 +1,17 @@
 /*
  * view.c — rows of any DLTensor to and from fp32, with conversions in registers.
  *
- * The conversions are branch-free integer code (selects), so they vectorise, and are bit-identical
- * to src/core/convert.c: RNE, NaN kept quiet with its sign (and the payload bits that fit),
- * subnormals kept, overflow to ±Inf at 65520 (fp16). 16-bit data is moved through memcpy so
- * unaligned pointers are fine. Non-compact layouts take a per-element path.
+ * The conversions are bit-identical to src/core/convert.c: RNE, NaN kept quiet with its sign (and
+ * the payload bits that fit), subnormals kept, overflow to ±Inf at 65520 (fp16). The loops over
+ * contiguous runs (cvt_kern.h) are compiled twice under the shared ISA dispatch (isa.h): 8-lane
+ * AVX2/F16C intrinsics for x86-64-v3 CPUs, and the branch-free scalar code below (selects, so it
+ * vectorises) for the portable build and the tails. 16-bit data may be unaligned. Non-compact
+ * layouts take a per-element path.
  */
 #include <stdlib.h>
 
 #include "cpu.h"
-
-#define CHUNK 256
+#include "isa.h"
 
 static inline float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -50,49 +51,51 @@ static inline uint16_t f32_f16(float f) {
     return (uint16_t)(r | sign);
 }
 
-CPU_HOT
+/* ---- the conversion loops, once per ISA (isa.h, cvt_kern.h) ---- */
+#ifdef CPU_V3
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v3")
+#define KN(name) name##_v3
+#define CK_V3 1
+#include "cvt_kern.h"
+#undef CK_V3
+#undef KN
+#pragma GCC pop_options
+#endif
+#define KN(name) name##_base
+#include "cvt_kern.h"
+#undef KN
+
 void cpu_round(float *v, int64_t n, lyco_dtype T) {
-    if (T == LYCO_BF16)
-        for (int64_t i = 0; i < n; i++) v[i] = bf16_f32(f32_bf16(v[i]));
-    else if (T == LYCO_F16)
-        for (int64_t i = 0; i < n; i++) v[i] = f16_f32(f32_f16(v[i]));
-}
-
-CPU_HOT
-void cpu_cvt_in(const void *src, lyco_dtype sd, lyco_dtype through, float *dst, int64_t n) {
-    uint16_t h[CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        if (sd == LYCO_F32) {
-            memcpy(dst + i0, (const char *)src + i0 * 4, (size_t)m * 4);
-            if (through != LYCO_F32) cpu_round(dst + i0, m, through);
-            continue;
-        }
-        memcpy(h, (const char *)src + i0 * 2, (size_t)m * 2);
-        if (sd == LYCO_BF16)
-            for (int64_t i = 0; i < m; i++) dst[i0 + i] = bf16_f32(h[i]);
-        else
-            for (int64_t i = 0; i < m; i++) dst[i0 + i] = f16_f32(h[i]);
-        /* a 16-bit value is exact in the other 16-bit type only if it fits; the policy never
-           mixes fp16 with bf16, so `through` is fp32 or sd itself here */
-    }
-}
-
-CPU_HOT
-void cpu_cvt_out(const float *src, void *dst, lyco_dtype dd, int64_t n) {
-    uint16_t h[CHUNK];
-    if (dd == LYCO_F32) {
-        memcpy(dst, src, (size_t)n * 4);
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        round_v3(v, n, T);
         return;
     }
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        if (dd == LYCO_BF16)
-            for (int64_t i = 0; i < m; i++) h[i] = f32_bf16(src[i0 + i]);
-        else
-            for (int64_t i = 0; i < m; i++) h[i] = f32_f16(src[i0 + i]);
-        memcpy((char *)dst + i0 * 2, h, (size_t)m * 2);
+#endif
+    round_base(v, n, T);
+}
+
+void cpu_cvt_in(const void *src, lyco_dtype sd, lyco_dtype through, float *dst, int64_t n) {
+    if (n <= 0) return;
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        cvt_in_v3(src, sd, through, dst, n);
+        return;
     }
+#endif
+    cvt_in_base(src, sd, through, dst, n);
+}
+
+void cpu_cvt_out(const float *src, void *dst, lyco_dtype dd, int64_t n) {
+    if (n <= 0) return;
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        cvt_out_v3(src, dst, dd, n);
+        return;
+    }
+#endif
+    cvt_out_base(src, dst, dd, n);
 }
 
 void cpu_view_init(cpu_view *v, const DLTensor *t, int split) {
