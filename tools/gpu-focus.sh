@@ -7,6 +7,7 @@
 #   LYCO_FOCUS_AB     "VAR=1 VAR2=1": the switches that restore the previous kernels; the check and
 #                     the bench run again under them, so old and new are verified and timed side by
 #                     side in this one run                     (default: none)
+#   LYCO_FOCUS_AB_CHECK=0  time the switches in the bench only (their kernels verified earlier)
 #   LYCO_FOCUS_BENCH  lyco bench arguments                     (default --algo lora,dora --quick)
 #   LYCO_FOCUS_NCU    kernel-name regex: profile those kernels (Nsight Compute, clocks left alone)
 #                     over the bf16 rows of LYCO_FOCUS_BENCH into ncu.csv / ncu-summary.txt
@@ -29,7 +30,7 @@ row() { grep -E "^[a-z0-9-]+ +(merge|bypass)" "$1" | awk -F'|' '{print "   " $1 
 say "check --backend cuda --algo $ALGOS --seed $S"
 $L check --backend cuda --algo "$ALGOS" --seed $S > $OUT/check.txt 2>&1 || status=1
 tail -1 $OUT/check.txt; grep " FAIL " $OUT/check.txt | head -10
-for ab in ${LYCO_FOCUS_AB:-}; do
+[ "${LYCO_FOCUS_AB_CHECK:-1}" = 0 ] || for ab in ${LYCO_FOCUS_AB:-}; do
     say "check with $ab"
     env "$ab" $L check --backend cuda --algo "$ALGOS" --seed $S > "$OUT/check-${ab%%=*}.txt" 2>&1 || status=1
     tail -1 "$OUT/check-${ab%%=*}.txt"; grep " FAIL " "$OUT/check-${ab%%=*}.txt" | head -5

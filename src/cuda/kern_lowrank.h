@@ -82,6 +82,12 @@ int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy,
    when sigma is given, else 1; split over m into fixed ranges, fp32 partials, fixed-order sum. */
 int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r, const lk_view *out,
                  int transpose, float coef, const lk_view *sigma, const lk_device *dev, void *stream);
+/* lowrank_stream.cu: the register-streaming column reduction lk_colreduce prefers when it fits (16-bit CT,
+   rank tile 16 or 32, A row-major 16-byte rows in CT or fp32 with N % 8 = 0, B in CT or fp32 parts);
+   partials part[z][n][i] (Z × N × rp fp32) for lowrank.cu's colfin. */
+int lk_colreduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t rp);
+int lk_colreduce_stream_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r,
+                              int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream);
 /* The rank tile (row pitch of h) lk_reduce_h uses for rank r: 16, 32, 64 or 128; 0 = r > 128. */
 int64_t lk_reduce_rank_tile(int64_t r);
 

@@ -558,6 +558,15 @@ __global__ __launch_bounds__(NT) void k_colfin(const float *part, int Z, i64 N, 
     }
 }
 
+int colfin_launch(const float *part, i64 Z, i64 N, i64 RP, i64 r, const lk_view *out, int transpose, float coef,
+                  const lk_view *sigma, int ct, cudaStream_t s) {
+    i64 blocks = cdiv(N * r, NT);
+    if (blocks > 65535) blocks = 65535;
+    k_colfin<<<(unsigned)(blocks > 0 ? blocks : 1), NT, 0, s>>>(part, (int)Z, N, RP, r, *out, transpose, coef, *sigma, ct);
+    LK_LAUNCHED("colfin");
+    return LYCO_OK;
+}
+
 template <typename CT, int RP, int NPB>
 int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, const lk_view *out, int transpose, float coef,
                      const lk_view *sigma, const lk_device *dev, cudaStream_t s) {
@@ -582,13 +591,7 @@ int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, co
     k_colreduce<CT, RP, NPB><<<dim3((unsigned)nt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, N, mper, S, part);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colreduce failed: %s", cudaGetErrorString(e));
-    if (rc == LYCO_OK) {
-        i64 blocks = cdiv(N * r, NT);
-        if (blocks > 65535) blocks = 65535;
-        k_colfin<<<(unsigned)(blocks > 0 ? blocks : 1), NT, 0, s>>>(part, (int)Z, N, RP, r, *out, transpose, coef, *sigma, ct);
-        e = cudaGetLastError();
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colfin failed: %s", cudaGetErrorString(e));
-    }
+    if (rc == LYCO_OK) rc = colfin_launch(part, Z, N, RP, r, out, transpose, coef, sigma, ct, s);
     int rf = lk_scratch_free(part, s);
     return rc ? rc : rf;
 }
@@ -771,6 +774,15 @@ extern "C" int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int 
     cudaStream_t s = (cudaStream_t)stream;
     if (lk_reduce_rank_tile(r) == 0 || cdiv(N, CN) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: column reduction outside its limits");
     if (N == 0 || r == 0) return LYCO_OK;
+    const i64 rp = lk_reduce_rank_tile(r);
+    if (lk_colreduce_stream_fits(ct, A, B, b_split, rp)) {
+        float *part = NULL;
+        int64_t Z = 0;
+        int rc = lk_colreduce_stream_parts(ct, A, B, b_split, M, N, r, rp, &part, &Z, dev, s);
+        if (rc == LYCO_OK) rc = colfin_launch(part, Z, N, rp, r, out, transpose, coef, sigma, ct, s);
+        const int rf = part ? lk_scratch_free(part, s) : LYCO_OK;
+        return rc ? rc : rf;
+    }
     switch (ct) {
     case DT_BF16: return colreduce_ct<bf16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
     case DT_F16: return colreduce_ct<f16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);

@@ -79,7 +79,8 @@ __device__ __forceinline__ unsigned ld_apair(const lk_view &P, i64 m, int k, int
 struct xs_args {
     lk_expand_args a;
     i64 strips, steps; /* column strips of XN, row steps of 16·MT per strip */
-    int pairs;         /* P row-major with 4-byte aligned pairs */
+    int pairs;         /* P row-major with aligned pairs */
+    int kfull;         /* pairs and r even: interior steps load P pairs and base without row/column guards */
 };
 
 /* PS: P is fp32 (bypass backward's gh) entering the products as nsplit<CT> parts, split at use. */
@@ -103,6 +104,32 @@ __device__ __forceinline__ void xs_load(const xs_args &x, i64 sp, i64 st, xs_ste
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const i64 col = sp * XN + (threadIdx.x >> 5) * 32 + 8 * t;
     const int r = (int)a.r;
+    if (x.kfull && (st + 1) * 16 * MT <= a.M && col + 8 <= a.N) {
+        /* interior step: byte pointers, no guards */
+        const i64 m = st * 16 * MT + g;
+        const int pes = PS ? 4 : 2;
+        const char *pp = (const char *)a.P.p + (m * a.P.s0 + 2 * t) * pes;
+        const i64 prow = a.P.s0 * pes;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int k = ks * 16 + 2 * t + 8 * (e >> 1); /* r even: k, k+1 both in or both out */
+                    const char *q = pp + (mt * 16 + 8 * (e & 1)) * prow + (ks * 16 + 8 * (e >> 1)) * pes;
+                    if (PS) s.af[PS ? mt : 0][PS ? ks : 0][e] = k < r ? *(const float2 *)q : make_float2(0.0f, 0.0f);
+                    else s.a[PS ? 0 : mt][PS ? 0 : ks][e] = k < r ? *(const unsigned *)q : 0u;
+                }
+        const char *pw = (const char *)a.base.p + (m * a.base.s0 + col) * 2;
+        const i64 wrow = a.base.s0 * 2;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                s.w[mt][h] = a.base.p ? __ldcs((const uint4 *)(pw + (mt * 16 + 8 * h) * wrow)) : make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         const i64 m = st * 16 * MT + mt * 16 + g;
@@ -236,12 +263,19 @@ __device__ __forceinline__ void xs_step_out(const xs_args &x, i64 sp, i64 st, co
             }
             if (row >= a.M || col >= a.N) continue;
             if (col + 8 <= a.N) {
-                __stcs((uint4 *)vaddr(a.out, row, col), make_uint4(o[0], o[1], o[2], o[3]));
+                __stcs((uint4 *)((char *)a.out.p + (row * a.out.s0 + col) * 2), make_uint4(o[0], o[1], o[2], o[3]));
             } else {
                 for (int c = 0; c < 8 && col + c < a.N; c++)
                     vstore(a.out, row, col + c, (c & 1) ? hi16<CT>(o[c >> 1]) : lo16<CT>(o[c >> 1]));
             }
         }
+    }
+}
+
+__device__ __forceinline__ void xs_advance(i64 &sp, i64 &st, i64 steps) {
+    if (++st == steps) {
+        st = 0;
+        sp++;
     }
 }
 
@@ -255,17 +289,37 @@ template <typename CT, int KS, int MT, bool QT, bool PS, bool DORA> __global__ _
     const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
     unsigned b[KS][4][2];
     i64 bsp = -1;
-    xs_step<KS, MT, PS> cur, nxt;
-    xs_load<CT, KS, MT, PS>(x, s0 / x.steps, s0 % x.steps, cur);
-    for (i64 q = s0; q < s1; q++) {
-        const i64 sp = q / x.steps, st = q % x.steps;
-        if (q + 1 < s1) xs_load<CT, KS, MT, PS>(x, (q + 1) / x.steps, (q + 1) % x.steps, nxt);
-        if (sp != bsp) {
-            xs_load_b<KS, QT>(x, sp, b);
-            bsp = sp;
+    /* two step buffers used in turn (no copies, which would wait for the loads): while one step
+       is multiplied and stored, the next one's loads are in flight */
+    xs_step<KS, MT, PS> A, B;
+    i64 spA = s0 / x.steps, stA = s0 % x.steps, spB = spA, stB = stA;
+    xs_advance(spB, stB, x.steps);
+    xs_load<CT, KS, MT, PS>(x, spA, stA, A);
+    if (s0 + 1 < s1) xs_load<CT, KS, MT, PS>(x, spB, stB, B);
+    for (i64 q = s0; q < s1; q += 2) {
+        if (spA != bsp) {
+            xs_load_b<KS, QT>(x, spA, b);
+            bsp = spA;
         }
-        xs_step_out<CT, KS, MT, PS, DORA>(x, sp, st, cur, b, rs, mf);
-        cur = nxt;
+        xs_step_out<CT, KS, MT, PS, DORA>(x, spA, stA, A, b, rs, mf);
+        if (q + 2 < s1) {
+            spA = spB;
+            stA = stB;
+            xs_advance(spA, stA, x.steps);
+            xs_load<CT, KS, MT, PS>(x, spA, stA, A);
+        }
+        if (q + 1 >= s1) break;
+        if (spB != bsp) {
+            xs_load_b<KS, QT>(x, spB, b);
+            bsp = spB;
+        }
+        xs_step_out<CT, KS, MT, PS, DORA>(x, spB, stB, B, b, rs, mf);
+        if (q + 3 < s1) {
+            spB = spA;
+            stB = stA;
+            xs_advance(spB, stB, x.steps);
+            xs_load<CT, KS, MT, PS>(x, spB, stB, B);
+        }
     }
 }
 
@@ -291,6 +345,7 @@ template <typename CT, int KS, bool QT, bool PS, bool DORA> int xs_launch(const 
     x.steps = cdiv(a->M, 16 * MT);
     const int pb = PS ? 8 : 4; /* bytes of a pair */
     x.pairs = a->P.s1 == 1 && !(a->P.flags & LK_UNALIGNED) && ((uintptr_t)a->P.p % pb) == 0 && (a->P.s0 % 2) == 0;
+    x.kfull = x.pairs && a->r % 2 == 0;
     int blocks = 0;
     int rc = xs_blocks(k_expand_stream<CT, KS, MT, QT, PS, DORA>, dev, &blocks);
     if (rc) return rc;
@@ -306,7 +361,9 @@ template <typename CT, bool QT, bool PS, bool DORA> int xs_launch_rp(const lk_ex
     case 16: return xs_launch<CT, 1, QT, PS, DORA>(a, dev, s);
     case 32: return xs_launch<CT, 2, QT, PS, DORA>(a, dev, s);
     case 64: return xs_launch<CT, 4, QT, PS, DORA>(a, dev, s);
-    default: return xs_launch<CT, 8, QT, PS, DORA>(a, dev, s);
+    default:
+        if constexpr (PS) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: streaming expand of fp32 parts beyond rank 64");
+        else return xs_launch<CT, 8, QT, PS, DORA>(a, dev, s);
     }
 }
 
@@ -328,8 +385,8 @@ bool row_major_vec(const lk_view &v) { return v.s1 == 1 && (v.flags & LK_VEC) !=
  * 2t + 8h + e of step s ↔ k offset 8t + 4s + 2h + e): one 16-byte load per row and chunk (two
  * for fp32 A, rounded to CT in registers), and the same permutation on B (one 16-byte load per
  * n8 tile). A block's 4 warps own 32 rows each and walk the same k range z chunk by chunk (so
- * their B loads hit L1), each loading chunk c+1 before multiplying chunk c, and write their own
- * rows' partials. copyA (bypass backward's dy0 = RN(dy), in CT): every A element is loaded by
+ * their B loads hit L1), two chunk buffers in turn (chunk c+1 in flight while c is multiplied),
+ * and write their own rows' partials. copyA (bypass backward's dy0 = RN(dy), in CT): every A element is loaded by
  * exactly one thread, which also stores it there.
  * ------------------------------------------------------------------------------------------- */
 const int RW = 4;  /* warps per reduce block */
@@ -343,8 +400,8 @@ template <int NI> struct rs_chunk {
 /* 8 elements (row, k..k+7) of a view as CT pairs (zero past kend; k a multiple of 8). */
 template <typename CT, bool F32>
 __device__ __forceinline__ uint4 rs_load8(const lk_view &v, i64 row, i64 k, i64 kend) {
-    if (k + 8 <= kend) {
-        const char *p = vaddr(v, row, k);
+    if (k + 8 <= kend) { /* row-major (s1 = 1): the element size is the template's */
+        const char *p = (const char *)v.p + (row * v.s0 + k) * (F32 ? 4 : 2);
         if (!F32) return *(const uint4 *)p;
         const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 16);
         return make_uint4(pack2<CT>(a.x, a.y), pack2<CT>(a.z, a.w), pack2<CT>(b.x, b.y), pack2<CT>(b.z, b.w));
@@ -369,7 +426,7 @@ __device__ __forceinline__ void rs_load(const lk_view &A, const lk_view &B, cons
                 v = rs_load8<CT, AF32>(A, row, k, kend);
                 if (copyA.p) {
                     if (k + 8 <= kend) {
-                        *(uint4 *)vaddr(copyA, row, k) = v;
+                        *(uint4 *)((char *)copyA.p + (row * copyA.s0 + k) * 2) = v;
                     } else {
                         const unsigned w[4] = {v.x, v.y, v.z, v.w};
                         for (int e = 0; k + e < kend; e++) vstore(copyA, row, k + e, (e & 1) ? hi16<CT>(w[e >> 1]) : lo16<CT>(w[e >> 1]));
@@ -413,12 +470,15 @@ __global__ __launch_bounds__(RW * 32) void k_reduce_stream(lk_view A, lk_view B,
     const i64 nc = kb1 > kb0 ? cdiv(kb1 - kb0, 32) : 0;
     float acc[RMT][NI][4];
     acc_zero(acc);
-    rs_chunk<NI> cur, nxt;
-    if (nc > 0) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + 8 * t, kb1, cur);
-    for (i64 c = 0; c < nc; c++) {
-        if (c + 1 < nc) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + (c + 1) * 32 + 8 * t, kb1, nxt);
-        rs_mma<CT, NI>(acc, cur);
-        cur = nxt;
+    rs_chunk<NI> c0, c1; /* used in turn, no copies (see k_expand_stream) */
+    if (nc > 0) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + 8 * t, kb1, c0);
+    if (nc > 1) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + 32 + 8 * t, kb1, c1);
+    for (i64 c = 0; c < nc; c += 2) {
+        rs_mma<CT, NI>(acc, c0);
+        if (c + 2 < nc) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + (c + 2) * 32 + 8 * t, kb1, c0);
+        if (c + 1 >= nc) break;
+        rs_mma<CT, NI>(acc, c1);
+        if (c + 3 < nc) rs_load<CT, NI, AF32>(A, B, copyA, M, r, m0, kb0 + (c + 3) * 32 + 8 * t, kb1, c1);
     }
 #pragma unroll
     for (int mt = 0; mt < RMT; mt++)
@@ -455,6 +515,170 @@ int rs_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i
     k_reduce_stream<CT, NI, AF32><<<dim3((unsigned)bx, (unsigned)Z), RW * 32, 0, s>>>(*A, *B, copyA ? *copyA : none, M, K, r, kper, *part);
     LK_LAUNCHED("reduce_stream");
     return LYCO_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * column reduction: part[z][n][i] = Σ_{m ∈ range z} RN_CT(A[m, n]) · Bp[m, i]   (A M×N, the big
+ * operand; B M×r, given to the kernel transposed as Bt[p][i][m], p < NPB parts of fp32 B)
+ *
+ * The mma's rows are A's columns: a thread loads 16 bytes of A (columns 8t … 8t+7 of its token
+ * rows g and g+8), and movmatrix.trans turns each 32-bit pair q of such a load into the A
+ * fragment of an 8×8 block — whose row c is column 8·(c>>1) + 2q + (c&1) of the warp's 32-column
+ * group (a permutation of the output rows, undone when the partials are written). B comes from
+ * the transposed copy as 32-bit token pairs. A block's 4 warps take the same 32 columns and
+ * consecutive sub-ranges of the tokens of range z, and sum their accumulators in warp order
+ * through shared memory.
+ * ------------------------------------------------------------------------------------------- */
+const int CW = 4; /* warps per column-reduction block */
+
+__device__ __forceinline__ unsigned movtrans(unsigned v) {
+    unsigned d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(v));
+    return d;
+}
+
+template <int NI, int NPB> struct cs_step {
+    uint4 x[2];          /* tokens m0+g, m0+8+g; columns 8t … 8t+7 (CT pairs) */
+    unsigned b[NPB][NI][2];
+};
+
+template <typename CT, int NI, int NPB, bool AF32>
+__device__ __forceinline__ void cs_load(const lk_view &A, const CT *Bt, i64 Mp, i64 M, i64 N, i64 r, i64 n0, i64 m0,
+                                        cs_step<NI, NPB> &c) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const i64 col = n0 + 8 * t;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const i64 m = m0 + g + 8 * h;
+        c.x[h] = m < M && col < N ? rs_load8<CT, AF32>(A, m, col, N) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int p = 0; p < NPB; p++)
+#pragma unroll
+        for (int j = 0; j < NI; j++) {
+            const i64 i = j * 8 + g;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const i64 m = m0 + 8 * h + 2 * t; /* even; Bt rows are Mp ≥ M wide, zero past M */
+                c.b[p][j][h] = i < r && m < M ? *(const unsigned *)(Bt + ((i64)p * r + i) * Mp + m) : 0u;
+            }
+        }
+}
+
+template <typename CT, int NI, int NPB>
+__device__ __forceinline__ void cs_mma(float (&acc)[2][NI][4], const cs_step<NI, NPB> &c) {
+    const unsigned x0[4] = {c.x[0].x, c.x[0].y, c.x[0].z, c.x[0].w};
+    const unsigned x1[4] = {c.x[1].x, c.x[1].y, c.x[1].z, c.x[1].w};
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        const unsigned a[4] = {movtrans(x0[2 * mt]), movtrans(x0[2 * mt + 1]), movtrans(x1[2 * mt]), movtrans(x1[2 * mt + 1])};
+#pragma unroll
+        for (int p = NPB - 1; p >= 0; p--)
+#pragma unroll
+            for (int j = 0; j < NI; j++) mma16816<CT>(acc[mt][j], a, c.b[p][j]);
+    }
+}
+
+template <typename CT, int NI, int NPB, bool AF32>
+__global__ __launch_bounds__(CW * 32) void k_colreduce_stream(lk_view A, const CT *Bt, i64 Mp, i64 M, i64 N, i64 r, i64 mper,
+                                                              float *part) {
+    const int RPn = NI * 8;
+    __shared__ float red[CW][32][NI * 8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const i64 n0 = (i64)blockIdx.x * 32, z = blockIdx.y;
+    const i64 mb0 = z * mper, mb1 = mb0 + mper < M ? mb0 + mper : M;
+    const i64 ns = mb1 > mb0 ? cdiv(mb1 - mb0, 16) : 0;
+    const i64 q0 = ns * warp / CW, q1 = ns * (warp + 1) / CW;
+    float acc[2][NI][4];
+    acc_zero(acc);
+    cs_step<NI, NPB> c0, c1; /* used in turn, no copies (see k_expand_stream) */
+    if (q0 < q1) cs_load<CT, NI, NPB, AF32>(A, Bt, Mp, mb1, N, r, n0, mb0 + q0 * 16, c0);
+    if (q0 + 1 < q1) cs_load<CT, NI, NPB, AF32>(A, Bt, Mp, mb1, N, r, n0, mb0 + (q0 + 1) * 16, c1);
+    for (i64 q = q0; q < q1; q += 2) {
+        cs_mma<CT, NI, NPB>(acc, c0);
+        if (q + 2 < q1) cs_load<CT, NI, NPB, AF32>(A, Bt, Mp, mb1, N, r, n0, mb0 + (q + 2) * 16, c0);
+        if (q + 1 >= q1) break;
+        cs_mma<CT, NI, NPB>(acc, c1);
+        if (q + 3 < q1) cs_load<CT, NI, NPB, AF32>(A, Bt, Mp, mb1, N, r, n0, mb0 + (q + 3) * 16, c1);
+    }
+    /* accumulator (mt, j, e): row c = g + 8(e>>1) of pair q = 2mt + (e>>1) → column 8(g>>1) + 2q + (g&1) */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int q = 2 * mt + (e >> 1);
+                red[warp][8 * (g >> 1) + 2 * q + (g & 1)][j * 8 + 2 * t + (e & 1)] = acc[mt][j][e];
+            }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 32 * RPn; idx += CW * 32) {
+        const int cc = idx / RPn, i = idx % RPn;
+        const i64 n = n0 + cc;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < CW; w++) v += red[w][cc][i];
+        if (n < N) part[(z * N + n) * RPn + i] = v;
+    }
+}
+
+/* Bt[p][i][m] = part p of B[m][i] (i < r; m < Mp, zero past M). */
+template <typename CT, int NPB> __global__ __launch_bounds__(NT) void k_cs_transpose(lk_view B, i64 M, i64 Mp, i64 r, CT *Bt) {
+    const i64 n = r * Mp;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 i = idx / Mp, m = idx % Mp;
+        const float v = m < M ? vload(B, m, i) : 0.0f;
+#pragma unroll
+        for (int p = 0; p < NPB; p++) Bt[(i64)p * n + idx] = ct_of<CT>::from(split_part<CT>(v, p));
+    }
+}
+
+template <typename CT, int NI, int NPB, bool AF32>
+int cs_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, float **part, i64 *Zout, const lk_device *dev, cudaStream_t s) {
+    const int RPn = NI * 8;
+    const i64 Mp = cdiv(M, 8) * 8, bx = cdiv(N, 32);
+    int per = 0;
+    LK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_colreduce_stream<CT, NI, NPB, AF32>, CW * 32, 0));
+    if (per < 1) per = 1;
+    /* enough token ranges to fill the resident blocks, each ≥ 4 steps of 16 per warp */
+    i64 Z = cdiv((i64)per * dev->sms, bx);
+    const i64 zmax = M > 0 ? cdiv(M, 4 * 16 * CW) : 1;
+    if (Z > zmax) Z = zmax;
+    if (Z > 64) Z = 64;
+    if (Z < 1) Z = 1;
+    const i64 mper = M > 0 ? cdiv(cdiv(M, Z), 16) * 16 : 16;
+    Z = M > 0 ? cdiv(M, mper) : 1;
+    CT *bt = NULL;
+    int rc = lk_scratch_alloc((void **)&bt, (size_t)(NPB * r * Mp) * sizeof(CT), s);
+    if (rc) return rc;
+    rc = lk_scratch_alloc((void **)part, (size_t)(Z * N * RPn) * sizeof(float), s);
+    if (rc == LYCO_OK) {
+        *Zout = Z;
+        i64 tb = cdiv(r * Mp, NT);
+        if (tb > 4096) tb = 4096;
+        k_cs_transpose<CT, NPB><<<(unsigned)(tb > 0 ? tb : 1), NT, 0, s>>>(*B, M, Mp, r, bt);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) {
+            k_colreduce_stream<CT, NI, NPB, AF32><<<dim3((unsigned)bx, (unsigned)Z), CW * 32, 0, s>>>(*A, bt, Mp, M, N, r, mper, *part);
+            e = cudaGetLastError();
+        }
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colreduce_stream failed: %s", cudaGetErrorString(e));
+    }
+    const int rf = lk_scratch_free(bt, s);
+    return rc ? rc : rf;
+}
+
+template <typename CT, int NPB, bool AF32>
+int cs_launch_rp(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, i64 rp, float **part, i64 *Z, const lk_device *dev,
+                 cudaStream_t s) {
+    return rp == 16 ? cs_launch<CT, 2, NPB, AF32>(A, B, M, N, r, part, Z, dev, s) : cs_launch<CT, 4, NPB, AF32>(A, B, M, N, r, part, Z, dev, s);
+}
+
+template <typename CT, bool AF32>
+int cs_launch_np(const lk_view *A, const lk_view *B, int b_split, i64 M, i64 N, i64 r, i64 rp, float **part, i64 *Z,
+                 const lk_device *dev, cudaStream_t s) {
+    return b_split ? cs_launch_rp<CT, nsplit<CT>::n, AF32>(A, B, M, N, r, rp, part, Z, dev, s)
+                   : cs_launch_rp<CT, 1, AF32>(A, B, M, N, r, rp, part, Z, dev, s);
 }
 
 template <typename CT, bool AF32>
@@ -513,6 +737,33 @@ extern "C" int lk_reduce_stream_parts(int32_t ct, const lk_view *A, const lk_vie
                                 : rs_launch_rp<bf16_t, false>(A, B, copyA, M, K, rp, part, &z, dev, s);
     else rc = f32 ? rs_launch_rp<f16_t, true>(A, B, copyA, M, K, rp, part, &z, dev, s)
                   : rs_launch_rp<f16_t, false>(A, B, copyA, M, K, rp, part, &z, dev, s);
+    *Z = z;
+    return rc;
+}
+
+extern "C" int lk_colreduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t rp) {
+    if (getenv("LYCO_CUDA_COLREDUCE_STAGED")) return 0;
+    if ((ct != DT_BF16 && ct != DT_F16) || (rp != 16 && rp != 32)) return 0;
+    if (!row_major_vec(*A) || (A->dt != ct && A->dt != DT_F32) || A->cols % 8 != 0) return 0;
+    if (b_split ? B->dt != DT_F32 : B->dt != ct) return 0;
+    return 1;
+}
+
+extern "C" int lk_colreduce_stream_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r,
+                                         int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    *part = NULL;
+    *Z = 0;
+    if (!lk_colreduce_stream_fits(ct, A, B, b_split, rp) || r > rp)
+        return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: streaming column reduction called outside its limits");
+    if (cdiv(N, 32) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld columns exceed the reduction grid", (long long)N);
+    const bool f32 = A->dt == DT_F32;
+    i64 z = 0;
+    int rc;
+    if (ct == DT_BF16) rc = f32 ? cs_launch_np<bf16_t, true>(A, B, b_split, M, N, r, rp, part, &z, dev, s)
+                                : cs_launch_np<bf16_t, false>(A, B, b_split, M, N, r, rp, part, &z, dev, s);
+    else rc = f32 ? cs_launch_np<f16_t, true>(A, B, b_split, M, N, r, rp, part, &z, dev, s)
+                  : cs_launch_np<f16_t, false>(A, B, b_split, M, N, r, rp, part, &z, dev, s);
     *Z = z;
     return rc;
 }
