@@ -2,8 +2,8 @@
  * full.c — fused CPU kernels of Full / native fine-tuning stored as a difference (ALGORITHMS.md
  * §2.9): ΔW̄ = diff (O × I/g·K, W's shape), Δb = diff_b (O; 0 when absent). No scale, σs, masks.
  *
- * merge through the shared driver (merge.c): W'' = W + m·diff, b'' = b + m·diff_b via the bias
- *   hooks; backward G_diff = m·∂L/∂W'' (the driver's G, stored row by row as it streams: each row
+ * merge through the shared driver (merge.c; forward in its streaming form, one pass over W, diff
+ *   and W''): W'' = W + m·diff, b'' = b + m·diff_b via the bias hooks; backward G_diff = m·∂L/∂W'' (the driver's G, stored row by row as it streams: each row
  *   block belongs to one thread), G_diff_b = m·∂L/∂b''.
  * bypass (linear): Δ = x·(m·diff)ᵀ + m·diff_b.
  *   forward, per tile of TB tokens: y = y0 + m·diff_b, then += x·(m·D_blk)ᵀ for row blocks of OB
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "stream.h"
 
 #define TB 64
 #define WBLK_FLOATS 65536
@@ -50,6 +51,13 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     (void)W;
     const full_t *s = dl->state;
     for (int64_t r = 0; r < nr; r++) cpu_load(&s->dv, o0 + r, 0, s->IK, s->c->dt.compute, out + r * s->IK);
+}
+
+/* ΔW̄[o, j0 .. j0+n) for the streaming driver: diff rounded to the compute dtype */
+static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
+    (void)W;
+    const full_t *s = dl->state;
+    cpu_load(&s->dv, o, j0, n, s->c->dt.compute, out);
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
@@ -272,7 +280,7 @@ lyco_status cpu_full(const lyco_call *c, char *why, size_t why_len) {
     cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .bias = bias, .bias_bwd = bias_bwd, .c = c, .state = &s};
     lyco_status st;
     switch (c->dir) {
-    case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
+    case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
     case LYCO_DIR_MERGE_BWD:
         st = cpu_merge_bwd(c, &dl);
         /* ∂L/∂b'' not given: G_diff_b = 0 */

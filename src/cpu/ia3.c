@@ -3,10 +3,11 @@
  * on inputs; shape (D) or (1, D, 1, …)) scales the layer along one axis; the effective factor is
  * f = 1 + m·w. W̄ is O × I/g·K (output mode takes grouped convs; input mode has g = 1).
  *
- * merge (both modes) through the shared driver (merge.c: m, modes, module dropout):
- *   ΔW̄[o, j] = W̄[o, j]·w[o]  (output)   or   W̄[o, c·K+κ]·w[c]  (input)       rows of W read once
- *   backward: G_w[o] = Σ_j G[o, j]·W̄[o, j]  or  G_w[c] = Σ_{o,κ} G[o, c·K+κ]·W̄[o, c·K+κ]
- *   (G = m·∂L/∂W'' from the driver), per-thread partials (D floats) combined in thread order.
+ * merge forward through the streaming driver (stream.h: m, modes, module dropout; one pass):
+ *   ΔW̄[o, j] = W̄[o, j]·w[o]  (output)   or   W̄[o, c·K+κ]·w[c]  (input)
+ * merge backward, one streaming pass over ∂L/∂W'' and W (merge_bwd below; dropped or DoRA: the
+ *   driver): G_w[o] = Σ_j G[o, j]·W̄[o, j]  or  G_w[c] = Σ_{o,κ} G[o, c·K+κ]·W̄[o, c·K+κ]
+ *   (G = m·∂L/∂W''), summed in an order fixed by the shape (not the thread count).
  * bypass, output mode (linear and conv; a row map on y0, bias included, one elementwise pass):
  *   y = y0 ⊙ (1 + m·w)   (DELTA_ONLY: y0 ⊙ (m·w));   dy0 = dy ⊙ the same factor,
  *   G_w[o] = m·Σ dy·y0 over tokens and positions, dx = 0.
@@ -17,7 +18,8 @@
  *   G_w[i] = m·Σ_t g'[t, i]·x[t, i] (per-thread partials), dy0 = dy (0 for DELTA_ONLY).
  * Conv bypass in input mode takes the eager twin (declined with the reason).
  *
- * Extra memory: w (D floats); merge: the driver's row blocks; bypass out: one row per thread;
+ * Extra memory: w (D floats); merge: 2 pieces of 1024 floats per thread (stack) and, backward,
+ * nt·D floats (G_w in the first D); bypass out: one row per thread;
  * bypass in: per thread TB·I (x') + OB·I (a W block) + TB·O (the y / dy tile) + TB·I (g');
  * backward partials D floats per thread.
  */
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "stream.h"
 
 #define TB 64
 #define WBLK_FLOATS 65536
@@ -89,6 +92,22 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     }
 }
 
+/* ΔW̄[o, j0 .. j0+n) for the streaming driver: the same products as rows() */
+static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
+    const ia3_t *s = dl->state;
+    if (!s->on_input) {
+        float f = s->w[o];
+        for (int64_t j = 0; j < n; j++) out[j] = W[j] * f;
+        return;
+    }
+    for (int64_t j = 0; j < n;) {   /* runs of one input channel: K columns each */
+        int64_t ch = (j0 + j) / s->K, end = (ch + 1) * s->K - j0;
+        float f = s->w[ch];
+        if (end > n) end = n;
+        for (; j < end; j++) out[j] = W[j] * f;
+    }
+}
+
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
     const ia3_t *s = dl->state;
     float *gw = s->gw + (size_t)tid * (size_t)s->D;
@@ -106,6 +125,98 @@ static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W
 
 static lyco_status finish_bwd(const cpu_delta *dl) {
     store_gw(dl->state, 1.0f);
+    return LYCO_OK;
+}
+
+/* ---- merge backward, streaming (not dropped, no DoRA; else the driver) ----
+   G_w = Σ (m·rnd(G))·rnd(W) over the elements of each w entry, G = ∂L/∂W'': the driver's
+   per-element products, summed in an order fixed by the shape alone (independent of the thread
+   count). Output mode: one row per w entry, 16 lanes by column index mod 16 across the row, then
+   a fixed tree; rows static over the threads. Input mode: each channel sums its K columns over
+   the rows in order (one accumulator per channel, 1-lane chains vectorised across channels);
+   channel ranges static over the threads. G and W read once, in pieces of PIECE floats. */
+
+#define PIECE 1024
+
+static float tree16(const float *a) {
+    return (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) +
+           (((a[8] + a[9]) + (a[10] + a[11])) + ((a[12] + a[13]) + (a[14] + a[15])));
+}
+
+/* acc[j mod 16] += (m·g[j])·w[j] for j in [0, n); n a multiple of 16 except at a row's end */
+static void dot16(const float *g, const float *w, int64_t n, float m, float *acc) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) acc[l] += (m * g[j + l]) * w[j + l];
+    for (int l = 0; j < n; j++, l++) acc[l] += (m * g[j]) * w[j];
+}
+
+static void bwd_rows(const lyco_call *c, const ia3_t *s, const cpu_view *gv, const cpu_view *wv, float *gw) {
+    lyco_dtype T = c->dt.compute;
+    float m = (float)c->m;
+    int64_t IK = s->IK;
+#pragma omp parallel
+    {
+        float g[PIECE], w[PIECE], acc[16];
+#pragma omp for schedule(static)
+        for (int64_t o = 0; o < s->O; o++) {
+            memset(acc, 0, sizeof acc);
+            for (int64_t j0 = 0; j0 < IK; j0 += PIECE) {
+                int64_t n = IK - j0 < PIECE ? IK - j0 : PIECE;
+                cpu_load(gv, o, j0, n, T, g);
+                cpu_load(wv, o, j0, n, T, w);
+                dot16(g, w, n, m, acc);
+            }
+            gw[o] = tree16(acc);
+        }
+    }
+}
+
+static void bwd_channels(const lyco_call *c, const ia3_t *s, const cpu_view *gv, const cpu_view *wv, float *gw) {
+    lyco_dtype T = c->dt.compute;
+    float m = (float)c->m;
+    int64_t K = s->K, D = s->D;
+    /* channel pieces of ≤ PIECE columns: about 4 per thread when there are enough channels */
+    int64_t pc = (D + 4 * (int64_t)s->nt - 1) / (4 * (int64_t)s->nt);
+    if (pc < 16) pc = 16;
+    if (pc * K > PIECE) pc = PIECE / K > 0 ? PIECE / K : 1;
+    int64_t npc = (D + pc - 1) / pc;
+#pragma omp parallel
+    {
+        float g[PIECE], w[PIECE];
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < npc; p++) {
+            int64_t c0 = p * pc, nc = D - c0 < pc ? D - c0 : pc;
+            float *acc = gw + c0;
+            memset(acc, 0, sizeof(float) * (size_t)nc);
+            /* a channel wider than a piece (K > PIECE) is summed in PIECE-column steps */
+            int64_t ncol = nc * K, step = ncol < PIECE ? ncol : PIECE;
+            for (int64_t o = 0; o < s->O; o++)
+                for (int64_t q0 = 0; q0 < ncol; q0 += step) {
+                    int64_t n = ncol - q0 < step ? ncol - q0 : step;
+                    cpu_load(gv, o, c0 * K + q0, n, T, g);
+                    cpu_load(wv, o, c0 * K + q0, n, T, w);
+                    if (K == 1)
+                        for (int64_t j = 0; j < n; j++) acc[q0 + j] += (m * g[j]) * w[j];
+                    else
+                        for (int64_t j = 0; j < n; j++) acc[(q0 + j) / K] += (m * g[j]) * w[j];
+                }
+        }
+    }
+}
+
+static lyco_status merge_bwd(const lyco_call *c, ia3_t *s) {
+    if (!lyco_call_wants(c, LYCO_IA3_WEIGHT)) return LYCO_OK;
+    cpu_view gv, wv;
+    cpu_view_init(&gv, c->d_out, 1);
+    cpu_view_init(&wv, c->merge->weight, 1);
+    if (s->O > 0 && s->IK > 0) {
+        if (s->on_input) bwd_channels(c, s, &gv, &wv, s->gw);
+        else bwd_rows(c, s, &gv, &wv, s->gw);
+    } else {
+        memset(s->gw, 0, sizeof(float) * (size_t)s->D);
+    }
+    cpu_store_all(c->g->grad[LYCO_IA3_WEIGHT], s->gw);
     return LYCO_OK;
 }
 
@@ -331,8 +442,8 @@ lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len) {
     if (st == LYCO_OK) {
         cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .needs_w = true};
         switch (c->dir) {
-        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
-        case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
+        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
+        case LYCO_DIR_MERGE_BWD: st = c->dropped || c->dims.dora || !c->merge->weight ? cpu_merge_bwd(c, &dl) : merge_bwd(c, &s); break;
         case LYCO_DIR_BYPASS_FWD: st = on_input ? bypass_in_fwd(c, &s) : bypass_out(c, &s); break;
         default:
             if (on_input) st = bypass_in_bwd(c, &s);

@@ -28,10 +28,17 @@
 #define CPU_V3 1
 #include <immintrin.h>
 
-/* Whether this CPU runs x86-64-v3 code (cheap: libgcc caches the cpuid result). */
+/* Whether this CPU runs x86-64-v3 code; asked once per translation unit, then a relaxed atomic
+   load (the conversions call this per run: on a 1-value run the cpuid query showed). */
 static inline bool cpu_have_v3(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("x86-64-v3");
+    static int known; /* 0 unknown, 1 no, 2 yes */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k == 0) {
+        __builtin_cpu_init();
+        k = __builtin_cpu_supports("x86-64-v3") ? 2 : 1;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 2;
 }
 #endif
 

@@ -10,9 +10,10 @@
  *   ΔW̄[i·b+j, p·dK+n] = ρ_o·W1[i,p]·W2[j,n],  ρ_o = s'·q_o (s' = s, or s² with
  *   LYCO_FLAG_UPSTREAM_MERGE_SCALE in merge — the driver then skips σs; q_o the output-row mask).
  *
- * merge fwd : each row of a block is written straight into the driver's row buffer: for every p,
- *             the run rnd(ρ_o·W1[i,p])·W2[j,:] (one multiply per element, vectorised) — ΔW is
- *             never formed whole; the driver (merge.c) applies m, σs, DoRA and the modes.
+ * merge fwd : the streaming driver (stream.h; DoRA: the row-block driver) asks for pieces of a
+ *             row: for every p, the run rnd(ρ_o·W1[i,p])·W2[j,:] (one multiply per element) —
+ *             ΔW is never formed whole; the driver (merge.c) applies m, σs, DoRA and the modes,
+ *             one pass over W and W''.
  * merge bwd : per row o of G = ∂L/∂ΔW̄ (viewed as c × dK): v = G_o·W2[j,:]ᵀ (c dots, cpu_gemm_nt),
  *             G_W1[i,:] += ρ_o·v (fp64 per-thread partial, a·c); G_W2[j,:] += (ρ_o·W1[i,:])·G_o
  *             (cpu_gemm_tn, fp32 per-thread partial, b·dK); partials reduced in thread order, then
@@ -40,6 +41,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "stream.h"
 
 #define TB 32   /* bypass: tokens per tile */
 
@@ -285,6 +287,21 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     }
 }
 
+/* ΔW̄[o, j0 .. j0+n) for the streaming driver: the products of rows(), run by run of one p */
+static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
+    (void)W;
+    const lokr_t *s = dl->state;
+    int64_t cc = s->cc, dK = s->dK, i = o / s->b, j = o % s->b;
+    const float *w2 = s->W2 + j * dK;
+    for (int64_t q = 0; q < n;) {
+        int64_t p = (j0 + q) / dK, n0 = (j0 + q) - p * dK, len = dK - n0;
+        float w = (float)(s->rho[o] * s->W1d[i * cc + p]);
+        if (len > n - q) len = n - q;
+        for (int64_t k = 0; k < len; k++) out[q + k] = w * w2[n0 + k];
+        q += len;
+    }
+}
+
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
     (void)W;
     const lokr_t *s = dl->state;
@@ -482,7 +499,7 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
     if (st == LYCO_OK) {
         cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true};
         switch (c->dir) {
-        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
+        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
         case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
         default: st = bypass_bwd(c, &s); break;

@@ -10,12 +10,18 @@
  * DoRA per input channel needs the column norms first: a norm pass, then the output pass
  * (ΔW rows regenerated, never stored). Everything accumulates in fp32; each output is rounded once.
  *
- * Extra memory: per thread 3 blocks of RB × I·K floats; DoRA per input channel: per thread I floats.
+ * Streaming form (stream.h, cpu_merge_fwd_stream) for elementwise generators: pieces of ≤ PIECE
+ * floats (whole rows while rows are shorter), W loaded, the span generated and combined in L1,
+ * stored; the same per-element expressions as the row-block path (combine()).
+ *
+ * Extra memory: per thread 3 blocks of RB × I·K floats; DoRA per input channel: per thread I floats;
+ * streaming: 2·PIECE floats per thread (stack).
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "stream.h"
 
 #define RB 4
 
@@ -139,6 +145,45 @@ static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_v
         }
 }
 
+/* o[j] of the plain (non-DoRA) modes from W's row (rounded) and ΔW̄'s: W + m·σs·ΔW, m·σs·ΔW
+   (DELTA) or W − m·σs·ΔW (UNMERGE); 0 without W. o may alias dl (elementwise). Compiled for the
+   baseline ISA (no FMA), so `w + m·σs·dl` is a product and a sum in every path. */
+static void combine(lyco_merge_mode mode, bool need_w, float m, float sig, const float *w, const float *dl, float *o,
+                    int64_t n) {
+    if (mode == LYCO_MERGE_DELTA) {
+        for (int64_t j = 0; j < n; j++) o[j] = m * sig * dl[j];
+    } else if (!need_w) {
+        for (int64_t j = 0; j < n; j++) o[j] = 0.0f;
+    } else if (mode == LYCO_MERGE_UNMERGE) {
+        for (int64_t j = 0; j < n; j++) o[j] = w[j] - m * sig * dl[j];
+    } else {
+        for (int64_t j = 0; j < n; j++) o[j] = w[j] + m * sig * dl[j];
+    }
+}
+
+/* b'' = b + m·Δb (the modes as above; Δb from the generator's bias hook, 0 when dropped). */
+static lyco_status merge_bias(const lyco_call *c, const cpu_delta *d) {
+    int64_t n = c->dims.O;
+    lyco_merge_mode mode = c->merge->mode;
+    float m = (float)c->m;
+    float *b = calloc((size_t)n + 1, sizeof(float)), *db = calloc((size_t)n + 1, sizeof(float));
+    if (!b || !db) {
+        free(b);
+        free(db);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory");
+    }
+    if (c->merge->bias) cpu_load_all(c->merge->bias, c->dt.compute, b);
+    if (!c->dropped && d->bias) d->bias(d, db);
+    for (int64_t o = 0; o < n; o++) {
+        float e = m * db[o];
+        b[o] = mode == LYCO_MERGE_DELTA ? e : mode == LYCO_MERGE_UNMERGE ? b[o] - e : b[o] + e;
+    }
+    cpu_store_all(c->out_bias, b);
+    free(b);
+    free(db);
+    return LYCO_OK;
+}
+
 lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
     int64_t O = c->dims.O, IK = ik_of(c), nblocks = (O + RB - 1) / RB;
     lyco_dtype T = c->dt.compute;
@@ -194,42 +239,79 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
                     float wpp = (w[j] + sig * dl[j]) * dr.coef[dora_index(c, o0 + r, j)];
                     o[j] = mode == LYCO_MERGE_DELTA ? wpp - w[j] : wpp;
                 }
-            } else if (mode == LYCO_MERGE_DELTA) {
-                for (int64_t j = 0; j < IK; j++) o[j] = m * sig * dl[j];
-            } else if (!need_w) {
-                for (int64_t j = 0; j < IK; j++) o[j] = 0.0f;
-            } else if (mode == LYCO_MERGE_UNMERGE) {
-                for (int64_t j = 0; j < IK; j++) o[j] = w[j] - m * sig * dl[j];
             } else {
-                for (int64_t j = 0; j < IK; j++) o[j] = w[j] + m * sig * dl[j];
+                combine(mode, need_w, m, sig, w, dl, o, IK);
             }
             cpu_store(&ov, o0 + r, 0, IK, o);
         }
     }
-    if (c->out_bias) {
-        int64_t n = O;
-        float *b = calloc((size_t)n + 1, sizeof(float)), *db = calloc((size_t)n + 1, sizeof(float));
-        if (!b || !db) {
-            free(b);
-            free(db);
-            st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory");
-            goto done;
-        }
-        if (c->merge->bias) cpu_load_all(c->merge->bias, T, b);
-        if (!c->dropped && d->bias) d->bias(d, db);
-        for (int64_t o = 0; o < n; o++) {
-            float e = m * db[o];
-            b[o] = mode == LYCO_MERGE_DELTA ? e : mode == LYCO_MERGE_UNMERGE ? b[o] - e : b[o] + e;
-        }
-        cpu_store_all(c->out_bias, b);
-        free(b);
-        free(db);
-    }
+    if (c->out_bias) st = merge_bias(c, d);
 done:
     scratch_free(scr, nt);
     dora_free(&dr);
     free(partial);
     return st;
+}
+
+/* ---- the streaming forward (stream.h) ---- */
+
+#define PIECE 1024   /* floats per piece: W and Δ pieces (8 KB) stay in L1 */
+
+/* rows [o0, o0+nr) × columns [j0, j0+n) of a view, packed nr × n; one run when the rows are
+   whole and adjacent in memory */
+static bool whole_rows(const cpu_view *v, int64_t n) { return v->fast && n == v->cols && (v->rows <= 1 || v->rs == v->cols); }
+
+static void load_block(const cpu_view *v, int64_t o0, int64_t nr, int64_t j0, int64_t n, lyco_dtype T, float *dst) {
+    if (whole_rows(v, n)) {
+        cpu_load(v, o0, 0, nr * n, T, dst);
+        return;
+    }
+    for (int64_t r = 0; r < nr; r++) cpu_load(v, o0 + r, j0, n, T, dst + r * n);
+}
+
+static void store_block(const cpu_view *v, int64_t o0, int64_t nr, int64_t j0, int64_t n, const float *src) {
+    if (whole_rows(v, n)) {
+        cpu_store(v, o0, 0, nr * n, src);
+        return;
+    }
+    for (int64_t r = 0; r < nr; r++) cpu_store(v, o0 + r, j0, n, src + r * n);
+}
+
+lyco_status cpu_merge_fwd_stream(const lyco_call *c, const cpu_delta *d, cpu_span_fn span) {
+    if (c->dims.dora && !c->dropped) return cpu_merge_fwd(c, d);
+    int64_t O = c->dims.O, IK = ik_of(c);
+    lyco_dtype T = c->dt.compute;
+    lyco_merge_mode mode = c->merge->mode;
+    const DLTensor *Wt = c->merge->weight;
+    bool need_w = Wt && (mode != LYCO_MERGE_DELTA || d->needs_w);
+    float sig = sigma_for(c, d), m = (float)c->m;
+    cpu_view wv, ov;
+    if (Wt) cpu_view_init(&wv, Wt, 1);
+    cpu_view_init(&ov, c->out, 1);
+    if (O > 0 && IK > 0) {
+        /* blocks of whole rows while a row is shorter than a piece, else one row in pieces */
+        int64_t cw = IK < PIECE ? IK : PIECE, rb = IK < PIECE ? PIECE / IK : 1;
+        int64_t npc = (IK + cw - 1) / cw, nrb = (O + rb - 1) / rb;
+#pragma omp parallel
+        {
+            float w[PIECE], dl[PIECE];
+            if (!need_w) memset(w, 0, sizeof w);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < nrb; b++) {
+                int64_t o0 = b * rb, nr = O - o0 < rb ? O - o0 : rb;
+                for (int64_t p = 0; p < npc; p++) {
+                    int64_t j0 = p * cw, n = IK - j0 < cw ? IK - j0 : cw;
+                    if (need_w) load_block(&wv, o0, nr, j0, n, T, w);
+                    if (c->dropped) memset(dl, 0, sizeof(float) * (size_t)(nr * n));
+                    else
+                        for (int64_t r = 0; r < nr; r++) span(d, o0 + r, j0, n, w + r * n, dl + r * n);
+                    combine(mode, need_w, m, sig, w, dl, dl, nr * n);
+                    store_block(&ov, o0, nr, j0, n, dl);
+                }
+            }
+        }
+    }
+    return c->out_bias ? merge_bias(c, d) : LYCO_OK;
 }
 
 static void zero_grads(const lyco_call *c) {

@@ -165,14 +165,25 @@ void cpu_store(const cpu_view *v, int64_t r, int64_t c0, int64_t n, const float 
     for (int64_t i = 0; i < n; i++) lyco_store_f32(v->base + offset_of(v, r, c0 + i) * (int64_t)v->es, v->dt, src[i]);
 }
 
+/* A whole tensor as one run when it is compact (one conversion call), else row by row. */
+static bool compact(const cpu_view *v) { return v->fast && (v->rows <= 1 || v->rs == v->cols); }
+
 void cpu_load_all(const DLTensor *t, lyco_dtype through, float *dst) {
     cpu_view v;
     cpu_view_init(&v, t, t->ndim > 0 ? 1 : 0);
+    if (compact(&v)) {
+        cpu_load(&v, 0, 0, v.rows * v.cols, through, dst);
+        return;
+    }
     for (int64_t r = 0; r < v.rows; r++) cpu_load(&v, r, 0, v.cols, through, dst + r * v.cols);
 }
 
 void cpu_store_all(DLTensor *t, const float *src) {
     cpu_view v;
     cpu_view_init(&v, t, t->ndim > 0 ? 1 : 0);
+    if (compact(&v)) {
+        cpu_store(&v, 0, 0, v.rows * v.cols, src);
+        return;
+    }
     for (int64_t r = 0; r < v.rows; r++) cpu_store(&v, r, 0, v.cols, src + r * v.cols);
 }
