@@ -1,0 +1,130 @@
+/*
+ * loha_kern.h — LoHa's fp64 ΔW̄ generator (gen: rectangles of λ·ρ_o·R_1⊙R_2 in 4 × 4 register
+ * blocks) and the fp64 dot of G with ΔW̄ rows (dot_rows_d, for G_σs), written once and included by
+ * loha.c once per ISA (isa.h): KN(name) = name_v3 under `#pragma GCC target("arch=x86-64-v3")`,
+ * name_base for the portable build. Not a public header.
+ *
+ * Why (docs/bench-cpu.md, "Streaming merges"): as a target_clones (CPU_HOT) function GCC 12 built
+ * the 4-lane fp64 vector code of the inlined helpers from 128-bit halves — each B̄ load as two
+ * vcvtps2pd xmm + vinsertf128, each coefficient broadcast as vpermpd from one ymm load — which
+ * bounded the k loop by shuffles, not by its 4 FMAs. Under the pragma (and with the widening
+ * written as _mm256_cvtps_pd, LK_V3): one vcvtps2pd ymm per load and vbroadcastsd from memory. Same operations, same FMA contraction (the v3 copy fuses
+ * `a += c·v` as the v3 clone did; the portable copy has no FMA, as the default clone had): the
+ * values are bitwise those of the clones.
+ * Expects from loha.c: loha_t, term_t, v4d, v4f, cpu_thread_id(). Shapes, tiling and memory: see
+ * loha.c.
+ */
+
+
+/* 4 floats widened to fp64 (exact): one vcvtps2pd ymm in the v3 build (GCC lowers the generic
+   __builtin_convertvector to two 128-bit halves even there) */
+static inline __attribute__((always_inline)) v4d KN(ld4f)(const float *p) {
+#ifdef LK_V3
+    return (v4d)_mm256_cvtps_pd(_mm_loadu_ps(p));
+#else
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, v4d);
+#endif
+}
+static inline __attribute__((always_inline)) v4d KN(bc4)(double a) { return (v4d){a, a, a, a}; }
+
+/* Coefficients of up to 4 rows o0 … o0+rb, interleaved c[k·4 + i] (rows past rb are zero):
+   c1 = λ·ρ_o·Ā_1[o,k], c2 = Ā_2[o,k], in fp64. */
+static inline __attribute__((always_inline)) void KN(coefs)(const loha_t *s, int64_t o0, int64_t rb, double lambda, double *c1,
+                                                        double *c2) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    for (int64_t i = 0; i < 4; i++) {
+        double f = i < rb ? lambda * s->rhod[o0 + i] : 0.0;
+        for (int64_t k = 0; k < t1->r; k++) c1[k * 4 + i] = i < rb ? f * t1->A[(o0 + i) * t1->r + k] : 0.0;
+        for (int64_t k = 0; k < t2->r; k++) c2[k * 4 + i] = i < rb ? t2->A[(o0 + i) * t2->r + k] : 0.0;
+    }
+}
+
+/* The 4 × 4 block at columns j … j+3 of those rows: p[i] = (Σ_k c1·B̄_1[k, j…])·(Σ_k c2·B̄_2[k, j…]),
+   fp64 register accumulators (8 of them), B̄ converted as it is loaded. */
+static inline __attribute__((always_inline)) void KN(block4)(const loha_t *s, int64_t j, const double *c1, const double *c2,
+                                                         v4d *p) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    int64_t IK = s->IK;
+    v4d a0 = KN(bc4)(0), a1 = KN(bc4)(0), a2 = KN(bc4)(0), a3 = KN(bc4)(0), b0 = KN(bc4)(0), b1 = KN(bc4)(0), b2 = KN(bc4)(0), b3 = KN(bc4)(0);
+    for (int64_t k = 0; k < t1->r; k++) {
+        v4d v = KN(ld4f)(t1->B + k * IK + j);
+        const double *c = c1 + k * 4;
+        a0 += KN(bc4)(c[0]) * v;
+        a1 += KN(bc4)(c[1]) * v;
+        a2 += KN(bc4)(c[2]) * v;
+        a3 += KN(bc4)(c[3]) * v;
+    }
+    for (int64_t k = 0; k < t2->r; k++) {
+        v4d v = KN(ld4f)(t2->B + k * IK + j);
+        const double *c = c2 + k * 4;
+        b0 += KN(bc4)(c[0]) * v;
+        b1 += KN(bc4)(c[1]) * v;
+        b2 += KN(bc4)(c[2]) * v;
+        b3 += KN(bc4)(c[3]) * v;
+    }
+    p[0] = a0 * b0;
+    p[1] = a1 * b1;
+    p[2] = a2 * b2;
+    p[3] = a3 * b3;
+}
+
+/* One element (row slot i of the coefficients, column j), scalar fp64: the column tails. */
+static inline __attribute__((always_inline)) double KN(elem_d)(const loha_t *s, int64_t i, int64_t j, const double *c1,
+                                                           const double *c2) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    double x1 = 0.0, x2 = 0.0;
+    for (int64_t k = 0; k < t1->r; k++) x1 += c1[k * 4 + i] * (double)t1->B[k * s->IK + j];
+    for (int64_t k = 0; k < t2->r; k++) x2 += c2[k * 4 + i] * (double)t2->B[k * s->IK + j];
+    return x1 * x2;
+}
+
+/* out[rr·ldo + jj] = rnd(λ·ρ_o·R_1[o,j]·R_2[o,j]) for o = o0+rr < o0+nr, j = j0+jj < j0+nc (trans:
+   out[jj·ldo + rr]): the two r-term sums, the Hadamard product and every scale factor in fp64, one
+   rounding per element; 4 × 4 register blocks. */
+static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
+                bool trans) {
+    double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r;
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
+        KN(coefs)(s, o0 + r0, rb, lambda, c1, c2);
+        int64_t jj = 0;
+        for (; jj + 4 <= nc; jj += 4) {
+            v4d p[4];
+            KN(block4)(s, j0 + jj, c1, c2, p);
+            for (int64_t i = 0; i < rb; i++)
+                for (int q = 0; q < 4; q++) {
+                    float v = (float)p[i][q];
+                    if (trans) out[(jj + q) * ldo + r0 + i] = v;
+                    else out[(r0 + i) * ldo + jj + q] = v;
+                }
+        }
+        for (; jj < nc; jj++)
+            for (int64_t i = 0; i < rb; i++) {
+                float v = (float)KN(elem_d)(s, i, j0 + jj, c1, c2);
+                if (trans) out[jj * ldo + r0 + i] = v;
+                else out[(r0 + i) * ldo + jj] = v;
+            }
+    }
+}
+
+/* Σ_{rr,j} G[rr·IK + j]·ΔW̄[o0+rr, j], all in fp64 (G_σs: a cancelling sum, kept exact-ish). */
+static double KN(dot_rows_d)(const loha_t *s, int64_t o0, int64_t nr, const float *G) {
+    double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r, tail = 0.0;
+    int64_t IK = s->IK;
+    v4d acc = KN(bc4)(0);
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
+        KN(coefs)(s, o0 + r0, rb, 1.0, c1, c2);
+        int64_t jj = 0;
+        for (; jj + 4 <= IK; jj += 4) {
+            v4d p[4];
+            KN(block4)(s, jj, c1, c2, p);
+            for (int64_t i = 0; i < rb; i++) acc += KN(ld4f)(G + (r0 + i) * IK + jj) * p[i];
+        }
+        for (; jj < IK; jj++)
+            for (int64_t i = 0; i < rb; i++) tail += (double)G[(r0 + i) * IK + jj] * KN(elem_d)(s, i, jj, c1, c2);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + tail;
+}
