@@ -10,7 +10,8 @@
  *     LayerNorm: one group per token (x is tokens × C, channels contiguous);
  *     GroupNorm: one group per (n, g): C/groups channel rows × spatial positions of x (N, C, …).
  *   One pass: each group is loaded once (x, y0), normalised in cache and y stored once.
- * backward, per group (h = dy·m·Δγ[c]):  dx = rstd·(h − mean(h) − x̂·mean(h·x̂)),
+ * backward, per group (h = dy·m·Δγ[c]; the group sums in 8 lanes and a fixed tree, so the order is
+ *   set by the shape, not the threads):  dx = rstd·(h − mean(h) − x̂·mean(h·x̂)),
  *   G_w_norm[c] += m·q[c]·Σ dy·x̂,  G_b_norm[c] += m·q[c]·Σ dy  (per-thread partials, combined in
  *   thread order), dy0 = dy (0 for DELTA_ONLY).
  *
@@ -254,6 +255,50 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
     return LYCO_OK;
 }
 
+static float tree8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+
+/* *sdh = Σ d[j]·h[j], *sd = Σ d[j]: 8 lanes (lane j mod 8), then a fixed tree — not one serial
+   chain (which bound the backward at one add latency per element) */
+static void dot_sum8(const float *d, const float *h, int64_t n, float *sdh, float *sd) {
+    float a[8] = {0}, b[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            a[l] += d[j + l] * h[j + l];
+            b[l] += d[j + l];
+        }
+    for (int l = 0; j < n; j++, l++) {
+        a[l] += d[j] * h[j];
+        b[l] += d[j];
+    }
+    *sdh = tree8(a);
+    *sd = tree8(b);
+}
+
+/* LayerNorm row: pw += dy·x̂, pb += dy (per channel), a[0] += Σ h, a[1] += Σ h·x̂ with h = dy·γ'
+   (the two sums in 8 lanes, as dot_sum8) */
+static void ln_partials(const float *dr, const float *hr, const float *gam, int64_t n, float *pw, float *pb, float *a) {
+    float l0[8] = {0}, l1[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            float d = dr[j + l], h = hr[j + l], gh = d * gam[j + l];
+            pw[j + l] += d * h;
+            pb[j + l] += d;
+            l0[l] += gh;
+            l1[l] += gh * h;
+        }
+    for (int l = 0; j < n; j++, l++) {
+        float d = dr[j], h = hr[j], gh = d * gam[j];
+        pw[j] += d * h;
+        pb[j] += d;
+        l0[l] += gh;
+        l1[l] += gh * h;
+    }
+    a[0] += tree8(l0);
+    a[1] += tree8(l1);
+}
+
 static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     lyco_dtype T = c->dt.compute;
     const lyco_bypass_args *b = c->bypass;
@@ -299,23 +344,14 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
             const float *dr = dy + r * g.ncols, *hr = xh + r * g.ncols;
             if (g.group) {
                 int64_t ch = c0 + r;
-                float sw = 0.0f, sb = 0.0f;
-                for (int64_t j = 0; j < g.ncols; j++) {
-                    sw += dr[j] * hr[j];
-                    sb += dr[j];
-                }
+                float sw, sb;
+                dot_sum8(dr, hr, g.ncols, &sw, &sb);
                 pw[ch] += sw;
                 pb[ch] += sb;
                 a[0] += gam[ch] * sb;
                 a[1] += gam[ch] * sw;
             } else {
-                for (int64_t j = 0; j < g.ncols; j++) {
-                    float gh = dr[j] * gam[j];
-                    pw[j] += dr[j] * hr[j];
-                    pb[j] += dr[j];
-                    a[0] += gh;
-                    a[1] += gh * hr[j];
-                }
+                ln_partials(dr, hr, gam, g.ncols, pw, pb, a);
             }
         }
         if (!c->dx) continue;
