@@ -4,16 +4,16 @@
 # Binaries come prebuilt from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt); output in $OUT.
 #
 #   LYCO_FOCUS_ALGOS  check --algo list                       (default locon,dylora)
-#   LYCO_FOCUS_AB     "VAR=1 VAR2=1": the switches that restore the previous kernels; the check and
-#                     the bench run again under them, so old and new are verified and timed side by
-#                     side in this one run                     (default: none)
+#   LYCO_FOCUS_AB     "VAR=1 VAR2=1": switches that select the other kernels (old or opt-in); the
+#                     check and the bench run again under them, so both are verified and timed side
+#                     by side in this one run                  (default: none)
 #   LYCO_FOCUS_AB_CHECK=0  time the switches in the bench only (their kernels verified earlier)
 #   LYCO_FOCUS_BENCH  lyco bench arguments                     (default --algo lora,dora --quick)
 #   LYCO_FOCUS_NCU    kernel-name regex: profile those kernels (Nsight Compute, clocks left alone)
 #                     over the bf16 rows of LYCO_FOCUS_BENCH into ncu.csv / ncu-summary.txt
 #   LYCO_FOCUS_TESTS  test binaries under build-gpu/tests     (default test_cuda_locon_conv test_cuda_device)
 #   LYCO_FOCUS_EXTRA  shell commands run last ($L is the lyco binary, $S the seed)
-# Usage: OUT=dir LYCO_FOCUS_AB="LYCO_CUDA_EXPAND_STAGED=1" bash tools/gpu-focus.sh
+# Usage: OUT=dir LYCO_FOCUS_AB="LYCO_CUDA_LOWRANK_STREAM=1" bash tools/gpu-focus.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/focus-out}"; mkdir -p "$OUT"

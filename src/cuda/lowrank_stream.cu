@@ -32,8 +32,19 @@
  * (fp32 P: 8·MT·KS) twice (current and next), base 8·MT twice, accumulators 16·MT; MT = 2 row
  * tiles per step for KS ≤ 2 (CT P), else 1. Extra memory: none (stats mode: the partials the caller allocates).
  * Deterministic: fixed summation order per element (k order inside the mma), no atomics.
- * A/B: LYCO_CUDA_EXPAND_STAGED=1 sends every call to k_expand; LYCO_CUDA_XS_BLOCKS_PER_SM=n
- * caps the resident blocks per SM of the persistent grid (experiments).
+ *
+ * STATUS: opt-in (LYCO_CUDA_LOWRANK_STREAM=1 routes the expand, the row reduction and the column
+ * reduction here; by default lowrank.cu's staged kernels run). Correct on the H200 (check --algo
+ * locon,dylora 672/0 with these kernels as the default, 4c49d4f) but slower there, bf16, µs, this
+ * file vs the staged kernels in the same run: merge fwd 4096² r32 57.1 vs 43.9, 11008×4096 r32
+ * 150.9 vs 107.6, 4096² r128 125.3 (staged, previous session's run D: 63.7); merge bwd 107.3 vs 82.1; bypass fwd 8192 tok 195.7 vs
+ * 178.7; bypass bwd 504.6 vs 449.5; DoRA merge 115.3 vs 122.2 (run-to-run noise ~15%). Nsight
+ * Compute (expand, 4096² r32): 119–146 registers → 25% occupancy (4 warps per scheduler), 23% of
+ * DRAM bandwidth, ~530 issued instructions per 2 KB step before the byte-pointer interior path.
+ * Registers hold both the in-flight loads and the fragments, so in-flight bytes per SM stay
+ * ~32–48 KB; the next step is a per-thread cp.async ring in shared memory (in-flight bytes
+ * bounded by 228 KB of shared memory instead of the register file) with P staged once per
+ * block slice. LYCO_CUDA_XS_BLOCKS_PER_SM=n caps the resident blocks per SM (experiments).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -377,6 +388,9 @@ template <typename CT> int xs_launch_ct(const lk_expand_args *a, const lk_device
 
 bool row_major_vec(const lk_view &v) { return v.s1 == 1 && (v.flags & LK_VEC) != 0; }
 
+/* Opt-in (LYCO_CUDA_LOWRANK_STREAM=1): measured slower than lowrank.cu's staged kernels (see the header). */
+bool stream_on() { return getenv("LYCO_CUDA_LOWRANK_STREAM") != NULL; }
+
 /* ---------------------------------------------------------------------------------------------
  * reduce: part[z][m][i] = Σ_{k ∈ range z} RN_CT(A[m, k]) · B[i, k]  (B r×K in CT, i < RP)
  *
@@ -691,7 +705,7 @@ int rs_launch_rp(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M
 } // namespace
 
 extern "C" int lk_expand_stream_fits(const lk_expand_args *a) {
-    if (getenv("LYCO_CUDA_EXPAND_STAGED")) return 0;
+    if (!stream_on()) return 0;
     const int ct = a->ct;
     if (ct != DT_BF16 && ct != DT_F16) return 0;
     if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0) return 0;
@@ -715,7 +729,7 @@ extern "C" int lk_expand_stream(const lk_expand_args *a, const lk_device *dev, v
 }
 
 extern "C" int lk_reduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t K, int64_t rp) {
-    if (getenv("LYCO_CUDA_REDUCE_STAGED")) return 0;
+    if (!stream_on()) return 0;
     if ((ct != DT_BF16 && ct != DT_F16) || (rp != 16 && rp != 32) || K % 8 != 0) return 0;
     if (!row_major_vec(*A) || (A->dt != ct && A->dt != DT_F32)) return 0;
     if (!row_major_vec(*B) || B->dt != ct || B->rows > rp || B->cols < K) return 0;
@@ -742,7 +756,7 @@ extern "C" int lk_reduce_stream_parts(int32_t ct, const lk_view *A, const lk_vie
 }
 
 extern "C" int lk_colreduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t rp) {
-    if (getenv("LYCO_CUDA_COLREDUCE_STAGED")) return 0;
+    if (!stream_on()) return 0;
     if ((ct != DT_BF16 && ct != DT_F16) || (rp != 16 && rp != 32)) return 0;
     if (!row_major_vec(*A) || (A->dt != ct && A->dt != DT_F32) || A->cols % 8 != 0) return 0;
     if (b_split ? B->dt != DT_F32 : B->dt != ct) return 0;
