@@ -9,15 +9,14 @@
  *    blocks whose A slice stays in L2; a 6×16 register-blocked micro-kernel (12 ymm accumulators,
  *    two B vectors, one broadcast) runs over the whole K and reads A in place by broadcasts (any
  *    layout: nn/nt rows, tn columns). B is either packed into K × 16 k-major panels, zero-padded
- *    (PACKED_B: nt with K < NT_DOT_K, where packing is the transpose; nn/tn when B is large and
- *    read by enough rows), or read in place with its row stride, the partial last 16 columns by
+ *    (PACKED_B: nn/tn when B is large and read by enough rows; nt never, see NT_DOT_K), or read
+ *    in place with its row stride, the partial last 16 columns by
  *    the small kernel (DIRECT_B).
  *  - small: unblocked 4×24 / mr×16 register blocks (nn/tn, B read in place) for tiny products,
  *    K < 8 (C traffic dominates) and M ≤ 4 (the merge driver's 4-row blocks: packing would cost as
  *    much as the product); 3×4 dot-product blocks over K (nt with K ≥ NT_DOT_K).
- * Summation order (gemm_kern.h): nn, tn and short-K nt: acc = 0, one FMA chain over k = 0…K−1,
- *   then + C when accumulating, on every path; long-K nt: 8 k-lanes, a fixed tree, the chained
- *   tail, then + C. Each element depends on its row of op(A), column of op(B), K and C only: not
+ * Summation order (gemm_kern.h): nn and tn: acc = 0, one FMA chain over k = 0…K−1, then + C
+ *   when accumulating, on every path; nt: 8 k-lanes, a fixed tree, the chained tail, then + C. Each element depends on its row of op(A), column of op(B), K and C only: not
  *   on M, N, how the caller splits them, or the thread count (tested: sub-block calls and 1 vs
  *   2 threads bitwise equal on random shapes). FMAs are explicit (intrinsics), so this holds at
  *   any optimisation level; the portable build multiplies and adds (no FMA).
@@ -64,7 +63,10 @@ int cpu_thread_id(void) {
 #define MR 6            /* micro-tile rows: 12 accumulators + 2 B vectors + 1 broadcast = 15 registers */
 #define NR 16           /* micro-tile columns: two 8-lane vectors */
 #define PACK_FLOATS 131072   /* packed B block: 512 KB (L2), K × (a multiple of NR) columns */
-#define NT_DOT_K 64     /* nt with K ≥ this: dot products (no transpose); below: packed, chained */
+/* nt always takes the dot products (8 k-lanes, fixed tree): the packed, single-chain path for
+   K < 64 lost accuracy — DyLoRA conv merge_bwd fp16+fp32adapter at 23.3 ULP against 4.7 before and
+   a budget of 20.8 (lyco check --seed 1795998142190422; ctest check_cpu_nt_regression) */
+#define NT_DOT_K 1
 #define DOT_JG 32       /* dot_nt: B rows per group (32 × K floats, L2) */
 
 /* op(X)(r, c) = p[r·rs + c·cs] */

@@ -12,9 +12,9 @@
  *
  * Summation order, identical on every path and independent of M, N and the blocking (so a
  * caller whose tile sizes follow the thread count still gets bitwise the same elements):
- *   nn, tn, and nt with K < NT_DOT_K: acc = 0; acc += a_k·b_k for k = 0…K−1 (FMA in the v3 build);
+ *   nn, tn: acc = 0; acc += a_k·b_k for k = 0…K−1 (FMA in the v3 build);
  *             then acc + C_old when accumulating (axpy_form and the blocked micro-kernel alike)
- *   nt with K ≥ NT_DOT_K (dot_nt): 8 k-lanes chained over k < K&~7, summed in a fixed tree, plus
+ *   nt (dot_nt; NT_DOT_K = 1 in dense.c): 8 k-lanes chained over k < K&~7, summed in a fixed tree, plus
  *             the chained tail k ≥ K&~7, then + C_old
  *
  * Contents (all static, all names through KN):
