@@ -1124,6 +1124,18 @@ def summary(rows, arms):
     return out
 
 
+def table_head(L, hdr):
+    """A markdown table's header line and its separator."""
+    L.append(hdr)
+    L.append("|" + "---|" * (hdr.count("|") - 1))
+
+
+def f_fb(x, key, spec="%.2f", form=None):
+    """'f, fb' cell of x[key_f], x[key_fb] (form: a formatter of one value, default fmt with spec)."""
+    form = form or (lambda v: fmt(v, spec))
+    return "%s, %s" % (form(x.get(key + "_f")), form(x.get(key + "_fb")))
+
+
 def write_table(doc, path):
     env, rows, arms = doc["env"], doc["rows"], doc["arms"]
     L = []
@@ -1150,8 +1162,7 @@ def write_table(doc, path):
     L.append("## Time")
     L.append("")
     hdr = "| row | floor f / fb | " + " | ".join("%s f (min) | %s fb (min)" % (a, a) for a in arms) + " | lyco path |"
-    L.append(hdr)
-    L.append("|" + "---|" * (hdr.count("|") - 1))
+    table_head(L, hdr)
     for r in rows:
         cells = ["%s%s" % (r["name"], " **MISMATCH**" if r.get("mismatch") else ""),
                  "%s / %s" % (fmt_t(r.get("floor", {}).get("f_s")), fmt_t(r.get("floor", {}).get("fb_s")))]
@@ -1174,28 +1185,26 @@ def write_table(doc, path):
     hdr = "| row | " + " | ".join("%s t/floor f, fb" % a for a in arms) + " | " + \
         " | ".join("lyco vs %s f, fb" % a for a in arms if a != "lyco") + " | " + \
         " | ".join("%s wall f, fb" % a for a in arms) + " |"
-    L.append(hdr)
-    L.append("|" + "---|" * (hdr.count("|") - 1))
+    table_head(L, hdr)
     for r in rows:
         cells = [r["name"]]
         for a in arms:
             x = r["arms"].get(a, {})
-            cells.append("%s, %s" % (fmt(x.get("over_floor_f"), "%.1f×"), fmt(x.get("over_floor_fb"), "%.1f×")))
+            cells.append(f_fb(x, "over_floor", "%.1f×"))
         for a in arms:
             if a != "lyco":
                 x = r["arms"].get(a, {})
-                cells.append("%s, %s" % (fmt(x.get("lyco_speedup_f"), "%.2f×"), fmt(x.get("lyco_speedup_fb"), "%.2f×")))
+                cells.append(f_fb(x, "lyco_speedup", "%.2f×"))
         for a in arms:
             x = r["arms"].get(a, {})
-            cells.append("%s, %s" % (fmt_t(x.get("wall_s_f")), fmt_t(x.get("wall_s_fb"))))
+            cells.append(f_fb(x, "wall_s", form=fmt_t))
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
     L.append("## Accuracy (RMS-normalised max ULP vs the fp64 oracle; fb: worst gradient) and memory")
     L.append("")
     hdr = "| row | " + " | ".join("%s ULP out / grads" % a for a in arms) + " | lyco≈eager | " + \
         " | ".join("%s peak MiB f, fb" % a for a in arms) + " | timing (per arm, fb) | first call in-process |"
-    L.append(hdr)
-    L.append("|" + "---|" * (hdr.count("|") - 1))
+    table_head(L, hdr)
     for r in rows:
         cells = [r["name"]]
         for a in arms:
@@ -1210,7 +1219,7 @@ def write_table(doc, path):
                      else "**MISMATCH**: " + ag["why"][:160])
         for a in arms:
             x = r["arms"].get(a, {})
-            cells.append("%s, %s" % (fmt(x.get("peak_extra_MiB_f"), "%.0f"), fmt(x.get("peak_extra_MiB_fb"), "%.0f")))
+            cells.append(f_fb(x, "peak_extra_MiB", "%.0f"))
         cells.append("; ".join("%s: %s" % (a, r["arms"].get(a, {}).get("timing_fb", "—")[:60]) for a in arms))
         cells.append(", ".join("%s %.2f s" % (a, r["arms"][a]["first_call_in_process_s"]) for a in arms
                                if "first_call_in_process_s" in r["arms"].get(a, {})))
@@ -1236,8 +1245,7 @@ def write_table(doc, path):
     L.append("")
     hdr = "| family | rows | " + " | ".join("%s t/floor f, fb (fb/f-floor)" % a for a in arms) + " | " + \
         " | ".join("lyco vs %s f, fb" % a for a in arms if a != "lyco") + " |"
-    L.append(hdr)
-    L.append("|" + "---|" * (hdr.count("|") - 1))
+    table_head(L, hdr)
     for fam, s in doc["summary"].items():
         cells = [fam, str(s["rows"])]
         for a in arms:
@@ -1246,8 +1254,7 @@ def write_table(doc, path):
                                           fmt(s.get("%s_fb_over_f_floor" % a), "%.1f×")))
         for a in arms:
             if a != "lyco":
-                cells.append("%s, %s" % (fmt(s.get("lyco_speedup_vs_%s_f" % a), "%.2f×"),
-                                         fmt(s.get("lyco_speedup_vs_%s_fb" % a), "%.2f×")))
+                cells.append(f_fb(s, "lyco_speedup_vs_%s" % a, "%.2f×"))
         L.append("| " + " | ".join(cells) + " |")
     notes = [(r["name"], n) for r in rows for n in r.get("notes", [])]
     if notes or doc.get("notes"):
