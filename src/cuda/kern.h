@@ -102,6 +102,31 @@ typedef struct {
     int64_t T;
 } lk_bypass_bwd_args;
 
+/* Rows [r0, r0 + nr) × columns [c0, c0 + nc) of v as a view; LK_VEC is dropped when the new origin
+   is not 16-byte aligned. An absent view (p NULL) stays absent. */
+static inline lk_view lk_view_sub(lk_view v, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+    const int64_t es = v.dt == 2 ? 4 : 2; /* lyco_dtype 2 = fp32 */
+    if (!v.p) return v;
+    v.p = (const char *)v.p + (r0 * v.s0 + c0 * v.s1) * es;
+    v.rows = nr;
+    v.cols = nc;
+    if (((uintptr_t)v.p & 15) != 0) v.flags &= ~LK_VEC;
+    return v;
+}
+/* A linear layer's activation (tokens × features) as a view, with LK_VEC where it holds. */
+static inline lk_view lk_act_as_view(lk_act x, int64_t tokens, int64_t features) {
+    const int64_t es = x.dt == 2 ? 4 : 2;
+    lk_view v;
+    v.p = x.p;
+    v.s0 = x.sn;
+    v.s1 = x.sc;
+    v.rows = tokens;
+    v.cols = features;
+    v.dt = x.dt;
+    v.flags = x.flags & LK_UNALIGNED;
+    if (!v.flags && v.s1 == 1 && ((uintptr_t)x.p & 15) == 0 && (tokens <= 1 || (v.s0 * es) % 16 == 0)) v.flags |= LK_VEC;
+    return v;
+}
 /* Launchers (locon.cu, dora.cu). stream is a cudaStream_t. */
 int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream);
 /* The small-rank merge forward (locon_merge_small.cu): runs it and sets *done when it applies (no

@@ -77,6 +77,12 @@ int lk_loha_fs_wanted(const lk_loha_args *a);
 int lk_loha_fs_bypass_fwd(const lk_loha_args *a, void *stream);
 int lk_loha_fs_bypass_bwd(const lk_loha_args *a, void *stream);
 
+/* loha_tc.cu: the tensor-core paths for 16-bit compute (see its header for when they apply): run the
+   call and set *done, or leave *done = 0 for the kernels above. */
+int lk_loha_tc_merge_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
+int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
+int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
+
 #ifdef __cplusplus
 }
 #endif

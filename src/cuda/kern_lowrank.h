@@ -6,6 +6,7 @@
  * kernels instead, for A/B and as a fallback).
  *
  * expand:  out[m, n] = epi(base[m, n], rowc_m · Σ_k RN_CT(P[m, k]) · RN_CT(Q[k, n]))
+ *          (with a Hadamard pair P2, Q2: rowc_m · (P·Q)[m, n] · (P2·Q2)[m, n], LoHa's ΔW̄)
  *          rowc_m = (float)row_scale · (σ if sig_in_row) · q_m        (q = rowmask, or 1)
  *          mf     = (float)mult · (σ if sig_in_mult)                  (σ = RN_CT(σs), or 1)
  *          epi    = merge_ep.cuh's merge_elem(RN_CT(base), ·, mode, mf, DoRA statistics)
@@ -42,6 +43,10 @@ typedef struct {
     int64_t K;               /* kernel positions per input channel (DoRA's kept index j / K) */
     const float *st;
     float *stat_part;        /* stats mode (see above) */
+    /* LoHa's Hadamard pair (P2.p NULL = none; 16-bit CT, one part, Q not transposed): the product
+       becomes (Σ_k RN_CT(P[m,k])·RN_CT(Q[k,n])) · (Σ_k RN_CT(P2[m,k])·RN_CT(Q2[k,n])), both sums fp32 */
+    lk_view P2, Q2;          /* M×r2, r2×N */
+    int64_t r2;
 } lk_expand_args;
 
 /* Whether lk_expand can run a call (row-major out/base, r ≤ 128, grid limits); 0 = use another path. */

@@ -558,16 +558,18 @@ template <bool BYP> static int grads_any(const lk_loha_args *a, lh_carve &cv, cu
 }
 
 extern "C" int lk_loha_merge_fwd(const lk_loha_args *a, const lk_device *dev, void *stream) {
-    (void)dev;
     int rc = check_grid(a->L);
     if (rc || a->L.O == 0 || a->L.IK == 0) return rc;
+    int done = 0;
+    if ((rc = lk_loha_tc_merge_fwd(a, dev, stream, &done)) || done) return rc;
     return with_scratch(merge_fwd_bytes(a), a, (cudaStream_t)stream, merge_fwd_any);
 }
 
 extern "C" int lk_loha_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream) {
-    (void)dev;
     int rc = check_grid(a->L);
     if (rc) return rc;
+    int done = 0;
+    if ((rc = lk_loha_tc_merge_bwd(a, dev, stream, &done)) || done) return rc;
     return with_scratch(grads_bytes(a), a, (cudaStream_t)stream, grads_any<false>);
 }
 

@@ -66,11 +66,16 @@ const int RK = 64;   /* reduce k step */
  * expand
  * ------------------------------------------------------------------------------------------- */
 struct ex_layout {
-    int w, p, q, bp, bq, o, total;
+    int w, p, q, bp, bq, p2, q2, bp2, bq2, o, total;
 };
 
-/* wdt / odt = -1: no base / no output tile (stats mode). */
-__host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int npp, int ct, int wdt, int pdt, int qdt, int odt) {
+/* the rank tile covers both ranks of a Hadamard pair */
+__host__ __device__ inline i64 ex_rank(const lk_expand_args *a) { return a->P2.p && a->r2 > a->r ? a->r2 : a->r; }
+
+/* wdt / odt = -1: no base / no output tile (stats mode); p2dt = -1: no Hadamard pair (else P2 M×r2
+   and Q2 r2×N, one part each, not transposed). */
+__host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int npp, int ct, int wdt, int pdt, int qdt, int odt,
+                                            int p2dt = -1, int q2dt = -1) {
     ex_layout l;
     int off = 0;
     l.w = off;
@@ -84,6 +89,17 @@ __host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int npp, int ct, i
     off += conv_bytes(EM, RP, pdt, npp, ct);
     l.bq = off;
     off += qt ? conv_bytes(EN, RP, qdt, 1, ct) : conv_bytes(RP, EN, qdt, 1, ct);
+    l.p2 = l.q2 = l.bp2 = l.bq2 = off;
+    if (p2dt >= 0) {
+        l.p2 = off;
+        off += raw_bytes(EM, RP, p2dt);
+        l.q2 = off;
+        off += raw_bytes(RP, EN, q2dt);
+        l.bp2 = off;
+        off += conv_bytes(EM, RP, p2dt, 1, ct);
+        l.bq2 = off;
+        off += conv_bytes(RP, EN, q2dt, 1, ct);
+    }
     const int ob = odt >= 0 ? raw_bytes(EM, EN, odt) : 0;
     if (ob <= off - in0) {
         l.o = in0; /* the result tile reuses the operand buffers (written after the product) */
@@ -246,13 +262,14 @@ template <int ES> __device__ __forceinline__ void ex_store(const lk_view &out, c
     }
 }
 
-template <typename CT, int RP, bool QT, int NPP> __global__ __launch_bounds__(NT) void k_expand(lk_expand_args a) {
+/* HD: the Hadamard pair (LoHa): the product is (P·Q) ⊙ (P2·Q2), both in fp32 accumulators. */
+template <typename CT, int RP, bool QT, int NPP, bool HD> __global__ __launch_bounds__(NT) void k_expand(lk_expand_args a) {
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[EM];
     __shared__ float red[4 * EM]; /* = 2 · EN */
     const bool hasB = a.base.p != NULL, stats = a.stat_part != NULL;
     const int wdt = hasB ? a.base.dt : -1, odt = stats ? -1 : a.out.dt;
-    const ex_layout ly = ex_plan(RP, QT, NPP, ct_of<CT>::dt, wdt, a.P.dt, a.Q.dt, odt);
+    const ex_layout ly = ex_plan(RP, QT, NPP, ct_of<CT>::dt, wdt, a.P.dt, a.Q.dt, odt, HD ? a.P2.dt : -1, HD ? a.Q2.dt : -1);
     char *sW = dsm + ly.w, *sP = dsm + ly.p, *sQ = dsm + ly.q, *sO = dsm + ly.o;
     const i64 mb = (i64)blockIdx.x * EM, nb = (i64)blockIdx.y * EN;
 
@@ -260,6 +277,10 @@ template <typename CT, int RP, bool QT, int NPP> __global__ __launch_bounds__(NT
     raw_issue<EM, RP>(sP, a.P, mb, 0);
     if (QT) raw_issue<EN, RP>(sQ, a.Q, nb, 0);
     else raw_issue<RP, EN>(sQ, a.Q, 0, nb);
+    if (HD) {
+        raw_issue<EM, RP>(dsm + ly.p2, a.P2, mb, 0);
+        raw_issue<RP, EN>(dsm + ly.q2, a.Q2, 0, nb);
+    }
     cp_commit();
     if (hasB) raw_issue<EM, EN>(sW, a.base, mb, nb);
     cp_commit();
@@ -271,17 +292,33 @@ template <typename CT, int RP, bool QT, int NPP> __global__ __launch_bounds__(NT
     }
     cp_wait(1);
     __syncthreads();
-    CT *pp[3], *qp[3];
-    int ldp, ldq;
+    CT *pp[3], *qp[3], *pp2[3], *qp2[3];
+    int ldp, ldq, ldp2 = 0, ldq2 = 0;
     const int np = raw_operand<CT, EM, RP>(sP, a.P.dt, NPP, (CT *)(dsm + ly.bp), pp, &ldp);
     if (QT) raw_operand<CT, EN, RP>(sQ, a.Q.dt, 1, (CT *)(dsm + ly.bq), qp, &ldq);
     else raw_operand<CT, RP, EN>(sQ, a.Q.dt, 1, (CT *)(dsm + ly.bq), qp, &ldq);
+    if (HD) {
+        raw_operand<CT, EM, RP>(dsm + ly.p2, a.P2.dt, 1, (CT *)(dsm + ly.bp2), pp2, &ldp2);
+        raw_operand<CT, RP, EN>(dsm + ly.q2, a.Q2.dt, 1, (CT *)(dsm + ly.bq2), qp2, &ldq2);
+    }
     __syncthreads();
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
     float acc[2][4][4];
     acc_zero(acc);
     const int kk = sizeof(CT) == 2 ? (int)((a.r + 15) / 16 * 16) : (int)a.r;
     for (int pi = np - 1; pi >= 0; pi--) warp_mma<CT, 2, 4, false, !QT>::run(acc, pp[pi], ldp, qp[0], ldq, m0, n0, kk);
+    if (HD) {
+        float acc2[2][4][4];
+        acc_zero(acc2);
+        const int kk2 = sizeof(CT) == 2 ? (int)((a.r2 + 15) / 16 * 16) : (int)a.r2;
+        warp_mma<CT, 2, 4, false, true>::run(acc2, pp2[0], ldp2, qp2[0], ldq2, m0, n0, kk2);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mi][ni][e] *= acc2[mi][ni][e];
+    }
     cp_wait(0);
     __syncthreads(); /* base tile visible; operand buffers free for the result tile */
     const int pw = hasB ? raw_pitch(EN, wdt) : 0;
@@ -299,20 +336,23 @@ template <typename CT, int RP, bool QT, int NPP> __global__ __launch_bounds__(NT
 }
 
 template <typename CT, int RP, bool QT, int NPP> ex_layout ex_layout_of(const lk_expand_args *a) {
-    return ex_plan(RP, QT, NPP, ct_of<CT>::dt, a->base.p ? a->base.dt : -1, a->P.dt, a->Q.dt, a->stat_part ? -1 : a->out.dt);
+    const bool hd = a->P2.p != NULL;
+    return ex_plan(RP, QT, NPP, ct_of<CT>::dt, a->base.p ? a->base.dt : -1, a->P.dt, a->Q.dt, a->stat_part ? -1 : a->out.dt,
+                   hd ? a->P2.dt : -1, hd ? a->Q2.dt : -1);
 }
 
-template <typename CT, int RP, bool QT, int NPP> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
+template <typename CT, int RP, bool QT, int NPP, bool HD> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
     const int bytes = ex_layout_of<CT, RP, QT, NPP>(a).total;
     /* the opt-in is needed once static + dynamic shared memory passes 48 KB (k_expand has 1.25 KB static) */
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT, NPP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT, NPP, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const dim3 grid((unsigned)cdiv(a->M, EM), (unsigned)cdiv(a->N, EN));
-    k_expand<CT, RP, QT, NPP><<<grid, NT, bytes, s>>>(*a);
+    k_expand<CT, RP, QT, NPP, HD><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("expand");
     return LYCO_OK;
 }
 
-/* P in nsplit<CT> parts (p_split: fp32 scratch such as bypass backward's gh) only with Q r×N. */
+/* P in nsplit<CT> parts (p_split: fp32 scratch such as bypass backward's gh) only with Q r×N; the
+   Hadamard pair (16-bit CT only) only with one part and Q r×N. */
 template <typename CT, int RP, bool QT> int ex_bytes_np(const lk_expand_args *a) {
     if constexpr (!QT) {
         if (a->p_split) return ex_layout_of<CT, RP, QT, nsplit<CT>::n>(a).total;
@@ -322,9 +362,12 @@ template <typename CT, int RP, bool QT> int ex_bytes_np(const lk_expand_args *a)
 
 template <typename CT, int RP, bool QT> int ex_launch_np(const lk_expand_args *a, cudaStream_t s) {
     if constexpr (!QT) {
-        if (a->p_split) return ex_launch<CT, RP, QT, nsplit<CT>::n>(a, s);
+        if (a->p_split) return ex_launch<CT, RP, QT, nsplit<CT>::n, false>(a, s);
+        if constexpr (sizeof(CT) == 2) {
+            if (a->P2.p) return ex_launch<CT, RP, QT, 1, true>(a, s);
+        }
     }
-    return ex_launch<CT, RP, QT, 1>(a, s);
+    return ex_launch<CT, RP, QT, 1, false>(a, s);
 }
 
 template <typename CT, bool QT> int ex_bytes_rp(const lk_expand_args *a, i64 rp) {
@@ -337,7 +380,7 @@ template <typename CT, bool QT> int ex_bytes_rp(const lk_expand_args *a, i64 rp)
 }
 
 template <typename CT, bool QT> int ex_launch_rp(const lk_expand_args *a, cudaStream_t s) {
-    switch (lk_reduce_rank_tile(a->r)) {
+    switch (lk_reduce_rank_tile(ex_rank(a))) {
     case 16: return ex_launch_np<CT, 16, QT>(a, s);
     case 32: return ex_launch_np<CT, 32, QT>(a, s);
     case 64: return ex_launch_np<CT, 64, QT>(a, s);
@@ -346,7 +389,7 @@ template <typename CT, bool QT> int ex_launch_rp(const lk_expand_args *a, cudaSt
 }
 
 template <typename CT> int ex_bytes_ct(const lk_expand_args *a) {
-    const i64 rp = lk_reduce_rank_tile(a->r);
+    const i64 rp = lk_reduce_rank_tile(ex_rank(a));
     return a->q_t ? ex_bytes_rp<CT, true>(a, rp) : ex_bytes_rp<CT, false>(a, rp);
 }
 
@@ -627,13 +670,14 @@ static int expand_bytes(const lk_expand_args *a) {
 }
 
 extern "C" int lk_expand_fits(const lk_expand_args *a, const lk_device *dev) {
-    if (a->r < 1 || lk_reduce_rank_tile(a->r) == 0 || (a->p_split && a->q_t)) return 0;
+    if (a->r < 1 || lk_reduce_rank_tile(ex_rank(a)) == 0 || (a->p_split && a->q_t)) return 0;
+    if (a->P2.p && (a->r2 < 1 || a->ct == DT_F32 || a->p_split || a->q_t)) return 0;
     if (cdiv(a->M, EM) > 2147483647LL || cdiv(a->N, EN) > 65535) return 0;
     return expand_bytes(a) <= dev->smem_optin;
 }
 
 extern "C" int64_t lk_expand_stat_tiles(const lk_expand_args *a) {
-    if (lk_expand_stream_fits(a)) return lk_expand_stream_stat_tiles(a);
+    if (!a->P2.p && lk_expand_stream_fits(a)) return lk_expand_stream_stat_tiles(a);
     return a->dora.on_out ? cdiv(a->N, EN) : cdiv(a->M, EM);
 }
 
@@ -641,7 +685,7 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     cudaStream_t s = (cudaStream_t)stream;
     if (!lk_expand_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: expand called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;
-    if (lk_expand_stream_fits(a)) return lk_expand_stream(a, dev, stream);
+    if (!a->P2.p && lk_expand_stream_fits(a)) return lk_expand_stream(a, dev, stream);
     switch (a->ct) {
     case DT_BF16: return a->q_t ? ex_launch_rp<bf16_t, true>(a, s) : ex_launch_rp<bf16_t, false>(a, s);
     case DT_F16: return a->q_t ? ex_launch_rp<f16_t, true>(a, s) : ex_launch_rp<f16_t, false>(a, s);

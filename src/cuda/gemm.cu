@@ -1,0 +1,166 @@
+/*
+ * gemm.cu — a tensor-core product with an additive epilogue for 16-bit compute (kern_gemm.h):
+ *
+ *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) ),  fp32 sums
+ *
+ * A M×K, B N×K, base / out M×N; any dtypes (A and B are rounded to CT in shared memory as they are
+ * staged — no cast pass), any strides and alignment (common.cuh's raw_issue: cp.async for
+ * row-major 16-byte-aligned views, exact element copies otherwise; zero fill outside the matrix).
+ *
+ * Tiling: a block owns a 128×128 tile of out; 8 warps as 2 (m) × 4 (n), each a 64×32 piece
+ * (4 × 4 mma.sync m16n8k16 per 16-wide k step, fragments by ldmatrix.x4 from rows of pitch
+ * 40 halfwords: 80-byte rows hit eight distinct 16-byte bank groups, conflict-free). k advances
+ * in steps of 32 through a 4-stage cp.async ring (common.cuh's pipe_issue: 3 steps in flight
+ * while one is consumed; 80 KB of shared memory for 16-bit A and B, 2 blocks per SM).
+ * The grid runs n fastest (blockIdx.x over N tiles), so the blocks resident at once share their
+ * A rows and the whole B operand stays in L2 (B is the small operand here: a ΔW̄ row chunk).
+ * Epilogue: the fp32 accumulators go to shared memory (reusing the ring), then each thread adds
+ * 8 consecutive base values and stores 8 outputs (16-byte accesses where the views allow).
+ *
+ * Deterministic (fixed k order per element, no atomics). Extra memory: none.
+ * Throughput on sm_90 is bounded by mma.sync (no wgmma here): expect ~50–70% of the bf16 GEMM
+ * ceiling `lyco bench` measures with cuBLAS.
+ */
+#include "cuda/kern_gemm.h"
+#include "cuda/common.cuh"
+
+namespace {
+
+const int GM = 128, GN = 128, GK = 32, GS = 4;
+const int GLDC = GN + 8; /* fp32 result tile pitch: float2 stores of a warp fall in distinct banks */
+
+struct gm_layout {
+    int sa, stage, bufa, bufb, total;
+};
+
+__host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt) {
+    gm_layout l;
+    l.sa = raw_bytes(GM, GK, adt);
+    l.stage = l.sa + raw_bytes(GN, GK, bdt);
+    int off = GS * l.stage;
+    l.bufa = off;
+    off += conv_bytes(GM, GK, adt, 1, ct);
+    l.bufb = off;
+    off += conv_bytes(GN, GK, bdt, 1, ct);
+    const int cs = GM * GLDC * 4;
+    l.total = off > cs ? off : cs;
+    return l;
+}
+
+template <typename CT> __device__ __forceinline__ void ldm4(unsigned (&r)[4], const CT *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* acc (64×32 at m0, n0) += A·Bᵀ over one GK-wide stage; A rows m (k fastest, pitch lda), B rows n. */
+template <typename CT>
+__device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int lda, const CT *Bs, int ldb, int m0, int n0) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k0 = 0; k0 < GK; k0 += 16) {
+        unsigned a[4][4], b[4][2];
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++) ldm4<CT>(a[mi], As + (m0 + mi * 16 + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nj = 0; nj < 2; nj++) {
+            unsigned t[4];
+            ldm4<CT>(t, Bs + (n0 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * ldb + k0 + ((lane >> 3) & 1) * 8);
+            b[2 * nj][0] = t[0];
+            b[2 * nj][1] = t[1];
+            b[2 * nj + 1][0] = t[2];
+            b[2 * nj + 1][1] = t[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) mma16816<CT>(acc[mi][ni], a[mi], b[ni]);
+    }
+}
+
+template <typename CT> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_args a) {
+    extern __shared__ __align__(16) char dsm[];
+    const gm_layout ly = gm_plan(ct_of<CT>::dt, a.A.dt, a.B.dt);
+    const i64 nb = (i64)blockIdx.x * GN, mb = (i64)blockIdx.y * GM;
+    const int nk = (int)cdiv(a.K, GK);
+    const bool conv = a.A.dt != ct_of<CT>::dt || a.B.dt != ct_of<CT>::dt;
+    pipe_op A, B;
+    A.v = a.A; A.r0 = mb; A.c0 = 0; A.dr = 0; A.dc = GK; A.np = 1;
+    B.v = a.B; B.r0 = nb; B.c0 = 0; B.dr = 0; B.dc = GK; B.np = 1;
+    for (int s = 0; s < GS - 1; s++) {
+        if (s < nk) pipe_issue<GM, GK, GN, GK>(dsm + s * ly.stage, A, B, s);
+        cp_commit();
+    }
+    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 64, n0 = (warp >> 1) * 32;
+    float acc[4][4][4];
+    acc_zero(acc);
+    for (int s = 0; s < nk; s++) {
+        cp_wait(GS - 2);
+        __syncthreads(); /* step s has landed; every warp is done with step s − 1's stage and buffers */
+        const char *st = dsm + (s % GS) * ly.stage;
+        CT *ap[3], *bp[3];
+        int lda, ldb;
+        raw_operand<CT, GM, GK>(st, a.A.dt, 1, (CT *)(dsm + ly.bufa), ap, &lda);
+        raw_operand<CT, GN, GK>(st + ly.sa, a.B.dt, 1, (CT *)(dsm + ly.bufb), bp, &ldb);
+        if (conv) __syncthreads();
+        {
+            const int n = s + GS - 1; /* refills the stage step s − 1 used */
+            if (n < nk) pipe_issue<GM, GK, GN, GK>(dsm + (n % GS) * ly.stage, A, B, n);
+            cp_commit();
+        }
+        gm_warp<CT>(acc, ap[0], lda, bp[0], ldb, m0, n0);
+    }
+    cp_wait(0);
+    __syncthreads();
+    float *Cs = (float *)dsm;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(float2 *)(Cs + acc_row(m0, mi, 2 * h) * GLDC + acc_col(n0, ni, 0)) =
+                    make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+    __syncthreads();
+    const bool hasB = a.base.p != NULL;
+    for (int q = threadIdx.x; q < GM * (GN / 8); q += NT) {
+        const int rr = q / (GN / 8), cc = (q % (GN / 8)) * 8;
+        const i64 m = mb + rr, n = nb + cc;
+        if (m >= a.M || n >= a.N) continue;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = Cs[rr * GLDC + cc + e];
+        if (hasB) {
+            float w[8];
+            vload8(w, a.base, m, n);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] += rnd_ct<CT>(w[e]);
+        }
+        vstore8(a.out, m, n, v);
+    }
+}
+
+template <typename CT> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
+    const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt).total;
+    LK_CHECK(cudaFuncSetAttribute(k_gemm<CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    const dim3 grid((unsigned)cdiv(a->N, GN), (unsigned)cdiv(a->M, GM));
+    k_gemm<CT><<<grid, NT, bytes, s>>>(*a);
+    LK_LAUNCHED("gemm");
+    return LYCO_OK;
+}
+
+} // namespace
+
+extern "C" int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev) {
+    if (a->ct != DT_BF16 && a->ct != DT_F16) return 0;
+    if (cdiv(a->N, GN) > 2147483647LL || cdiv(a->M, GM) > 65535) return 0;
+    return gm_plan(a->ct, a->A.dt, a->B.dt).total <= dev->smem_optin;
+}
+
+extern "C" int lk_gemm(const lk_gemm_args *a, const lk_device *dev, void *stream) {
+    if (!lk_gemm_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: gemm called outside its limits");
+    if (a->M == 0 || a->N == 0) return LYCO_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    return a->ct == DT_BF16 ? gemm_launch<bf16_t>(a, s) : gemm_launch<f16_t>(a, s);
+}

@@ -1,0 +1,34 @@
+/*
+ * kern_gemm.h — gemm.cu's tensor-core product with an additive epilogue, for 16-bit compute:
+ *
+ *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) )    (fp32 sums)
+ *
+ * A is M×K and B is N×K (both "k fastest" when row-major; any dtype, any strides: operands not
+ * already CT are rounded to CT in shared memory as they are staged, never by a separate pass);
+ * base (M×N, p NULL = none) and out (M×N) any dtype and strides. Users: LoHa's bypass forward
+ * (x · ΔW̄_cᵀ over row chunks of a generated ΔW̄, loha_dense.cu).
+ */
+#ifndef LYCO_CUDA_KERN_GEMM_H
+#define LYCO_CUDA_KERN_GEMM_H
+
+#include "cuda/kern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int32_t ct;          /* DT_BF16 or DT_F16 */
+    int64_t M, N, K;
+    lk_view A, B;        /* M×K, N×K */
+    lk_view base, out;   /* M×N; base p NULL = none */
+} lk_gemm_args;
+
+/* Whether lk_gemm runs this call (16-bit CT, grid limits, shared memory); 0 = use another path. */
+int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev);
+int lk_gemm(const lk_gemm_args *a, const lk_device *dev, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

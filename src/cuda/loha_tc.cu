@@ -1,0 +1,410 @@
+/*
+ * loha_tc.cu — LoHa (ALGORITHMS.md §2.2) on the tensor cores for 16-bit compute: merge forward and
+ * the linear bypass forward, through lowrank.cu's expand (with its Hadamard pair) and gemm.cu.
+ * Host code only: the kernels are theirs.
+ *
+ *   ΔW̄[o, j] = ρ_o·R_1[o, j]·R_2[o, j],  R_t = Ā_t·B̄_t,  ρ_o = s'·q_o       (O × I·K)
+ *
+ * merge forward: one expand launch over O × I·K with P = Ā_1, Q = B̄_1, P2 = Ā_2, Q2 = B̄_2: a block
+ *   computes its 64×128 tiles of R_1 and R_2 with mma.sync (fp32 sums of CT-rounded factors), their
+ *   product, ρ_o·σs and the merge epilogue (merge_ep.cuh's merge_elem: W + m·σs·ΔW̄, the delta, the
+ *   unmerge, or DoRA with a statistics launch first, as LoCon's merge does). W read once, out
+ *   written once. Replaces loha.cu's FFMA tile generator (245 µs at 4096², r16, on the H200).
+ * bypass forward (linear): ΔW̄ is generated in row chunks of at most LYCO_LOHA_CHUNK_ELEMS (8 Mi)
+ *   elements, each RN_CT(m·σs·ρ_o·R_1⊙R_2) — rounded once to the compute dtype, the intermediate
+ *   the eager chain also stores in that dtype (NUMERICS.md §1.6; check.c counts it) — into
+ *   stream-ordered scratch, then y[:, chunk] = RN(RN_CT(y0[:, chunk]) + x·ΔW̄_cᵀ) by gemm.cu
+ *   (fp32 sums over I). ΔW̄ is never whole: one chunk (≤ 16 MB) at a time, which stays in L2 while
+ *   the product streams x. Cost: 2·T·O·I flops on the tensor cores plus one chunk write and read;
+ *   the face-splitting form (loha_fs.cu) spends 2·T·r₁r₂·(I + O) in FFMA — ~10× slower per flop,
+ *   so this path wins at every rank the expand takes (≤ 128); it is used wherever it applies.
+ * merge backward (k_loha_tc_grad, no DoRA): a block owns a 64×128 tile of ∂L/∂W''. It stages Ā_t
+ *   rows, B̄_t columns and the Γ tile, computes R_1, R_2 there with mma.sync, forms
+ *   G_R1 = Γs ⊙ R_2 and G_R2 = Γs ⊙ R_1 (Γs = m·RN_CT(∂L/∂W'')·σs·ρ_o, fp32, as loha.cu), splits
+ *   each into nsplit<CT> exact CT parts in shared memory (3 for bf16, 2 for fp16: fp32-level
+ *   products on the tensor cores) and contracts them: the tile's share of G_Ā_t = G_Rt·B̄_tᵀ
+ *   (64 × r) and of G_B̄_t = Ā_tᵀ·G_Rt (r × 128), written as fp32 partials per column tile /
+ *   row tile; k_tc_sum adds the partials in tile order (fp64) and rounds once into each leaf.
+ *   G_σs = Σ Γ·ΔW̄ (per-block fp64 partials, summed in order). Replaces loha.cu's FFMA row and
+ *   column sweeps (1028 + 1188 µs at 4096², r16, on the H200); extra memory: the partials,
+ *   (⌈I·K/128⌉·O + ⌈O/64⌉·I·K)·(r₁ + r₂) floats (48 MB at 4096², r16).
+ * Applies when: compute dtype bf16/fp16, not Tucker (its B̄_t = P_t is an fp32 intermediate
+ *   kept exact), ranks ≤ 128, 16-bit output (merge), linear layer (bypass), not
+ *   LYCO_CUDA_LOHA_LEGACY=1. Everything else keeps loha.cu / loha_fs.cu / loha_bypass.cu.
+ *   The merge backward also needs no DoRA (its ∂L/∂V chain stays in loha.cu).
+ * Extra memory: merge none (DoRA: per-tile Σ V² partials + 3 floats per kept index); bypass one
+ *   chunk of ΔW̄ (CT); merge backward the partials above.
+ */
+#include <string.h>
+
+#include "cuda/kern_gemm.h"
+#include "cuda/kern_loha.h"
+#include "cuda/kern_lowrank.h"
+#include "cuda/merge_ep.cuh"
+
+#define LYCO_LOHA_CHUNK_ELEMS (8LL << 20)
+
+namespace {
+
+const int TM = 64, TN = 128; /* gradient tile: rows of ΔW̄ × columns */
+
+struct tg_layout {
+    int a1, b1, a2, b2, ca1, cb1, ca2, cb2, g, parts, total;
+};
+
+__host__ __device__ inline tg_layout tg_plan(int RP, int ct, int a1dt, int b1dt, int a2dt, int b2dt, int gdt, int np) {
+    tg_layout l;
+    int off = 0;
+    l.a1 = off;
+    off += raw_bytes(TM, RP, a1dt);
+    l.b1 = off;
+    off += raw_bytes(RP, TN, b1dt);
+    l.a2 = off;
+    off += raw_bytes(TM, RP, a2dt);
+    l.b2 = off;
+    off += raw_bytes(RP, TN, b2dt);
+    l.ca1 = off;
+    off += conv_bytes(TM, RP, a1dt, 1, ct);
+    l.cb1 = off;
+    off += conv_bytes(RP, TN, b1dt, 1, ct);
+    l.ca2 = off;
+    off += conv_bytes(TM, RP, a2dt, 1, ct);
+    l.cb2 = off;
+    off += conv_bytes(RP, TN, b2dt, 1, ct);
+    l.g = off;
+    off += raw_bytes(TM, TN, gdt);
+    l.parts = off;
+    off += al128(np * TM * (TN + 8) * 2);
+    l.total = off;
+    return l;
+}
+
+/* One term's partials from its G_Rt parts (TM × TN, pitch TN + 8): pA[x][o][k] (G_Ā_t share of
+   column tile x) and pB[y][k][j] (G_B̄_t share of row tile y); NULL = not wanted. */
+template <typename CT, int RP>
+__device__ __forceinline__ void tc_term(CT *const *parts, int np, const CT *As, int lda, const CT *Bs, int ldb, i64 r,
+                                        const lk_loha &L, float *pA, float *pB) {
+    const int warp = threadIdx.x >> 5;
+    const i64 mb = (i64)blockIdx.y * TM, nb = (i64)blockIdx.x * TN;
+    if (pA) { /* (TM × RP) = G_Rt · B̄_tᵀ: warps 4 (rows) × 2 (rank halves) */
+        const int NI = RP / 16, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
+        float ac[1][NI][4];
+        acc_zero(ac);
+        for (int p = np - 1; p >= 0; p--) warp_mma<CT, 1, NI, false, false>::run(ac, parts[p], TN + 8, Bs, ldb, m0, n0, TN);
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 o = mb + acc_row(m0, 0, e), k = acc_col(n0, ni, e);
+                if (o < L.O && k < r) pA[((i64)blockIdx.x * L.O + o) * r + k] = ac[0][ni][e];
+            }
+    }
+    if (pB) { /* (RP × TN) = Ā_tᵀ · G_Rt: warps WM (ranks) × WN (columns) */
+        const int WM = RP / 16, WN = 8 / WM, NI = TN / (8 * WN), m0 = (warp % WM) * 16, n0 = (warp / WM) * (TN / WN);
+        float bc[1][NI][4];
+        acc_zero(bc);
+        for (int p = np - 1; p >= 0; p--) warp_mma<CT, 1, NI, true, true>::run(bc, As, lda, parts[p], TN + 8, m0, n0, TM);
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 k = acc_row(m0, 0, e), j = nb + acc_col(n0, ni, e);
+                if (k < r && j < L.IK) pB[((i64)blockIdx.y * r + k) * L.IK + j] = bc[0][ni][e];
+            }
+    }
+}
+
+template <typename CT, int RP>
+__global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, float *pA1, float *pA2, float *pB1, float *pB2, double *sigpart) {
+    extern __shared__ __align__(16) char dsm[];
+    __shared__ float rowc[TM];
+    __shared__ double red[NT / 32];
+    const lk_loha &L = a.L;
+    const int np = nsplit<CT>::n;
+    const tg_layout ly = tg_plan(RP, ct_of<CT>::dt, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a.G.dt, np);
+    const i64 mb = (i64)blockIdx.y * TM, nb = (i64)blockIdx.x * TN;
+    raw_issue<TM, RP>(dsm + ly.a1, L.A1, mb, 0);
+    raw_issue<RP, TN>(dsm + ly.b1, L.B1, 0, nb);
+    raw_issue<TM, RP>(dsm + ly.a2, L.A2, mb, 0);
+    raw_issue<RP, TN>(dsm + ly.b2, L.B2, 0, nb);
+    raw_issue<TM, TN>(dsm + ly.g, a.G, mb, nb);
+    cp_commit();
+    for (int i = threadIdx.x; i < TM; i += NT) {
+        const i64 o = mb + i;
+        rowc[i] = o < L.O ? (float)(L.s * (double)vget(L.mask, o, 1.0f)) : 0.0f;
+    }
+    cp_wait(0);
+    __syncthreads();
+    CT *a1[3], *b1[3], *a2[3], *b2[3];
+    int la1, lb1, la2, lb2;
+    raw_operand<CT, TM, RP>(dsm + ly.a1, L.A1.dt, 1, (CT *)(dsm + ly.ca1), a1, &la1);
+    raw_operand<CT, RP, TN>(dsm + ly.b1, L.B1.dt, 1, (CT *)(dsm + ly.cb1), b1, &lb1);
+    raw_operand<CT, TM, RP>(dsm + ly.a2, L.A2.dt, 1, (CT *)(dsm + ly.ca2), a2, &la2);
+    raw_operand<CT, RP, TN>(dsm + ly.b2, L.B2.dt, 1, (CT *)(dsm + ly.cb2), b2, &lb2);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
+    float r1[2][4][4], r2[2][4][4];
+    acc_zero(r1);
+    acc_zero(r2);
+    warp_mma<CT, 2, 4, false, true>::run(r1, a1[0], la1, b1[0], lb1, m0, n0, (int)((L.r1 + 15) / 16 * 16));
+    warp_mma<CT, 2, 4, false, true>::run(r2, a2[0], la2, b2[0], lb2, m0, n0, (int)((L.r2 + 15) / 16 * 16));
+    /* r1 ← G_R1 = Γs·R_2, r2 ← G_R2 = Γs·R_1; the σs partial Σ Γ·ρ·R_1·R_2 (fp64) */
+    const float sig = sigma_ct<CT>(L.sigma), mf = (float)L.m;
+    const int pg = raw_pitch(TN, a.G.dt);
+    double gs = 0.0;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
+                const bool in = mb + row < L.O && nb + col < L.IK;
+                const float gam = in ? mf * rnd_ct<CT>(raw_get(dsm + ly.g, pg, a.G.dt, row, col)) : 0.0f;
+                const float v1 = r1[mi][ni][e], v2 = r2[mi][ni][e];
+                if (sigpart) gs += (double)gam * ((double)rowc[row] * (double)v1 * (double)v2);
+                const float f = gam * sig * rowc[row];
+                r1[mi][ni][e] = f * v2;
+                r2[mi][ni][e] = f * v1;
+            }
+    if (sigpart) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) gs += __shfl_xor_sync(0xffffffffu, gs, o);
+        if ((threadIdx.x & 31) == 0) red[warp] = gs;
+    }
+    CT *parts[3];
+    for (int p = 0; p < 3; p++) parts[p] = (CT *)(dsm + ly.parts) + p * TM * (TN + 8);
+    for (int t = 0; t < 2; t++) {
+        float *pA = t ? pA2 : pA1, *pB = t ? pB2 : pB1;
+        if (!pA && !pB) continue;
+        __syncthreads(); /* the previous term's readers are done with the parts */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    store_parts<CT>(parts, np, acc_row(m0, mi, e) * (TN + 8) + acc_col(n0, ni, e), t ? r2[mi][ni][e] : r1[mi][ni][e]);
+        __syncthreads();
+        if (t) tc_term<CT, RP>(parts, np, a2[0], la2, b2[0], lb2, L.r2, L, pA, pB);
+        else tc_term<CT, RP>(parts, np, a1[0], la1, b1[0], lb1, L.r1, L, pA, pB);
+    }
+    if (sigpart) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double s = 0.0;
+            for (int w = 0; w < NT / 32; w++) s += red[w];
+            sigpart[(i64)blockIdx.y * gridDim.x + blockIdx.x] = s;
+        }
+    }
+}
+
+/* out (R × C view) = RN(Σ_z part[z][R][C]), z in order (fp64 sums) */
+__global__ __launch_bounds__(NT) void k_tc_sum(const float *part, i64 nz, i64 R, i64 C, lk_view out) {
+    const i64 n = R * C;
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
+        double s = 0.0;
+        for (i64 z = 0; z < nz; z++) s += part[z * n + i];
+        vstore(out, i / C, i % C, (float)s);
+    }
+}
+
+__global__ void k_tc_sigma(const double *part, i64 n, lk_view out) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double s = 0.0;
+    for (i64 i = 0; i < n; i++) s += part[i];
+    vstore(out, 0, 0, (float)s);
+}
+
+int tc_sum_launch(const float *part, i64 nz, i64 R, i64 C, const lk_view &out, cudaStream_t s) {
+    const i64 n = R * C;
+    if (n == 0) return LYCO_OK;
+    i64 blocks = cdiv(n, NT);
+    if (blocks > 4096) blocks = 4096;
+    k_tc_sum<<<(unsigned)blocks, NT, 0, s>>>(part, nz, R, C, out);
+    LK_LAUNCHED("loha tc_sum");
+    return LYCO_OK;
+}
+
+template <typename CT, int RP> int tc_grad_launch(const lk_loha_args *a, float *const *p, double *sigpart, cudaStream_t s) {
+    const lk_loha &L = a->L;
+    const int bytes = tg_plan(RP, ct_of<CT>::dt, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a->G.dt, nsplit<CT>::n).total;
+    LK_CHECK(cudaFuncSetAttribute(k_loha_tc_grad<CT, RP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    const dim3 grid((unsigned)cdiv(L.IK, TN), (unsigned)cdiv(L.O, TM));
+    k_loha_tc_grad<CT, RP><<<grid, NT, bytes, s>>>(*a, p[0], p[1], p[2], p[3], sigpart);
+    LK_LAUNCHED("loha tc_grad");
+    return LYCO_OK;
+}
+
+template <typename CT> int tc_grad_rp(const lk_loha_args *a, float *const *p, double *sigpart, cudaStream_t s) {
+    const i64 r = a->L.r1 > a->L.r2 ? a->L.r1 : a->L.r2;
+    switch (lk_reduce_rank_tile(r)) {
+    case 16: return tc_grad_launch<CT, 16>(a, p, sigpart, s);
+    case 32: return tc_grad_launch<CT, 32>(a, p, sigpart, s);
+    case 64: return tc_grad_launch<CT, 64>(a, p, sigpart, s);
+    default: return tc_grad_launch<CT, 128>(a, p, sigpart, s);
+    }
+}
+
+} // namespace
+
+static bool tc_common(const lk_loha_args *a) {
+    const lk_loha &L = a->L;
+    const i64 r = L.r1 > L.r2 ? L.r1 : L.r2;
+    return !a->legacy && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && !L.b_exact && L.r1 >= 1 && L.r2 >= 1 &&
+           lk_reduce_rank_tile(r) != 0;
+}
+
+/* The expand arguments of ΔW̄'s rows [o0, o0 + n): delta of the pair, ρ_o·σs per row, m as mult. */
+static lk_expand_args tc_expand(const lk_loha_args *a, i64 o0, i64 n) {
+    const lk_loha &L = a->L;
+    lk_expand_args e;
+    memset(&e, 0, sizeof e);
+    e.ct = L.ct;
+    e.M = n;
+    e.N = L.IK;
+    e.r = L.r1;
+    e.r2 = L.r2;
+    e.P = lk_view_sub(L.A1, o0, n, 0, L.r1);
+    e.Q = L.B1;
+    e.P2 = lk_view_sub(L.A2, o0, n, 0, L.r2);
+    e.Q2 = L.B2;
+    e.rowmask = lk_view_sub(L.mask, 0, 1, o0, n);
+    e.sigma = L.sigma;
+    e.row_scale = L.s;
+    e.sig_in_row = 1;
+    e.mult = L.m;
+    e.mode = 1;
+    e.K = L.K;
+    return e;
+}
+
+extern "C" int lk_loha_tc_merge_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
+    *done = 0;
+    if (!tc_common(a) || a->out.dt == DT_F32) return LYCO_OK;
+    const lk_loha &L = a->L;
+    lk_expand_args e = tc_expand(a, 0, L.O);
+    e.base = a->W;
+    e.out = a->out;
+    e.mode = a->mode;
+    e.dora = a->dora;
+    if (!lk_expand_fits(&e, dev)) return LYCO_OK;
+    *done = 1;
+    if (!a->dora.on) return lk_expand(&e, dev, stream);
+    /* DoRA: statistics launch (per-tile Σ V² partials), the statistics, then the merge with them */
+    cudaStream_t s = (cudaStream_t)stream;
+    const i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
+    lk_expand_args st = e;
+    memset(&st.out, 0, sizeof st.out);
+    const i64 tiles = lk_expand_stat_tiles(&st);
+    float *ws = NULL;
+    int rc = lk_scratch_alloc((void **)&ws, (size_t)(tiles * n + 3 * kept) * sizeof(float), s);
+    if (rc) return rc;
+    st.stat_part = ws;
+    rc = lk_expand(&st, dev, s);
+    if (rc == LYCO_OK) rc = lk_dora_finish_parts(&a->dora, ws, tiles, n, kept, a->dora.on_out ? 1 : L.K, L.m, L.ct, ws + tiles * n, s);
+    e.st = ws + tiles * n;
+    if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
+    const int rf = lk_scratch_free(ws, s);
+    return rc ? rc : rf;
+}
+
+extern "C" int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
+    *done = 0;
+    const lk_loha &L = a->L;
+    if (!tc_common(a) || a->geo.nd != 0) return LYCO_OK;
+    const i64 T = a->T, ld = (L.IK + 7) / 8 * 8; /* chunk row pitch: 16-byte rows */
+    const i64 nch = cdiv(L.O * ld, LYCO_LOHA_CHUNK_ELEMS);
+    i64 oc = cdiv(cdiv(L.O, nch), 128) * 128;
+    if (oc > L.O) oc = L.O;
+    lk_expand_args e = tc_expand(a, 0, oc);
+    lk_view dw;
+    memset(&dw, 0, sizeof dw);
+    dw.s0 = ld;
+    dw.s1 = 1;
+    dw.rows = oc;
+    dw.cols = L.IK;
+    dw.dt = L.ct;
+    dw.flags = LK_VEC;
+    e.out = dw;
+    lk_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.ct = L.ct;
+    g.M = T;
+    g.N = oc;
+    g.K = L.IK;
+    g.A = lk_act_as_view(a->x, T, L.IK);
+    g.B = dw;
+    g.out = lk_act_as_view(a->y, T, L.O);
+    if (!lk_expand_fits(&e, dev) || !lk_gemm_fits(&g, dev)) return LYCO_OK;
+    *done = 1;
+    if (T == 0 || L.O == 0) return LYCO_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    void *chunk = NULL;
+    int rc = lk_scratch_alloc(&chunk, (size_t)(oc * ld * 2), s);
+    if (rc) return rc;
+    const lk_view y = lk_act_as_view(a->y, T, L.O), y0 = a->y0.p ? lk_act_as_view(a->y0, T, L.O) : lk_view{};
+    for (i64 o0 = 0; o0 < L.O && rc == LYCO_OK; o0 += oc) {
+        const i64 n = L.O - o0 < oc ? L.O - o0 : oc;
+        e = tc_expand(a, o0, n);
+        e.out = dw;
+        e.out.p = chunk;
+        e.out.rows = n;
+        rc = lk_expand(&e, dev, s);
+        if (rc) break;
+        g.N = n;
+        g.B = e.out;
+        g.base = lk_view_sub(y0, 0, T, o0, n);
+        g.out = lk_view_sub(y, 0, T, o0, n);
+        rc = lk_gemm(&g, dev, s);
+    }
+    const int rf = lk_scratch_free(chunk, s);
+    return rc ? rc : rf;
+}
+
+extern "C" int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
+    *done = 0;
+    const lk_loha &L = a->L;
+    if (!tc_common(a) || a->dora.on) return LYCO_OK;
+    const i64 r = L.r1 > L.r2 ? L.r1 : L.r2, rp = lk_reduce_rank_tile(r);
+    const int np = L.ct == DT_BF16 ? 3 : 2;
+    if (tg_plan((int)rp, L.ct, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a->G.dt, np).total > dev->smem_optin) return LYCO_OK;
+    if (cdiv(L.O, TM) > 65535 || cdiv(L.IK, TN) > 2147483647LL) return LYCO_OK;
+    *done = 1;
+    cudaStream_t s = (cudaStream_t)stream;
+    const i64 zA = cdiv(L.IK, TN), zB = cdiv(L.O, TM);
+    const bool want_sig = a->gsigma.p && !a->sigma_zero;
+    const i64 fA1 = a->gA1.p ? zA * L.O * L.r1 : 0, fA2 = a->gA2.p ? zA * L.O * L.r2 : 0;
+    const i64 fB1 = a->gB1.p ? zB * L.r1 * L.IK : 0, fB2 = a->gB2.p ? zB * L.r2 * L.IK : 0;
+    const i64 nsig = want_sig ? zA * zB : 0;
+    const i64 floats = fA1 + fA2 + fB1 + fB2 + 2 * nsig; /* σs partials are doubles */
+    if (floats == 0) return a->gsigma.p ? lk_copy_round(&a->gsigma, NULL, L.ct, stream) : LYCO_OK;
+    float *ws = NULL;
+    int rc = lk_scratch_alloc((void **)&ws, (size_t)floats * sizeof(float), s);
+    if (rc) return rc;
+    double *sigpart = want_sig ? (double *)ws : NULL; /* first: 8-byte aligned */
+    float *p[4], *q = ws + 2 * nsig;
+    p[0] = fA1 ? q : NULL;
+    q += fA1;
+    p[1] = fA2 ? q : NULL;
+    q += fA2;
+    p[2] = fB1 ? q : NULL;
+    q += fB1;
+    p[3] = fB2 ? q : NULL;
+    if (L.O > 0 && L.IK > 0) rc = L.ct == DT_BF16 ? tc_grad_rp<bf16_t>(a, p, sigpart, s) : tc_grad_rp<f16_t>(a, p, sigpart, s);
+    if (rc == LYCO_OK && p[0]) rc = tc_sum_launch(p[0], zA, L.O, L.r1, a->gA1, s);
+    if (rc == LYCO_OK && p[1]) rc = tc_sum_launch(p[1], zA, L.O, L.r2, a->gA2, s);
+    if (rc == LYCO_OK && p[2]) rc = tc_sum_launch(p[2], zB, L.r1, L.IK, a->gB1, s);
+    if (rc == LYCO_OK && p[3]) rc = tc_sum_launch(p[3], zB, L.r2, L.IK, a->gB2, s);
+    if (rc == LYCO_OK && a->gsigma.p) {
+        if (want_sig && L.O > 0 && L.IK > 0) {
+            k_tc_sigma<<<1, 32, 0, s>>>(sigpart, nsig, a->gsigma);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of loha tc_sigma failed: %s", cudaGetErrorString(e));
+        } else {
+            rc = lk_copy_round(&a->gsigma, NULL, L.ct, stream);
+        }
+    }
+    const int rf = lk_scratch_free(ws, s);
+    return rc ? rc : rf;
+}
