@@ -326,9 +326,10 @@ static double reduction_length(const lyco_case *c, lyco_direction dir) {
 /* Does the fused path round an intermediate to the compute dtype on purpose (NUMERICS.md §1.6)? */
 static bool rounds_intermediate(const lyco_case *c, lyco_direction dir) {
     bool bypass = dir == LYCO_DIR_BYPASS_FWD || dir == LYCO_DIR_BYPASS_BWD;
-    /* LoHa's CUDA bypass forward for 16-bit compute (src/cuda/loha_tc.cu) stores ΔW̄ in row chunks
-       in the compute dtype before x·ΔW̄ᵀ, where the eager chain stores the whole ΔW̄ */
-    if (dir == LYCO_DIR_BYPASS_FWD && c->algo == LYCO_ALGO_LOHA && !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) return true;
+    /* LoHa's CUDA bypass for 16-bit compute (src/cuda/loha_tc.cu) stores ΔW̄ in row / column
+       chunks in the compute dtype before x·ΔW̄ᵀ and dy·ΔW̄, where the eager chain stores the
+       whole ΔW̄ */
+    if (bypass && c->algo == LYCO_ALGO_LOHA && !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) return true;
     return bypass && (c->algo == LYCO_ALGO_LOCON || c->algo == LYCO_ALGO_DYLORA || c->algo == LYCO_ALGO_GLORA) &&
            !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN));
 }

@@ -10,7 +10,7 @@
  * Bypass activations as N × C × spatial views (linear: tokens × features), dy0 = RN(dy) (or 0
  * when y0 was given with LYCO_BYPASS_DELTA_ONLY) through lk_copy_round.
  * Forms: 16-bit compute, not Tucker, ranks ≤ 128: loha_tc.cu's tensor-core merge forward and
- * (linear) bypass forward. Otherwise, and for the bypass backward: loha_fs.cu's face-splitting
+ * backward and (linear) bypass forward and backward. Otherwise: loha_fs.cu's face-splitting
  * where lk_loha_fs_wanted's rule favours it (every row of the case table; the bench shape), else
  * loha_bypass.cu's ΔW tiles; LYCO_CUDA_LOHA_LEGACY=1 forces the ΔW-tile path (the first
  * H200-verified one) everywhere.
@@ -158,6 +158,8 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 3, why, why_len))) return rc;
         orient(&a);
         if ((rc = write_dy0(c, a.L.ct, st, why, why_len))) return rc;
+        int done = 0;
+        if ((rc = (lyco_status)lk_loha_tc_bypass_bwd(&a, dev, st, &done)) || done) return rc;
         if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_bwd(&a, st);
         return (lyco_status)lk_loha_bypass_bwd(&a, dev, st);
     }

@@ -3,14 +3,15 @@
  *
  *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) ),  fp32 sums
  *
- * A M×K, B N×K, base / out M×N; any dtypes (A and B are rounded to CT in shared memory as they are
+ * A M×K (or given K×M: a_t), B N×K (or given K×N: b_t), base / out M×N; any dtypes (A and B are rounded to CT in shared memory as they are
  * staged — no cast pass), any strides and alignment (common.cuh's raw_issue: cp.async for
  * row-major 16-byte-aligned views, exact element copies otherwise; zero fill outside the matrix).
  *
  * Tiling: a block owns a 128×128 tile of out; 8 warps as 2 (m) × 4 (n), each a 64×32 piece
- * (4 × 4 mma.sync m16n8k16 per 16-wide k step, fragments by ldmatrix.x4 from rows of pitch
- * 40 halfwords: 80-byte rows hit eight distinct 16-byte bank groups, conflict-free). k advances
- * in steps of 32 through a 4-stage cp.async ring (common.cuh's pipe_issue: 3 steps in flight
+ * (4 × 4 mma.sync m16n8k16 per 16-wide k step, fragments by ldmatrix.x4 — .trans for an operand
+ * given k-major — from rows of pitch 40 or 136 halfwords: 80- and 272-byte rows put eight
+ * consecutive rows in eight distinct 16-byte bank groups, conflict-free). k advances
+ * in steps of 32 through a 4-stage cp.async ring (gm_issue: raw_issue per step; 3 steps in flight
  * while one is consumed; 80 KB of shared memory for 16-bit A and B, 2 blocks per SM).
  * The grid runs n fastest (blockIdx.x over N tiles), so the blocks resident at once share their
  * A rows and the whole B operand stays in L2 (B is the small operand here: a ΔW̄ row chunk).
@@ -33,40 +34,54 @@ struct gm_layout {
     int sa, stage, bufa, bufb, total;
 };
 
-__host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt) {
+/* at / bt: A given K×M / B given K×N (staged k-rows × 128 columns) */
+__host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt, bool at, bool bt) {
     gm_layout l;
-    l.sa = raw_bytes(GM, GK, adt);
-    l.stage = l.sa + raw_bytes(GN, GK, bdt);
+    l.sa = at ? raw_bytes(GK, GM, adt) : raw_bytes(GM, GK, adt);
+    l.stage = l.sa + (bt ? raw_bytes(GK, GN, bdt) : raw_bytes(GN, GK, bdt));
     int off = GS * l.stage;
     l.bufa = off;
-    off += conv_bytes(GM, GK, adt, 1, ct);
+    off += at ? conv_bytes(GK, GM, adt, 1, ct) : conv_bytes(GM, GK, adt, 1, ct);
     l.bufb = off;
-    off += conv_bytes(GN, GK, bdt, 1, ct);
+    off += bt ? conv_bytes(GK, GN, bdt, 1, ct) : conv_bytes(GN, GK, bdt, 1, ct);
     const int cs = GM * GLDC * 4;
     l.total = off > cs ? off : cs;
     return l;
 }
 
-template <typename CT> __device__ __forceinline__ void ldm4(unsigned (&r)[4], const CT *p) {
+/* four 8×8 16-bit matrices; TR: each transposed as it is loaded (ldmatrix .trans) */
+template <bool TR> __device__ __forceinline__ void ldm4(unsigned (&r)[4], const void *p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
+    if (TR)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
 }
 
-/* acc (64×32 at m0, n0) += A·Bᵀ over one GK-wide stage; A rows m (k fastest, pitch lda), B rows n. */
-template <typename CT>
+/* acc (64×32 at m0, n0) += A·Bᵀ over one GK-wide stage. A: rows m with k fastest (pitch lda), or
+   (AT) rows k with m fastest; B likewise with n (BT: rows k). The lane addresses put the four
+   matrices of an x4 load where mma.m16n8k16 wants them: A a0..a3 = (m 0–7 | 8–15) × (k 0–7 | 8–15),
+   B (two n8 blocks) b0, b1 = k 0–7, 8–15. */
+template <typename CT, bool AT, bool BT>
 __device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int lda, const CT *Bs, int ldb, int m0, int n0) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int k0 = 0; k0 < GK; k0 += 16) {
         unsigned a[4][4], b[4][2];
 #pragma unroll
-        for (int mi = 0; mi < 4; mi++) ldm4<CT>(a[mi], As + (m0 + mi * 16 + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
+        for (int mi = 0; mi < 4; mi++) {
+            if (AT) ldm4<true>(a[mi], As + (k0 + (lane & 7) + ((lane >> 4) << 3)) * lda + m0 + mi * 16 + ((lane >> 3) & 1) * 8);
+            else ldm4<false>(a[mi], As + (m0 + mi * 16 + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
+        }
 #pragma unroll
         for (int nj = 0; nj < 2; nj++) {
             unsigned t[4];
-            ldm4<CT>(t, Bs + (n0 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * ldb + k0 + ((lane >> 3) & 1) * 8);
+            if (BT) ldm4<true>(t, Bs + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldb + n0 + nj * 16 + (lane >> 4) * 8);
+            else ldm4<false>(t, Bs + (n0 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * ldb + k0 + ((lane >> 3) & 1) * 8);
             b[2 * nj][0] = t[0];
             b[2 * nj][1] = t[1];
             b[2 * nj + 1][0] = t[2];
@@ -79,17 +94,26 @@ __device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int
     }
 }
 
-template <typename CT> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_args a) {
+/* one k step of A and B into a stage (A then B, as gm_plan lays them out) */
+template <bool AT, bool BT> __device__ __forceinline__ void gm_issue(char *st, const pipe_op &A, const pipe_op &B, int s) {
+    if (AT) raw_issue<GK, GM>(st, A.v, A.r0 + s * A.dr, A.c0);
+    else raw_issue<GM, GK>(st, A.v, A.r0, A.c0 + s * A.dc);
+    char *sb = st + (AT ? raw_bytes(GK, GM, A.v.dt) : raw_bytes(GM, GK, A.v.dt));
+    if (BT) raw_issue<GK, GN>(sb, B.v, B.r0 + s * B.dr, B.c0);
+    else raw_issue<GN, GK>(sb, B.v, B.r0, B.c0 + s * B.dc);
+}
+
+template <typename CT, bool AT, bool BT> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_args a) {
     extern __shared__ __align__(16) char dsm[];
-    const gm_layout ly = gm_plan(ct_of<CT>::dt, a.A.dt, a.B.dt);
+    const gm_layout ly = gm_plan(ct_of<CT>::dt, a.A.dt, a.B.dt, AT, BT);
     const i64 nb = (i64)blockIdx.x * GN, mb = (i64)blockIdx.y * GM;
     const int nk = (int)cdiv(a.K, GK);
     const bool conv = a.A.dt != ct_of<CT>::dt || a.B.dt != ct_of<CT>::dt;
     pipe_op A, B;
-    A.v = a.A; A.r0 = mb; A.c0 = 0; A.dr = 0; A.dc = GK; A.np = 1;
-    B.v = a.B; B.r0 = nb; B.c0 = 0; B.dr = 0; B.dc = GK; B.np = 1;
+    A.v = a.A; A.r0 = AT ? 0 : mb; A.c0 = AT ? mb : 0; A.dr = AT ? GK : 0; A.dc = AT ? 0 : GK; A.np = 1;
+    B.v = a.B; B.r0 = BT ? 0 : nb; B.c0 = BT ? nb : 0; B.dr = BT ? GK : 0; B.dc = BT ? 0 : GK; B.np = 1;
     for (int s = 0; s < GS - 1; s++) {
-        if (s < nk) pipe_issue<GM, GK, GN, GK>(dsm + s * ly.stage, A, B, s);
+        if (s < nk) gm_issue<AT, BT>(dsm + s * ly.stage, A, B, s);
         cp_commit();
     }
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 64, n0 = (warp >> 1) * 32;
@@ -101,15 +125,17 @@ template <typename CT> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_a
         const char *st = dsm + (s % GS) * ly.stage;
         CT *ap[3], *bp[3];
         int lda, ldb;
-        raw_operand<CT, GM, GK>(st, a.A.dt, 1, (CT *)(dsm + ly.bufa), ap, &lda);
-        raw_operand<CT, GN, GK>(st + ly.sa, a.B.dt, 1, (CT *)(dsm + ly.bufb), bp, &ldb);
+        if (AT) raw_operand<CT, GK, GM>(st, a.A.dt, 1, (CT *)(dsm + ly.bufa), ap, &lda);
+        else raw_operand<CT, GM, GK>(st, a.A.dt, 1, (CT *)(dsm + ly.bufa), ap, &lda);
+        if (BT) raw_operand<CT, GK, GN>(st + ly.sa, a.B.dt, 1, (CT *)(dsm + ly.bufb), bp, &ldb);
+        else raw_operand<CT, GN, GK>(st + ly.sa, a.B.dt, 1, (CT *)(dsm + ly.bufb), bp, &ldb);
         if (conv) __syncthreads();
         {
             const int n = s + GS - 1; /* refills the stage step s − 1 used */
-            if (n < nk) pipe_issue<GM, GK, GN, GK>(dsm + (n % GS) * ly.stage, A, B, n);
+            if (n < nk) gm_issue<AT, BT>(dsm + (n % GS) * ly.stage, A, B, n);
             cp_commit();
         }
-        gm_warp<CT>(acc, ap[0], lda, bp[0], ldb, m0, n0);
+        gm_warp<CT, AT, BT>(acc, ap[0], lda, bp[0], ldb, m0, n0);
     }
     cp_wait(0);
     __syncthreads();
@@ -141,13 +167,19 @@ template <typename CT> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_a
     }
 }
 
-template <typename CT> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
-    const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt).total;
-    LK_CHECK(cudaFuncSetAttribute(k_gemm<CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+template <typename CT, bool AT, bool BT> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
+    const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt, AT, BT).total;
+    LK_CHECK(cudaFuncSetAttribute(k_gemm<CT, AT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const dim3 grid((unsigned)cdiv(a->N, GN), (unsigned)cdiv(a->M, GM));
-    k_gemm<CT><<<grid, NT, bytes, s>>>(*a);
+    k_gemm<CT, AT, BT><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("gemm");
     return LYCO_OK;
+}
+
+/* the three layouts LoHa uses: (A, B) both k-fastest, B k-major, both k-major */
+template <typename CT> int gemm_ct(const lk_gemm_args *a, cudaStream_t s) {
+    if (a->a_t) return gemm_launch<CT, true, true>(a, s);
+    return a->b_t ? gemm_launch<CT, false, true>(a, s) : gemm_launch<CT, false, false>(a, s);
 }
 
 } // namespace
@@ -155,12 +187,13 @@ template <typename CT> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
 extern "C" int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev) {
     if (a->ct != DT_BF16 && a->ct != DT_F16) return 0;
     if (cdiv(a->N, GN) > 2147483647LL || cdiv(a->M, GM) > 65535) return 0;
-    return gm_plan(a->ct, a->A.dt, a->B.dt).total <= dev->smem_optin;
+    if (a->a_t && !a->b_t) return 0; /* not instantiated */
+    return gm_plan(a->ct, a->A.dt, a->B.dt, a->a_t != 0, a->b_t != 0).total <= dev->smem_optin;
 }
 
 extern "C" int lk_gemm(const lk_gemm_args *a, const lk_device *dev, void *stream) {
     if (!lk_gemm_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: gemm called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    return a->ct == DT_BF16 ? gemm_launch<bf16_t>(a, s) : gemm_launch<f16_t>(a, s);
+    return a->ct == DT_BF16 ? gemm_ct<bf16_t>(a, s) : gemm_ct<f16_t>(a, s);
 }

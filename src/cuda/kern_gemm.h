@@ -3,7 +3,7 @@
  *
  *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) )    (fp32 sums)
  *
- * A is M×K and B is N×K (both "k fastest" when row-major; any dtype, any strides: operands not
+ * A is M×K and B is N×K, or given transposed (a_t: K×M, b_t: K×N) (any dtype, any strides: operands not
  * already CT are rounded to CT in shared memory as they are staged, never by a separate pass);
  * base (M×N, p NULL = none) and out (M×N) any dtype and strides. Users: LoHa's bypass forward
  * (x · ΔW̄_cᵀ over row chunks of a generated ΔW̄, loha_dense.cu).
@@ -20,7 +20,8 @@ extern "C" {
 typedef struct {
     int32_t ct;          /* DT_BF16 or DT_F16 */
     int64_t M, N, K;
-    lk_view A, B;        /* M×K, N×K */
+    lk_view A, B;        /* M×K (a_t: K×M), N×K (b_t: K×N) */
+    int32_t a_t, b_t;    /* a_t only together with b_t */
     lk_view base, out;   /* M×N; base p NULL = none */
 } lk_gemm_args;
 

@@ -82,6 +82,7 @@ int lk_loha_fs_bypass_bwd(const lk_loha_args *a, void *stream);
 int lk_loha_tc_merge_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
 int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
 int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
+int lk_loha_tc_bypass_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
 
 #ifdef __cplusplus
 }

@@ -83,9 +83,9 @@ __host__ __device__ inline tg_layout tg_plan(int RP, int ct, int a1dt, int b1dt,
    column tile x) and pB[y][k][j] (G_B̄_t share of row tile y); NULL = not wanted. */
 template <typename CT, int RP>
 __device__ __forceinline__ void tc_term(CT *const *parts, int np, const CT *As, int lda, const CT *Bs, int ldb, i64 r,
-                                        const lk_loha &L, float *pA, float *pB) {
+                                        const lk_loha &L, i64 mb, float *pA, float *pB) {
     const int warp = threadIdx.x >> 5;
-    const i64 mb = (i64)blockIdx.y * TM, nb = (i64)blockIdx.x * TN;
+    const i64 nb = (i64)blockIdx.x * TN, yt = mb / TM;
     if (pA) { /* (TM × RP) = G_Rt · B̄_tᵀ: warps 4 (rows) × 2 (rank halves) */
         const int NI = RP / 16, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
         float ac[1][NI][4];
@@ -109,25 +109,28 @@ __device__ __forceinline__ void tc_term(CT *const *parts, int np, const CT *As, 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const i64 k = acc_row(m0, 0, e), j = nb + acc_col(n0, ni, e);
-                if (k < r && j < L.IK) pB[((i64)blockIdx.y * r + k) * L.IK + j] = bc[0][ni][e];
+                if (k < r && j < L.IK) pB[(yt * r + k) * L.IK + j] = bc[0][ni][e];
             }
     }
 }
 
-template <typename CT, int RP>
-__global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, float *pA1, float *pA2, float *pB1, float *pB2, double *sigpart) {
+/* BYP: Γ = m·G_E with G_E an fp32 chunk of rows [o0, o0 + a.G.rows) (bypass backward), used
+   unrounded; else Γ = m·RN_CT(∂L/∂W'') (o0 = 0). */
+template <typename CT, int RP, bool BYP>
+__global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, i64 o0, float *pA1, float *pA2, float *pB1, float *pB2,
+                                                     double *sigpart) {
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[TM];
     __shared__ double red[NT / 32];
     const lk_loha &L = a.L;
     const int np = nsplit<CT>::n;
     const tg_layout ly = tg_plan(RP, ct_of<CT>::dt, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a.G.dt, np);
-    const i64 mb = (i64)blockIdx.y * TM, nb = (i64)blockIdx.x * TN;
+    const i64 mb = o0 + (i64)blockIdx.y * TM, nb = (i64)blockIdx.x * TN;
     raw_issue<TM, RP>(dsm + ly.a1, L.A1, mb, 0);
     raw_issue<RP, TN>(dsm + ly.b1, L.B1, 0, nb);
     raw_issue<TM, RP>(dsm + ly.a2, L.A2, mb, 0);
     raw_issue<RP, TN>(dsm + ly.b2, L.B2, 0, nb);
-    raw_issue<TM, TN>(dsm + ly.g, a.G, mb, nb);
+    raw_issue<TM, TN>(dsm + ly.g, a.G, mb - o0, nb);
     cp_commit();
     for (int i = threadIdx.x; i < TM; i += NT) {
         const i64 o = mb + i;
@@ -160,7 +163,8 @@ __global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, float *pA1,
             for (int e = 0; e < 4; e++) {
                 const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
                 const bool in = mb + row < L.O && nb + col < L.IK;
-                const float gam = in ? mf * rnd_ct<CT>(raw_get(dsm + ly.g, pg, a.G.dt, row, col)) : 0.0f;
+                const float gv = in ? raw_get(dsm + ly.g, pg, a.G.dt, row, col) : 0.0f;
+                const float gam = mf * (BYP ? gv : rnd_ct<CT>(gv));
                 const float v1 = r1[mi][ni][e], v2 = r2[mi][ni][e];
                 if (sigpart) gs += (double)gam * ((double)rowc[row] * (double)v1 * (double)v2);
                 const float f = gam * sig * rowc[row];
@@ -186,15 +190,15 @@ __global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, float *pA1,
                 for (int e = 0; e < 4; e++)
                     store_parts<CT>(parts, np, acc_row(m0, mi, e) * (TN + 8) + acc_col(n0, ni, e), t ? r2[mi][ni][e] : r1[mi][ni][e]);
         __syncthreads();
-        if (t) tc_term<CT, RP>(parts, np, a2[0], la2, b2[0], lb2, L.r2, L, pA, pB);
-        else tc_term<CT, RP>(parts, np, a1[0], la1, b1[0], lb1, L.r1, L, pA, pB);
+        if (t) tc_term<CT, RP>(parts, np, a2[0], la2, b2[0], lb2, L.r2, L, mb, pA, pB);
+        else tc_term<CT, RP>(parts, np, a1[0], la1, b1[0], lb1, L.r1, L, mb, pA, pB);
     }
     if (sigpart) {
         __syncthreads();
         if (threadIdx.x == 0) {
             double s = 0.0;
             for (int w = 0; w < NT / 32; w++) s += red[w];
-            sigpart[(i64)blockIdx.y * gridDim.x + blockIdx.x] = s;
+            sigpart[(mb / TM) * gridDim.x + blockIdx.x] = s;
         }
     }
 }
@@ -226,24 +230,32 @@ int tc_sum_launch(const float *part, i64 nz, i64 R, i64 C, const lk_view &out, c
     return LYCO_OK;
 }
 
-template <typename CT, int RP> int tc_grad_launch(const lk_loha_args *a, float *const *p, double *sigpart, cudaStream_t s) {
+template <typename CT, int RP, bool BYP>
+int tc_grad_launch(const lk_loha_args *a, i64 o0, i64 rows, float *const *p, double *sigpart, cudaStream_t s) {
     const lk_loha &L = a->L;
     const int bytes = tg_plan(RP, ct_of<CT>::dt, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a->G.dt, nsplit<CT>::n).total;
-    LK_CHECK(cudaFuncSetAttribute(k_loha_tc_grad<CT, RP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    const dim3 grid((unsigned)cdiv(L.IK, TN), (unsigned)cdiv(L.O, TM));
-    k_loha_tc_grad<CT, RP><<<grid, NT, bytes, s>>>(*a, p[0], p[1], p[2], p[3], sigpart);
+    LK_CHECK(cudaFuncSetAttribute(k_loha_tc_grad<CT, RP, BYP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    const dim3 grid((unsigned)cdiv(L.IK, TN), (unsigned)cdiv(rows, TM));
+    k_loha_tc_grad<CT, RP, BYP><<<grid, NT, bytes, s>>>(*a, o0, p[0], p[1], p[2], p[3], sigpart);
     LK_LAUNCHED("loha tc_grad");
     return LYCO_OK;
 }
 
-template <typename CT> int tc_grad_rp(const lk_loha_args *a, float *const *p, double *sigpart, cudaStream_t s) {
+/* the gradient kernel over rows [o0, o0 + rows) (a->G: those rows of Γ's source) */
+template <typename CT, bool BYP>
+int tc_grad_rp(const lk_loha_args *a, i64 o0, i64 rows, float *const *p, double *sigpart, cudaStream_t s) {
     const i64 r = a->L.r1 > a->L.r2 ? a->L.r1 : a->L.r2;
     switch (lk_reduce_rank_tile(r)) {
-    case 16: return tc_grad_launch<CT, 16>(a, p, sigpart, s);
-    case 32: return tc_grad_launch<CT, 32>(a, p, sigpart, s);
-    case 64: return tc_grad_launch<CT, 64>(a, p, sigpart, s);
-    default: return tc_grad_launch<CT, 128>(a, p, sigpart, s);
+    case 16: return tc_grad_launch<CT, 16, BYP>(a, o0, rows, p, sigpart, s);
+    case 32: return tc_grad_launch<CT, 32, BYP>(a, o0, rows, p, sigpart, s);
+    case 64: return tc_grad_launch<CT, 64, BYP>(a, o0, rows, p, sigpart, s);
+    default: return tc_grad_launch<CT, 128, BYP>(a, o0, rows, p, sigpart, s);
     }
+}
+
+int tc_grad_any(const lk_loha_args *a, bool byp, i64 o0, i64 rows, float *const *p, double *sigpart, cudaStream_t s) {
+    if (a->L.ct == DT_BF16) return byp ? tc_grad_rp<bf16_t, true>(a, o0, rows, p, sigpart, s) : tc_grad_rp<bf16_t, false>(a, o0, rows, p, sigpart, s);
+    return byp ? tc_grad_rp<f16_t, true>(a, o0, rows, p, sigpart, s) : tc_grad_rp<f16_t, false>(a, o0, rows, p, sigpart, s);
 }
 
 } // namespace
@@ -362,23 +374,59 @@ extern "C" int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev
     return rc ? rc : rf;
 }
 
-extern "C" int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
-    *done = 0;
+/* Whether the gradient kernel takes this call (Γ of dtype gdt). */
+static bool tc_grad_fits(const lk_loha_args *a, int gdt, const lk_device *dev) {
     const lk_loha &L = a->L;
-    if (!tc_common(a) || a->dora.on) return LYCO_OK;
     const i64 r = L.r1 > L.r2 ? L.r1 : L.r2, rp = lk_reduce_rank_tile(r);
     const int np = L.ct == DT_BF16 ? 3 : 2;
-    if (tg_plan((int)rp, L.ct, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a->G.dt, np).total > dev->smem_optin) return LYCO_OK;
-    if (cdiv(L.O, TM) > 65535 || cdiv(L.IK, TN) > 2147483647LL) return LYCO_OK;
-    *done = 1;
-    cudaStream_t s = (cudaStream_t)stream;
+    if (cdiv(L.O, TM) > 65535 || cdiv(L.IK, TN) > 2147483647LL) return false;
+    return tg_plan((int)rp, L.ct, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, gdt, np).total <= dev->smem_optin;
+}
+
+/* G_E = dyᵀ·x for rows [o0, o0 + n) into an fp32 chunk (n × IK, pitch ld): gemm.cu with both
+   operands given k-major (k = tokens). */
+static lk_gemm_args tc_ge_gemm(const lk_loha_args *a, i64 o0, i64 n, float *chunk, i64 ld) {
+    const lk_loha &L = a->L;
+    lk_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.ct = L.ct;
+    g.M = n;
+    g.N = L.IK;
+    g.K = a->T;
+    g.A = lk_view_sub(lk_act_as_view(a->dy, a->T, L.O), 0, a->T, o0, n);
+    g.a_t = 1;
+    g.B = lk_act_as_view(a->x, a->T, L.IK);
+    g.b_t = 1;
+    g.out.p = chunk;
+    g.out.s0 = ld;
+    g.out.s1 = 1;
+    g.out.rows = n;
+    g.out.cols = L.IK;
+    g.out.dt = DT_F32;
+    g.out.flags = LK_VEC;
+    return g;
+}
+
+/* Every parameter gradient of a merge backward (Γ from a->G) or a bypass backward (Γ = m·G_E,
+   G_E generated in row chunks by tc_ge_gemm): per-tile partials, then their ordered sums. */
+static int tc_grads(const lk_loha_args *a, bool byp, const lk_device *dev, cudaStream_t s) {
+    const lk_loha &L = a->L;
     const i64 zA = cdiv(L.IK, TN), zB = cdiv(L.O, TM);
     const bool want_sig = a->gsigma.p && !a->sigma_zero;
     const i64 fA1 = a->gA1.p ? zA * L.O * L.r1 : 0, fA2 = a->gA2.p ? zA * L.O * L.r2 : 0;
     const i64 fB1 = a->gB1.p ? zB * L.r1 * L.IK : 0, fB2 = a->gB2.p ? zB * L.r2 * L.IK : 0;
     const i64 nsig = want_sig ? zA * zB : 0;
-    const i64 floats = fA1 + fA2 + fB1 + fB2 + 2 * nsig; /* σs partials are doubles */
-    if (floats == 0) return a->gsigma.p ? lk_copy_round(&a->gsigma, NULL, L.ct, stream) : LYCO_OK;
+    const i64 ld = (L.IK + 3) / 4 * 4; /* G_E chunk pitch: 16-byte rows */
+    i64 oc = L.O;
+    if (byp) { /* G_E row chunks of ≤ 4 Mi fp32, a multiple of the 64-row tile */
+        const i64 nch = cdiv(L.O * ld, LYCO_LOHA_CHUNK_ELEMS / 2);
+        oc = cdiv(cdiv(L.O, nch), 128) * 128;
+        if (oc > L.O) oc = L.O;
+    }
+    const i64 fGE = byp ? oc * ld : 0;
+    const i64 floats = fA1 + fA2 + fB1 + fB2 + 2 * nsig + fGE; /* σs partials are doubles */
+    if (fA1 + fA2 + fB1 + fB2 + nsig == 0 || L.O == 0 || L.IK == 0)
+        return a->gsigma.p ? lk_copy_round(&a->gsigma, NULL, L.ct, s) : LYCO_OK;
     float *ws = NULL;
     int rc = lk_scratch_alloc((void **)&ws, (size_t)floats * sizeof(float), s);
     if (rc) return rc;
@@ -391,20 +439,101 @@ extern "C" int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev,
     p[2] = fB1 ? q : NULL;
     q += fB1;
     p[3] = fB2 ? q : NULL;
-    if (L.O > 0 && L.IK > 0) rc = L.ct == DT_BF16 ? tc_grad_rp<bf16_t>(a, p, sigpart, s) : tc_grad_rp<f16_t>(a, p, sigpart, s);
+    q += fB2;
+    if (!byp) {
+        rc = tc_grad_any(a, false, 0, L.O, p, sigpart, s);
+    } else {
+        lk_loha_args c = *a;
+        for (i64 o0 = 0; o0 < L.O && rc == LYCO_OK; o0 += oc) {
+            const i64 n = L.O - o0 < oc ? L.O - o0 : oc;
+            const lk_gemm_args g = tc_ge_gemm(a, o0, n, q, ld);
+            if ((rc = lk_gemm(&g, dev, s))) break;
+            c.G = g.out;
+            rc = tc_grad_any(&c, true, o0, n, p, sigpart, s);
+        }
+    }
     if (rc == LYCO_OK && p[0]) rc = tc_sum_launch(p[0], zA, L.O, L.r1, a->gA1, s);
     if (rc == LYCO_OK && p[1]) rc = tc_sum_launch(p[1], zA, L.O, L.r2, a->gA2, s);
     if (rc == LYCO_OK && p[2]) rc = tc_sum_launch(p[2], zB, L.r1, L.IK, a->gB1, s);
     if (rc == LYCO_OK && p[3]) rc = tc_sum_launch(p[3], zB, L.r2, L.IK, a->gB2, s);
     if (rc == LYCO_OK && a->gsigma.p) {
-        if (want_sig && L.O > 0 && L.IK > 0) {
+        if (want_sig) {
             k_tc_sigma<<<1, 32, 0, s>>>(sigpart, nsig, a->gsigma);
             cudaError_t e = cudaGetLastError();
             if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of loha tc_sigma failed: %s", cudaGetErrorString(e));
         } else {
-            rc = lk_copy_round(&a->gsigma, NULL, L.ct, stream);
+            rc = lk_copy_round(&a->gsigma, NULL, L.ct, s);
         }
     }
     const int rf = lk_scratch_free(ws, s);
     return rc ? rc : rf;
+}
+
+extern "C" int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
+    *done = 0;
+    if (!tc_common(a) || a->dora.on || !tc_grad_fits(a, a->G.dt, dev)) return LYCO_OK;
+    *done = 1;
+    return tc_grads(a, false, dev, (cudaStream_t)stream);
+}
+
+/* dx = dy·(m·σs·ΔW̄): ΔW̄ in column chunks (O × ≤ 8 Mi/O columns, CT) times dy through gemm.cu
+   (the chunk given k-major: k = the O rows). */
+static int tc_dx(const lk_loha_args *a, const lk_device *dev, cudaStream_t s) {
+    const lk_loha &L = a->L;
+    const i64 T = a->T, nch = cdiv(L.O * ((L.IK + 7) / 8 * 8), LYCO_LOHA_CHUNK_ELEMS);
+    i64 ic = cdiv(cdiv(L.IK, nch), 128) * 128;
+    if (ic > L.IK) ic = L.IK;
+    const i64 ld = (ic + 7) / 8 * 8;
+    const lk_view dx = lk_act_as_view(a->dx, T, L.IK);
+    if (T == 0 || L.IK == 0) return LYCO_OK;
+    if (L.O == 0) return lk_copy_round(&dx, NULL, L.ct, s);
+    void *chunk = NULL;
+    int rc = lk_scratch_alloc(&chunk, (size_t)(L.O * ld * 2), s);
+    if (rc) return rc;
+    for (i64 i0 = 0; i0 < L.IK && rc == LYCO_OK; i0 += ic) {
+        const i64 n = L.IK - i0 < ic ? L.IK - i0 : ic;
+        lk_expand_args e = tc_expand(a, 0, L.O);
+        e.N = n;
+        e.Q = lk_view_sub(L.B1, 0, L.r1, i0, n);
+        e.Q2 = lk_view_sub(L.B2, 0, L.r2, i0, n);
+        e.out.p = chunk;
+        e.out.s0 = ld;
+        e.out.s1 = 1;
+        e.out.rows = L.O;
+        e.out.cols = n;
+        e.out.dt = L.ct;
+        e.out.flags = LK_VEC;
+        if ((rc = lk_expand(&e, dev, s))) break;
+        lk_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.ct = L.ct;
+        g.M = T;
+        g.N = n;
+        g.K = L.O;
+        g.A = lk_act_as_view(a->dy, T, L.O);
+        g.B = e.out;
+        g.b_t = 1;
+        g.out = lk_view_sub(dx, 0, T, i0, n);
+        rc = lk_gemm(&g, dev, s);
+    }
+    const int rf = lk_scratch_free(chunk, s);
+    return rc ? rc : rf;
+}
+
+extern "C" int lk_loha_tc_bypass_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
+    *done = 0;
+    const lk_loha &L = a->L;
+    if (!tc_common(a) || a->geo.nd != 0 || !tc_grad_fits(a, DT_F32, dev)) return LYCO_OK;
+    lk_gemm_args g = tc_ge_gemm(a, 0, L.O, NULL, L.IK), d = g;
+    d.a_t = 0;
+    d.A = lk_act_as_view(a->dy, a->T, L.O);
+    if (!lk_gemm_fits(&g, dev) || !lk_gemm_fits(&d, dev)) return LYCO_OK;
+    lk_expand_args e = tc_expand(a, 0, L.O);
+    e.out.dt = L.ct;
+    if (!lk_expand_fits(&e, dev)) return LYCO_OK;
+    *done = 1;
+    cudaStream_t s = (cudaStream_t)stream;
+    int rc = a->dx.p ? tc_dx(a, dev, s) : LYCO_OK;
+    if (rc == LYCO_OK) rc = tc_grads(a, true, dev, s);
+    return rc;
 }
