@@ -30,11 +30,13 @@
  *   (⌈I·K/128⌉·O + ⌈O/64⌉·I·K)·(r₁ + r₂) floats (48 MB at 4096², r16).
  * Applies when: compute dtype bf16/fp16, not Tucker (its B̄_t = P_t is an fp32 intermediate
  *   kept exact), ranks ≤ 128, 16-bit output (merge), linear layer (bypass), not
- *   LYCO_CUDA_LOHA_LEGACY=1. Everything else keeps loha.cu / loha_fs.cu / loha_bypass.cu.
+ *   LYCO_CUDA_LOHA_LEGACY=1 or LYCO_CUDA_LOHA_NO_TC=1 (A/B). Everything else keeps loha.cu /
+ *   loha_fs.cu / loha_bypass.cu.
  *   The merge backward also needs no DoRA (its ∂L/∂V chain stays in loha.cu).
  * Extra memory: merge none (DoRA: per-tile Σ V² partials + 3 floats per kept index); bypass one
  *   chunk of ΔW̄ (CT); merge backward the partials above.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/kern_gemm.h"
@@ -260,10 +262,16 @@ int tc_grad_any(const lk_loha_args *a, bool byp, i64 o0, i64 rows, float *const 
 
 } // namespace
 
+/* LYCO_CUDA_LOHA_NO_TC=1: the FFMA kernels of loha.cu / loha_fs.cu instead (A/B) */
+static bool tc_off() {
+    const char *e = getenv("LYCO_CUDA_LOHA_NO_TC");
+    return e && e[0] == '1';
+}
+
 static bool tc_common(const lk_loha_args *a) {
     const lk_loha &L = a->L;
     const i64 r = L.r1 > L.r2 ? L.r1 : L.r2;
-    return !a->legacy && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && !L.b_exact && L.r1 >= 1 && L.r2 >= 1 &&
+    return !a->legacy && !tc_off() && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && !L.b_exact && L.r1 >= 1 && L.r2 >= 1 &&
            lk_reduce_rank_tile(r) != 0;
 }
 
