@@ -13,7 +13,7 @@
 #                     over the bf16 rows of LYCO_FOCUS_BENCH into ncu.csv / ncu-summary.txt
 #   LYCO_FOCUS_TESTS  test binaries under build-gpu/tests     (default test_cuda_locon_conv test_cuda_device)
 #   LYCO_FOCUS_EXTRA  shell commands run last ($L is the lyco binary, $S the seed)
-# Usage: OUT=dir LYCO_FOCUS_AB="LYCO_CUDA_LOWRANK_STREAM=1" bash tools/gpu-focus.sh
+# Usage: OUT=dir LYCO_FOCUS_ALGOS=loha LYCO_FOCUS_AB="LYCO_CUDA_LOHA_NO_TC=1" bash tools/gpu-focus.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/focus-out}"; mkdir -p "$OUT"

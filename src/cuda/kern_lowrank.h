@@ -55,20 +55,7 @@ int lk_expand_fits(const lk_expand_args *a, const lk_device *dev);
    the stats-mode args (out absent; stat_part may still be NULL). */
 int64_t lk_expand_stat_tiles(const lk_expand_args *a);
 int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
-/* lowrank_stream.cu (opt-in, LYCO_CUDA_LOWRANK_STREAM=1; slower on the H200, see its header): the
-   register-streaming expand lk_expand takes when it fits (16-bit CT, all
-   operands in CT, row-major 16-byte-row out/base, DoRA per output row only); its stats mode writes
-   lk_expand_stream_stat_tiles partials per row (one per 32-column warp group). */
-int lk_expand_stream_fits(const lk_expand_args *a);
-int64_t lk_expand_stream_stat_tiles(const lk_expand_args *a);
-int lk_expand_stream(const lk_expand_args *a, const lk_device *dev, void *stream);
 
-/* lowrank_stream.cu (opt-in, as above): the register-streaming row reduction the reductions take when it fits (16-bit
-   CT, rank tile 16 or 32, A row-major 16-byte rows in CT or fp32, B r×K row-major in CT, K % 8 = 0,
-   copyA absent or in CT); same partial layout as lk_reduce_parts. */
-int lk_reduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t K, int64_t rp);
-int lk_reduce_stream_parts(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *copyA, int64_t M, int64_t K,
-                           int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream);
 /* h = RN_CT(q ⊙ (A·Bᵀ)) into h (M×r view of CT scratch, row pitch rp = the rank tile); A M×K,
    B r×K; mask 1×r or absent. Scratch (partials) is allocated and freed on the stream. */
 int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K, int64_t r,
@@ -88,12 +75,6 @@ int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy,
    when sigma is given, else 1; split over m into fixed ranges, fp32 partials, fixed-order sum. */
 int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r, const lk_view *out,
                  int transpose, float coef, const lk_view *sigma, const lk_device *dev, void *stream);
-/* lowrank_stream.cu (opt-in, as above): the register-streaming column reduction lk_colreduce takes when it fits (16-bit CT,
-   rank tile 16 or 32, A row-major 16-byte rows in CT or fp32 with N % 8 = 0, B in CT or fp32 parts);
-   partials part[z][n][i] (Z × N × rp fp32) for lowrank.cu's colfin. */
-int lk_colreduce_stream_fits(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t rp);
-int lk_colreduce_stream_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_split, int64_t M, int64_t N, int64_t r,
-                              int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream);
 /* The rank tile (row pitch of h) lk_reduce_h uses for rank r: 16, 32, 64 or 128; 0 = r > 128. */
 int64_t lk_reduce_rank_tile(int64_t r);
 

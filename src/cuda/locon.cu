@@ -1039,9 +1039,7 @@ template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args
    grid or shared-memory limits). ---- */
 static bool lowrank_legacy() { return getenv("LYCO_CUDA_LOWRANK_LEGACY") != NULL; }
 
-/* stream_only: take the call only when lowrank_stream.cu's kernel runs it (tried before the small-rank
-   kernel, which it replaces where both fit). */
-static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool stream_only, bool *done) {
+static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
     const lk_locon &L = a->L;
     *done = false;
     if (lowrank_legacy()) return LYCO_OK;
@@ -1063,7 +1061,7 @@ static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, c
     e.mode = a->mode;
     e.dora = a->dora;
     e.K = L.K;
-    if (!lk_expand_fits(&e, dev) || (stream_only && !lk_expand_stream_fits(&e))) return LYCO_OK;
+    if (!lk_expand_fits(&e, dev)) return LYCO_OK;
     *done = true;
     if (!a->dora.on) return lk_expand(&e, dev, s);
     /* DoRA: stats pass (per-tile Σ V² partials), statistics, then the merge with them */
@@ -1514,14 +1512,12 @@ extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *d
     cudaStream_t s = (cudaStream_t)stream;
     /* r ≤ 16 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, 38 vs 57 µs for lowrank.cu's
        expand at 4096² r 8 on the H200); r ≤ 128 otherwise: lowrank.cu; the rest: this file's kernels */
-    bool streamed = false;
-    int rc = merge_fwd_lowrank(a, dev, s, true, &streamed);
-    if (rc || streamed) return rc;
     int done = 0;
-    rc = lk_locon_merge_fwd_small(a, dev, stream, &done);
+    int rc = lk_locon_merge_fwd_small(a, dev, stream, &done);
     if (rc || done) return rc;
-    rc = merge_fwd_lowrank(a, dev, s, false, &streamed);
-    if (rc || streamed) return rc;
+    bool expanded = false;
+    rc = merge_fwd_lowrank(a, dev, s, &expanded);
+    if (rc || expanded) return rc;
     switch (a->L.ct) {
     case DT_BF16: return merge_fwd_t<bf16_t>(a, dev, s);
     case DT_F16: return merge_fwd_t<f16_t>(a, dev, s);

@@ -677,7 +677,6 @@ extern "C" int lk_expand_fits(const lk_expand_args *a, const lk_device *dev) {
 }
 
 extern "C" int64_t lk_expand_stat_tiles(const lk_expand_args *a) {
-    if (!a->P2.p && lk_expand_stream_fits(a)) return lk_expand_stream_stat_tiles(a);
     return a->dora.on_out ? cdiv(a->N, EN) : cdiv(a->M, EM);
 }
 
@@ -685,7 +684,6 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     cudaStream_t s = (cudaStream_t)stream;
     if (!lk_expand_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: expand called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;
-    if (!a->P2.p && lk_expand_stream_fits(a)) return lk_expand_stream(a, dev, stream);
     switch (a->ct) {
     case DT_BF16: return a->q_t ? ex_launch_rp<bf16_t, true>(a, s) : ex_launch_rp<bf16_t, false>(a, s);
     case DT_F16: return a->q_t ? ex_launch_rp<f16_t, true>(a, s) : ex_launch_rp<f16_t, false>(a, s);
@@ -698,12 +696,6 @@ static int reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_km
     *part = NULL;
     *Z = 0;
     if (cdiv(M, RM) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: %lld rows exceed the reduction grid", (long long)M);
-    if (!b_kmajor && lk_reduce_stream_fits(ct, A, B, copyA, K, rp)) {
-        int64_t z = 0;
-        const int rc = lk_reduce_stream_parts(ct, A, B, copyA, M, K, rp, part, &z, dev, s);
-        *Z = z;
-        return rc;
-    }
     switch (ct) {
     case DT_BF16: return b_kmajor ? reduce_ct<bf16_t, true>(A, B, copyA, M, K, rp, part, Z, dev, s)
                                   : reduce_ct<bf16_t, false>(A, B, copyA, M, K, rp, part, Z, dev, s);
@@ -748,45 +740,10 @@ static int bwd_fin_launch(const float *pg, i64 Zg, const float *ph, i64 Zh, i64 
     return LYCO_OK;
 }
 
-/* Ut[i][o] = RN_CT(U[o][i]) for i < r: lora_up transposed into CT scratch (r × O, tiny), so dy·U can
-   take the streaming reduction (which wants B as r×K rows). */
-template <typename CT> __global__ __launch_bounds__(NT) void k_transpose_ct(lk_view U, i64 O, i64 r, CT *Ut) {
-    const i64 n = O * r;
-    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
-        const i64 i = idx / O, o = idx % O;
-        Ut[idx] = ct_of<CT>::from(vload(U, o, i));
-    }
-}
-
-/* g partials of bypass backward: dy·U through the streaming reduction on a transposed copy of U when
-   it fits, else the staged one with U read K-major. */
+/* g partials of bypass backward: dy·U with U read K-major (dy0 written from the staged dy tiles). */
 static int reduce_dy_u(const lk_locon *L, const lk_view *dy, const lk_view *dy0, i64 T, i64 rp, float **pg, i64 *Zg,
                        const lk_device *dev, cudaStream_t s) {
-    const int es = L->ct == DT_F32 ? 4 : 2;
-    lk_view ut;
-    memset(&ut, 0, sizeof ut);
-    ut.s0 = L->O;
-    ut.s1 = 1;
-    ut.rows = L->r;
-    ut.cols = L->O;
-    ut.dt = L->ct;
-    ut.flags = (L->O * es) % 16 == 0 ? LK_VEC : 0;
-    const lk_view *copy = dy0 && dy0->p ? dy0 : NULL;
-    if (!(L->ct != DT_F32 && (ut.flags & LK_VEC) && lk_reduce_stream_fits(L->ct, dy, &ut, copy, L->O, rp)))
-        return reduce_parts(L->ct, dy, &L->U, 1, copy, T, L->O, rp, pg, Zg, dev, s);
-    void *buf = NULL;
-    int rc = lk_scratch_alloc(&buf, (size_t)(L->r * L->O * es), s);
-    if (rc) return rc;
-    i64 blocks = cdiv(L->r * L->O, NT);
-    if (blocks > 4096) blocks = 4096;
-    if (L->ct == DT_BF16) k_transpose_ct<bf16_t><<<(unsigned)blocks, NT, 0, s>>>(L->U, L->O, L->r, (bf16_t *)buf);
-    else k_transpose_ct<f16_t><<<(unsigned)blocks, NT, 0, s>>>(L->U, L->O, L->r, (f16_t *)buf);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of transpose failed: %s", cudaGetErrorString(e));
-    ut.p = buf;
-    if (rc == LYCO_OK) rc = reduce_parts(L->ct, dy, &ut, 0, copy, T, L->O, rp, pg, Zg, dev, s);
-    const int rf = lk_scratch_free(buf, s);
-    return rc ? rc : rf;
+    return reduce_parts(L->ct, dy, &L->U, 1, dy0 && dy0->p ? dy0 : NULL, T, L->O, rp, pg, Zg, dev, s);
 }
 
 extern "C" int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T,
@@ -818,15 +775,6 @@ extern "C" int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int 
     cudaStream_t s = (cudaStream_t)stream;
     if (lk_reduce_rank_tile(r) == 0 || cdiv(N, CN) > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: column reduction outside its limits");
     if (N == 0 || r == 0) return LYCO_OK;
-    const i64 rp = lk_reduce_rank_tile(r);
-    if (lk_colreduce_stream_fits(ct, A, B, b_split, rp)) {
-        float *part = NULL;
-        int64_t Z = 0;
-        int rc = lk_colreduce_stream_parts(ct, A, B, b_split, M, N, r, rp, &part, &Z, dev, s);
-        if (rc == LYCO_OK) rc = colfin_launch(part, Z, N, rp, r, out, transpose, coef, sigma, ct, s);
-        const int rf = part ? lk_scratch_free(part, s) : LYCO_OK;
-        return rc ? rc : rf;
-    }
     switch (ct) {
     case DT_BF16: return colreduce_ct<bf16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
     case DT_F16: return colreduce_ct<f16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
