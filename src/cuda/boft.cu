@@ -14,6 +14,35 @@
  *   G_ρ[o] = Σ_j GY·X_M;  stages in reverse: Ĝ = G[t], Ŵ = X_i[t]:  G_N_{i,k} += Ĝ·Ŵᵀ,
  *   ΔG[t] += (N − I)ᵀ·Ĝ;  then G_R = m·G_N and the Cayley adjoint; GX = ΔG (+ GY unless delta).
  *
+ * STAGE-PER-LAUNCH KERNELS (the default; k_bs_*). Columns are independent, so the columns go in
+ * chunks of CC (a multiple of BS_CT = 64) held as fp32 [O][CC] scratch buffers, and each stage is
+ * ONE launch over the chunk (the launch boundary is the grid-wide barrier the stage's gather
+ * needs). A CUDA block of a stage owns (block k: b rows t_0..t_{b−1}) × (64 columns): it gathers
+ * the b rows (coalesced 64-float row segments, x = A + D), holds N_{i,k} − I (or its transpose)
+ * in shared memory, computes its b × 64 outputs with fp32 fmaf in registers (8 warps × up to 8
+ * rows, 2 columns per lane; per output the same κ-ordered fmaf chain and roundings as the legacy
+ * kernels and the CPU path) and writes them to the other ping-pong buffer.
+ *   forward, per chunk: k_bs_load (X → X_0, rounded to the compute dtype; transposed through
+ *     shared memory when X is channel-fast), M stage launches Δ_{i+1} = Δ_i + (N − I)(X_0 + Δ_i),
+ *     k_bs_store (ρ / delta epilogue, output rounding); when X / Y have contiguous columns (merge)
+ *     the load is fused into stage 0 and the epilogue into stage M − 1 (bs_io), saving two
+ *     launches and two passes per chunk. CC: 3·O·CC floats ≤ 6M (24 MB, L2-resident).
+ *   backward, per chunk: load GY (and ΔG = (ρ − 1)·GY) and X_0; M plain stages storing every X_i
+ *     (the CPU backward's X_{i+1} = X_i + (N − I)X_i); k_bs_rho (G_ρ partial per row from X_M, one
+ *     warp per row, fixed shuffle tree); M transposed stages in reverse ΔG ← ΔG + (N − I)ᵀ(GY + ΔG)
+ *     that also write the block-gradient partial Ĝ·Ŵᵀ of their 64 columns (Ŵ = X_i[t] from the
+ *     stored stage input); k_bs_store (GX); k_bs_gn (partials summed over the chunk's column
+ *     tiles in double, across chunks in chunk order). CC: the chunk scratch within 16M floats.
+ *   Expected (H200, 4096², b 32, M 4, bf16): a stage launch moves ~3 chunk buffers through L2 and
+ *   does 2·b·O·CC flops (≈ 3–5 µs at CC 512); merge fwd ≈ 8 chunks × 6 launches ≈ 0.2–0.3 ms
+ *   plus the Cayley transform (was 7.97 ms), merge bwd ≈ 11 chunks × 13 launches ≈ 0.5–0.8 ms
+ *   (was 19.8 ms), bypass (8192 columns) about twice those.
+ *   Extra memory: table M·O ints; forward 3·O·CC floats; backward (3 + M + 1)·O·CC floats (X_i
+ *   only when ∂L/∂B or ∂L/∂ρ is wanted), M·nb·b²·CC/64 partial floats, nch·O G_ρ partials,
+ *   M·nb·b² doubles + floats; all stream-ordered, ≤ ~64 MB of chunk scratch.
+ *   Deterministic, no atomics. LYCO_CUDA_BOFT_LEGACY=1 selects the legacy kernels below (A/B).
+ *
+ * LEGACY KERNELS (k_boft_fwd / k_boft_bwd / k_boft_gn).
  * Tiling: a tile is all O rows × tw columns, held in fp32 buffers of O × (tw + 1) floats (forward
  * X_0, Δ, U; backward X_i, U, GY, ΔG); every stage of the tile runs in place there (U holds a
  * stage's products between two barriers, since a stage's blocks gather rows that others write).
@@ -37,6 +66,7 @@
  * G·nbuf·O·(tw + 1) floats.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/oft.cuh"
@@ -296,6 +326,19 @@ static int boft_check(const lk_oft_args *a) {
     return LYCO_OK;
 }
 
+static size_t boft_tab_bytes(const lk_oft_args *a) { return (sizeof(int) * (size_t)(a->M * a->O) + 255) / 256 * 256; }
+
+/* One allocation *mem: the stage index table (M·O ints, padded to 256 bytes) then `extra` bytes;
+   launches the kernel that fills the table. */
+static int boft_table(const lk_oft_args *a, size_t extra, void **mem, cudaStream_t st) {
+    int rc = lk_scratch_alloc(mem, boft_tab_bytes(a) + extra, st);
+    if (rc) return rc;
+    const i64 tg = cdiv(a->M * a->O, NT);
+    k_boft_tab<<<(unsigned)(tg > 65536 ? 65536 : tg), NT, 0, st>>>((int *)*mem, a->M, a->O, a->bs);
+    LK_LAUNCHED("boft stage table");
+    return LYCO_OK;
+}
+
 /* Cayley state, table and kernel parameters; mem receives the extra scratch (table + global buffers). */
 static int boft_prepare(const lk_oft_args *a, const lk_device *dev, int nbuf, oft_cay *cy, boft_k *P, i64 *grid,
                         int *smem, void **mem, cudaStream_t st) {
@@ -306,20 +349,15 @@ static int boft_prepare(const lk_oft_args *a, const lk_device *dev, int nbuf, of
     P->a = *a;
     P->Nm = cy->Op1;
     boft_tiles(P, dev, nbuf, grid, smem);
-    const i64 tabn = a->M * a->O;
-    const size_t tabb = (sizeof(int) * (size_t)tabn + 255) / 256 * 256;
+    const size_t tabb = boft_tab_bytes(a);
     const size_t gb = *smem == 0 ? sizeof(float) * (size_t)(*grid * P->bufsz) : 0;
-    if ((rc = lk_scratch_alloc(mem, tabb + gb, st))) return rc;
+    if ((rc = boft_table(a, gb, mem, st))) return rc;
     P->tab = (const int *)*mem;
     P->gbuf = gb ? (float *)((char *)*mem + tabb) : NULL;
-    i64 tg = cdiv(tabn, NT);
-    k_boft_tab<<<(unsigned)(tg > 65536 ? 65536 : tg), NT, 0, st>>>((int *)*mem, a->M, a->O, a->bs);
-    LK_LAUNCHED("boft stage table");
     return LYCO_OK;
 }
 
-extern "C" int lk_boft_fwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
-    cudaStream_t st = (cudaStream_t)stream;
+static int boft_fwd_legacy(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
     int rc = boft_check(a);
     if (rc || a->ncol == 0) return rc;
     oft_cay cy;
@@ -382,8 +420,7 @@ static int boft_bwd_run(const lk_oft_args *a, const oft_cay *cy, const boft_k *P
     return LYCO_OK;
 }
 
-extern "C" int lk_boft_bwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
-    cudaStream_t st = (cudaStream_t)stream;
+static int boft_bwd_legacy(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
     int rc = boft_check(a);
     if (rc) return rc;
     if (!a->gB.p && !(a->grho.p && a->rho.p) && !a->GX.p) return LYCO_OK;
@@ -396,4 +433,412 @@ extern "C" int lk_boft_bwd(const lk_oft_args *a, const lk_device *dev, void *str
     if (!rc) rc = boft_bwd_run(a, &cy, &P, grid, smem, st, &mem2);
     int rc2 = lk_scratch_free(mem2, st), rc3 = lk_scratch_free(mem, st), rc4 = oft_cay_free(&cy, st);
     return rc ? rc : rc2 ? rc2 : rc3 ? rc3 : rc4;
+}
+
+/* =============================================================================================
+ * Stage-per-launch kernels (the default; LYCO_CUDA_BOFT_LEGACY=1 selects the kernels above).
+ * Columns in chunks of CC (a multiple of BS_CT) held as fp32 [O][CC] scratch buffers (pitch CC,
+ * chunk-local columns); one launch per stage (the launch boundary is the grid-wide barrier the
+ * stage's gather needs). A stage's CUDA block owns (block k of the stage) × (BS_CT columns).
+ * ============================================================================================= */
+
+#define BS_CT 64         /* columns per CUDA block of a stage (2 per lane) */
+#define BS_TT 32         /* tile edge of the load / store kernels */
+
+typedef struct {
+    const float *Nm;     /* N − I, M·nb·b·b */
+    const int *tab;      /* M·O stage index table */
+    i64 O, nb, b;
+    i64 ld, cn;          /* scratch pitch (CC), columns of this chunk */
+} bs_k;
+
+/* The forward's load / epilogue fused into its first / last stage (operands whose columns are
+   contiguous: merge's W̄ and W''): in.p: x = RN_ct(in(t, j0 + c)), also written to X0w;
+   out.p: out(t, j0 + c) = the epilogue of k_bs_store instead of the scratch store. */
+typedef struct {
+    lk_rows in, out;
+    float *X0w;
+    lk_view rho;
+    i64 j0;
+    int ct, delta;
+} bs_io;
+
+/* acc[rr][l] = Σ_{k < nk} A[r·ars + k]·B[k·bks + lane_l] (k ascending, fmaf), for rows
+   r = warp + 8·rr < nrows and lanes lane_l = lane + 32·l < nlanes (nrows, nlanes ≤ 64). A is read
+   as a warp broadcast, B with consecutive lanes. */
+__device__ __forceinline__ void bs_mm(const float *A, int ars, const float *B, int bks, int nrows, int nk, int nlanes,
+                                      float acc[8][2]) {
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+#pragma unroll
+    for (int rr = 0; rr < 8; rr++) acc[rr][0] = acc[rr][1] = 0.0f;
+    for (int k = 0; k < nk; k++) {
+        const float b0 = lane < nlanes ? B[k * bks + lane] : 0.0f;
+        const float b1 = lane + 32 < nlanes ? B[k * bks + lane + 32] : 0.0f;
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            const int r = wp + 8 * rr;
+            if (r < nrows) {
+                const float av = A[r * ars + k];
+                acc[rr][0] = fmaf(av, b0, acc[rr][0]);
+                acc[rr][1] = fmaf(av, b1, acc[rr][1]);
+            }
+        }
+    }
+}
+
+/* One stage on one (block k, column tile): with t_r = tab[i·O + k·b + r] and x = A + D (either may
+   be NULL = 0),
+     out[t_r][c] = D[t_r][c] + Σ_κ Nk[r][κ]·x[t_κ][c]      (trans: Nkᵀ, the backward's (N − I)ᵀ)
+   which is the forward's Δ_{i+1} = Δ_i + (N − I)(X_0 + Δ_i), the plain X_{i+1} = X_i + (N − I)X_i
+   (A NULL) and the backward's ΔG ← ΔG + (N − I)ᵀ(GY + ΔG) (A = GY), each sum in κ order as
+   src/cpu/boft.c and the legacy kernels. Wx (the backward with ∂L/∂B): also the block-gradient
+   partial gpart[(i·nb + k)·ntile + tile][μ·b + ν] = Σ_{c in tile} x[t_μ][c]·Wx[t_ν][c] (Ĝ·Ŵᵀ).
+   Dynamic shared memory: t (b ints, padded to 64), Ns (b·b), Xs (b·BS_CT), Wt (BS_CT·(b + 1)). */
+__global__ __launch_bounds__(NT) void k_bs_stage(bs_k P, i64 i, int trans, const float *A, const float *D, float *out,
+                                                 const float *Wx, float *gpart, bs_io io) {
+    extern __shared__ float sm[];
+    const int b = (int)P.b, nn = b * b;
+    const i64 ntile = cdiv(P.cn, BS_CT), k = (i64)blockIdx.x / ntile, tile = (i64)blockIdx.x % ntile;
+    const i64 c0 = tile * BS_CT, ld = P.ld;
+    const int w = (int)(P.cn - c0 < BS_CT ? P.cn - c0 : BS_CT);
+    int *t = (int *)sm;
+    float *Ns = sm + 64, *Xs = Ns + nn, *Wt = Xs + b * BS_CT;
+    const float *Nk = P.Nm + (i * P.nb + k) * nn;
+    for (int r = threadIdx.x; r < b; r += NT) t[r] = P.tab[i * P.O + k * b + r];
+    for (int e = threadIdx.x; e < nn; e += NT) Ns[e] = trans ? Nk[(e % b) * b + e / b] : Nk[e];
+    __syncthreads();
+    for (int e = threadIdx.x; e < b * BS_CT; e += NT) {
+        const int r = e / BS_CT, c = e % BS_CT;
+        const i64 off = (i64)t[r] * ld + c0 + c;
+        float x = 0.0f;
+        if (c < w) {
+            if (io.in.p) {
+                x = round_to(rows_load(io.in, t[r], io.j0 + c0 + c), io.ct);
+                io.X0w[off] = x;
+            } else if (A) {
+                x = A[off];
+            }
+            if (D) x = x + D[off];
+        }
+        Xs[e] = x;
+        if (Wx && c < w) Wt[c * (b + 1) + r] = Wx[off];
+    }
+    __syncthreads();
+    float acc[8][2];
+    bs_mm(Ns, b, Xs, BS_CT, b, b, BS_CT, acc);
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+#pragma unroll
+    for (int rr = 0; rr < 8; rr++) {
+        const int r = wp + 8 * rr;
+        if (r >= b) continue;
+#pragma unroll
+        for (int l = 0; l < 2; l++) {
+            const int c = lane + 32 * l;
+            if (c >= w) continue;
+            const i64 off = (i64)t[r] * ld + c0 + c;
+            const float v = (D ? D[off] : 0.0f) + acc[rr][l];
+            if (io.out.p) {   /* A = X_0 (written above by this block when io.in.p) */
+                const float x0 = A[off], pr = rho_ct(io.rho, t[r], io.ct);
+                rows_store(io.out, t[r], io.j0 + c0 + c, io.delta ? fmaf(pr, v, (pr - 1.0f) * x0) : pr * (x0 + v));
+            } else {
+                out[off] = v;
+            }
+        }
+    }
+    if (!Wx) return;
+    bs_mm(Xs, BS_CT, Wt, b + 1, b, w, b, acc);   /* rows μ, lanes ν, sum over the tile's columns */
+    float *gp = gpart + ((i * P.nb + k) * ntile + tile) * nn;
+#pragma unroll
+    for (int rr = 0; rr < 8; rr++) {
+        const int mu = wp + 8 * rr;
+        if (mu >= b) continue;
+#pragma unroll
+        for (int l = 0; l < 2; l++) {
+            const int nu = lane + 32 * l;
+            if (nu < b) gp[mu * b + nu] = acc[rr][l];
+        }
+    }
+}
+
+/* Tile (blockIdx.x → 32 rows × 32 chunk columns) of the load / store kernels; false past the end. */
+__device__ __forceinline__ void bs_tile(i64 cn, i64 *o0, i64 *c0) {
+    const i64 nct = cdiv(cn, BS_TT);
+    *o0 = (i64)blockIdx.x / nct * BS_TT;
+    *c0 = (i64)blockIdx.x % nct * BS_TT;
+}
+
+/* dst[o][c] = RN_ct(v(o, j0 + c)) for the chunk (and dst2[o][c] = (ρ_ct[o] − 1)·dst[o][c] when
+   dst2); transposed through shared memory when v is channel-fast so both sides stay coalesced. */
+__global__ __launch_bounds__(NT) void k_bs_load(lk_rows v, i64 O, i64 j0, i64 cn, i64 ld, int ct, float *dst,
+                                                lk_view rho, float *dst2) {
+    __shared__ float sh[BS_TT][BS_TT + 1];
+    i64 o0, c0;
+    bs_tile(cn, &o0, &c0);
+    const int tx = threadIdx.x % BS_TT, ty = threadIdx.x / BS_TT;
+    const bool chfast = v.sc == 1;
+    for (int q = ty; q < BS_TT; q += NT / BS_TT) {
+        const int ro = chfast ? tx : q, rc = chfast ? q : tx;
+        if (o0 + ro < O && c0 + rc < cn) sh[ro][rc] = round_to(rows_load(v, o0 + ro, j0 + c0 + rc), ct);
+    }
+    __syncthreads();
+    for (int q = ty; q < BS_TT; q += NT / BS_TT) {
+        const i64 o = o0 + q, c = c0 + tx;
+        if (o >= O || c >= cn) continue;
+        const float x = sh[q][tx];
+        dst[o * ld + c] = x;
+        if (dst2) dst2[o * ld + c] = (rho_ct(rho, o, ct) - 1.0f) * x;
+    }
+}
+
+/* Chunk epilogue into Y at columns j0 + c. Forward (bwd 0): X = X_0, D = Δ_M,
+   Y = ρ ⊙ (X + D) or, delta, ρ ⊙ D + (ρ − 1) ⊙ X. Backward (bwd 1): X = GY, D = ΔG,
+   Y = ΔG (+ GY unless delta). Rounded once to Y's dtype; transposed like k_bs_load. */
+__global__ __launch_bounds__(NT) void k_bs_store(lk_rows Y, i64 O, i64 j0, i64 cn, i64 ld, int ct, int bwd, int delta,
+                                                 const float *X, const float *D, lk_view rho) {
+    __shared__ float sh[BS_TT][BS_TT + 1];
+    i64 o0, c0;
+    bs_tile(cn, &o0, &c0);
+    const int tx = threadIdx.x % BS_TT, ty = threadIdx.x / BS_TT;
+    for (int q = ty; q < BS_TT; q += NT / BS_TT) {
+        const i64 o = o0 + q, c = c0 + tx;
+        if (o >= O || c >= cn) continue;
+        const float x = X[o * ld + c], d = D[o * ld + c];
+        float y;
+        if (bwd) {
+            y = delta ? d : d + x;
+        } else {
+            const float pr = rho_ct(rho, o, ct);
+            y = delta ? fmaf(pr, d, (pr - 1.0f) * x) : pr * (x + d);
+        }
+        sh[q][tx] = y;
+    }
+    __syncthreads();
+    const bool chfast = Y.sc == 1;
+    for (int q = ty; q < BS_TT; q += NT / BS_TT) {
+        const int ro = chfast ? tx : q, rc = chfast ? q : tx;
+        if (o0 + ro < O && c0 + rc < cn) rows_store(Y, o0 + ro, j0 + c0 + rc, sh[ro][rc]);
+    }
+}
+
+/* rp[o] = Σ_{c < cn} GY[o][c]·X[o][c]: one warp per row, lanes strided over the columns, then a
+   fixed xor-shuffle tree (deterministic). */
+__global__ __launch_bounds__(NT) void k_bs_rho(const float *GY, const float *X, i64 O, i64 cn, i64 ld, float *rp) {
+    const i64 o = (i64)blockIdx.x * (NT / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (o >= O) return;
+    float acc = 0.0f;
+    for (i64 c = lane; c < cn; c += 32) acc = fmaf(GY[o * ld + c], X[o * ld + c], acc);
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    if (lane == 0) rp[o] = acc;
+}
+
+/* GNd[e] (+)= Σ_tile gpart[(e / nn)·ntile + tile][e % nn] in double, tiles in order (first: assigned);
+   last: GR = m·(float)GNd. e < all = M·nb·b². */
+__global__ __launch_bounds__(NT) void k_bs_gn(const float *gpart, i64 ntile, i64 all, i64 nn, int first, int last,
+                                              float m, double *GNd, float *GR) {
+    const i64 e = (i64)blockIdx.x * NT + threadIdx.x;
+    if (e >= all) return;
+    const float *g = gpart + (e / nn) * ntile * nn + e % nn;
+    double v = first ? 0.0 : GNd[e];
+    for (i64 q = 0; q < ntile; q++) v += (double)g[q * nn];
+    GNd[e] = v;
+    if (last) GR[e] = m * (float)v;
+}
+
+/* ---- host side ---- */
+
+static int bs_grid(i64 blocks, const char *what, unsigned *g) {
+    if (blocks > 0x7fffffff)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda boft: %lld CUDA blocks for the %s exceed the grid", (long long)blocks, what);
+    *g = (unsigned)blocks;
+    return LYCO_OK;
+}
+
+static size_t bs_stage_smem(i64 b, bool gn) { return sizeof(float) * (size_t)(64 + b * b + b * BS_CT + (gn ? BS_CT * (b + 1) : 0)); }
+
+static int bs_stage(const bs_k *P, i64 i, int trans, const float *A, const float *D, float *out, const float *Wx,
+                    float *gpart, const bs_io *io, cudaStream_t st) {
+    bs_io none;
+    memset(&none, 0, sizeof none);
+    unsigned g = 0;
+    int rc = bs_grid(P->nb * cdiv(P->cn, BS_CT), "boft stage", &g);
+    if (rc || g == 0) return rc;
+    k_bs_stage<<<g, NT, bs_stage_smem(P->b, Wx != NULL), st>>>(*P, i, trans, A, D, out, Wx, gpart, io ? *io : none);
+    LK_LAUNCHED("boft stage");
+    return LYCO_OK;
+}
+
+static int bs_load(const bs_k *P, const lk_rows *v, i64 j0, int ct, float *dst, const lk_view *rho, float *dst2,
+                   cudaStream_t st) {
+    unsigned g = 0;
+    int rc = bs_grid(cdiv(P->O, BS_TT) * cdiv(P->cn, BS_TT), "boft load", &g);
+    if (rc || g == 0) return rc;
+    k_bs_load<<<g, NT, 0, st>>>(*v, P->O, j0, P->cn, P->ld, ct, dst, *rho, dst2);
+    LK_LAUNCHED("boft chunk load");
+    return LYCO_OK;
+}
+
+static int bs_store(const bs_k *P, const lk_oft_args *a, const lk_rows *Y, i64 j0, int bwd, const float *X, const float *D,
+                    cudaStream_t st) {
+    unsigned g = 0;
+    int rc = bs_grid(cdiv(P->O, BS_TT) * cdiv(P->cn, BS_TT), "boft store", &g);
+    if (rc || g == 0) return rc;
+    k_bs_store<<<g, NT, 0, st>>>(*Y, P->O, j0, P->cn, P->ld, a->ct, bwd, a->delta, X, D, a->rho);
+    LK_LAUNCHED("boft chunk store");
+    return LYCO_OK;
+}
+
+/* Chunk width: the largest multiple of BS_CT with per64·(CC / BS_CT) + fixed ≤ budget floats, at
+   least BS_CT, at most the columns rounded up to BS_CT. */
+static i64 bs_chunk(i64 ncol, i64 per64, i64 budget) {
+    i64 n = budget / (per64 > 0 ? per64 : 1);
+    if (n < 1) n = 1;
+    const i64 all = cdiv(ncol > 0 ? ncol : 1, BS_CT);
+    return (n < all ? n : all) * BS_CT;
+}
+
+/* Cayley state, index table (in *mem, followed by `extra` bytes) and the stage kernel's shared memory. */
+static int bs_setup(const lk_oft_args *a, oft_cay *cy, bs_k *P, i64 CC, size_t extra, void **mem, cudaStream_t st) {
+    *mem = NULL;
+    int rc = oft_cay_fwd(cy, a, OFT_FAM_BOFT, st);
+    if (rc) return rc;
+    memset(P, 0, sizeof *P);
+    P->Nm = cy->Op1;
+    P->O = a->O;
+    P->nb = a->nb;
+    P->b = a->bs;
+    P->ld = CC;
+    if ((rc = boft_table(a, extra, mem, st))) return rc;
+    P->tab = (const int *)*mem;
+    LK_CHECK(cudaFuncSetAttribute(k_bs_stage, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bs_stage_smem(a->bs, true)));
+    return LYCO_OK;
+}
+
+#define BS_FWD_BUDGET ((i64)6 << 20)    /* floats: 3 chunk buffers within ~24 MB (L2-resident) */
+#define BS_BWD_BUDGET ((i64)16 << 20)   /* floats: backward chunk scratch within 64 MB */
+
+/* Forward, per chunk: load X_0; M stage launches Δ_{i+1} = Δ_i + (N − I)(X_0 + Δ_i) (ping-pong);
+   the epilogue. The load goes into stage 0 and the epilogue into stage M − 1 when X / Y have
+   contiguous columns (bs_io). Scratch 3·O·CC floats. */
+static int bs_fwd(const lk_oft_args *a, cudaStream_t st) {
+    const i64 O = a->O, CC = bs_chunk(a->ncol, 3 * O * BS_CT, BS_FWD_BUDGET);
+    oft_cay cy;
+    bs_k P;
+    void *mem = NULL;
+    int rc = bs_setup(a, &cy, &P, CC, sizeof(float) * (size_t)(3 * O * CC), &mem, st);
+    if (!rc) {
+        float *X0 = (float *)((char *)mem + boft_tab_bytes(a)), *Db[2] = {X0 + O * CC, X0 + 2 * O * CC};
+        const bool fin = a->X.SP == 1 && a->X.sn == 1, fout = a->Y.SP == 1 && a->Y.sn == 1;
+        bs_io io;
+        memset(&io, 0, sizeof io);
+        io.in = a->X;
+        io.out = a->Y;
+        io.X0w = X0;
+        io.rho = a->rho;
+        io.ct = a->ct;
+        io.delta = a->delta;
+        for (i64 j0 = 0; j0 < a->ncol && !rc; j0 += CC) {
+            P.cn = a->ncol - j0 < CC ? a->ncol - j0 : CC;
+            const float *D = NULL;
+            io.j0 = j0;
+            if (!fin) rc = bs_load(&P, &a->X, j0, a->ct, X0, &a->rho, NULL, st);
+            for (i64 i = 0; i < a->M && !rc; i++) {
+                io.in.p = fin && i == 0 ? a->X.p : NULL;
+                io.out.p = fout && i == a->M - 1 ? a->Y.p : NULL;
+                rc = bs_stage(&P, i, 0, X0, D, Db[i & 1], NULL, NULL, &io, st);
+                D = Db[i & 1];
+            }
+            if (!rc && !fout) rc = bs_store(&P, a, &a->Y, j0, 0, X0, D, st);
+        }
+    }
+    int rc2 = lk_scratch_free(mem, st), rc3 = oft_cay_free(&cy, st);
+    return rc ? rc : rc2 ? rc2 : rc3;
+}
+
+typedef struct {
+    float *GYs, *DG[2], *Xs, *gpart, *rpart, *GR;
+    double *GNd;
+} bs_bwd_mem;
+
+/* Backward of one chunk (columns [j0, j0 + P->cn)), chunk number q of nch. */
+static int bs_bwd_chunk(const lk_oft_args *a, const bs_k *P, const bs_bwd_mem *S, i64 j0, i64 q, i64 nch, cudaStream_t st) {
+    const bool want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL;
+    const i64 OC = a->O * P->ld, nn = a->bs * a->bs, all = a->M * a->nb * nn;
+    int rc = bs_load(P, &a->GY, j0, a->ct, S->GYs, &a->rho, S->DG[0], st);
+    if (!rc && S->Xs) rc = bs_load(P, &a->X, j0, a->ct, S->Xs, &a->rho, NULL, st);
+    for (i64 i = 0; i < a->M && S->Xs && !rc; i++) rc = bs_stage(P, i, 0, NULL, S->Xs + i * OC, S->Xs + (i + 1) * OC, NULL, NULL, NULL, st);
+    if (rc) return rc;
+    if (want_rho) {
+        k_bs_rho<<<(unsigned)cdiv(a->O, NT / 32), NT, 0, st>>>(S->GYs, S->Xs + a->M * OC, a->O, P->cn, P->ld,
+                                                              S->rpart + q * a->O);
+        LK_LAUNCHED("boft rescale gradient");
+    }
+    int cur = 0;
+    for (i64 i = a->M - 1; i >= 0 && !rc; i--, cur ^= 1)
+        rc = bs_stage(P, i, 1, S->GYs, S->DG[cur], S->DG[cur ^ 1], want_b ? S->Xs + i * OC : NULL, S->gpart, NULL, st);
+    if (!rc && a->GX.p) rc = bs_store(P, a, &a->GX, j0, 1, S->GYs, S->DG[cur], st);
+    if (!rc && want_b) {
+        k_bs_gn<<<(unsigned)cdiv(all, NT), NT, 0, st>>>(S->gpart, cdiv(P->cn, BS_CT), all, nn, q == 0, q == nch - 1,
+                                                       (float)a->m, S->GNd, S->GR);
+        LK_LAUNCHED("boft block gradient sum");
+    }
+    return rc;
+}
+
+/* Backward: chunk by chunk (G_N and G_ρ partials summed in chunk order), then the sums and the
+   Cayley adjoint. Scratch per chunk: GY, ΔG ×2, X_0..X_M (when ∂L/∂B or ∂L/∂ρ is wanted),
+   M·nb·b²·CC/BS_CT block-gradient partials; plus nch·O G_ρ partials, M·nb·b² doubles + floats. */
+static int bs_bwd(const lk_oft_args *a, cudaStream_t st) {
+    const bool want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL, need_x = want_b || want_rho;
+    const i64 O = a->O, M = a->M, all = M * a->nb * a->bs * a->bs;
+    const i64 per64 = BS_CT * O * (3 + (need_x ? M + 1 : 0)) + (want_b ? all : 0);
+    const i64 CC = bs_chunk(a->ncol, per64, BS_BWD_BUDGET), nch = a->ncol > 0 ? cdiv(a->ncol, CC) : 1;
+    const i64 nx = need_x ? (M + 1) * O * CC : 0, ng = want_b ? all * (CC / BS_CT) : 0, nr = want_rho ? nch * O : 0;
+    const i64 nf = 3 * O * CC + nx + ng + nr + (want_b ? all : 0);
+    oft_cay cy;
+    bs_k P;
+    void *mem = NULL;
+    int rc = bs_setup(a, &cy, &P, CC, sizeof(double) * (size_t)(want_b ? all : 0) + sizeof(float) * (size_t)nf, &mem, st);
+    if (!rc) {
+        bs_bwd_mem S;
+        S.GNd = (double *)((char *)mem + boft_tab_bytes(a));
+        S.GYs = (float *)(S.GNd + (want_b ? all : 0));
+        S.DG[0] = S.GYs + O * CC;
+        S.DG[1] = S.DG[0] + O * CC;
+        S.Xs = need_x ? S.DG[1] + O * CC : NULL;
+        S.gpart = S.DG[1] + O * CC + nx;
+        S.rpart = S.gpart + ng;
+        S.GR = S.rpart + nr;
+        for (i64 q = 0; q < nch && !rc; q++) {
+            const i64 j0 = q * CC;
+            P.cn = a->ncol - j0 < CC ? (a->ncol - j0 > 0 ? a->ncol - j0 : 0) : CC;
+            rc = bs_bwd_chunk(a, &P, &S, j0, q, nch, st);
+        }
+        if (!rc && want_rho) rc = oft_sum_rho(S.rpart, nch, O, &a->grho, st);
+        if (!rc && want_b) rc = oft_cay_bwd(&cy, a, S.GR, st);
+    }
+    int rc2 = lk_scratch_free(mem, st), rc3 = oft_cay_free(&cy, st);
+    return rc ? rc : rc2 ? rc2 : rc3;
+}
+
+static bool boft_legacy(void) {
+    const char *e = getenv("LYCO_CUDA_BOFT_LEGACY");
+    return e && e[0] == '1';
+}
+
+extern "C" int lk_boft_fwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    if (boft_legacy()) return boft_fwd_legacy(a, dev, st);
+    int rc = boft_check(a);
+    if (rc || a->ncol == 0) return rc;
+    return bs_fwd(a, st);
+}
+
+extern "C" int lk_boft_bwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    if (boft_legacy()) return boft_bwd_legacy(a, dev, st);
+    int rc = boft_check(a);
+    if (rc) return rc;
+    if (!a->gB.p && !(a->grho.p && a->rho.p) && !a->GX.p) return LYCO_OK;
+    return bs_bwd(a, st);
 }

@@ -1,8 +1,9 @@
 /*
  * dispatch_boft.c — BOFT (ALGORITHMS.md §2.5) on the CUDA backend: all four directions, linear
  * and conv, block sizes up to LK_OFT_MAX_BS, every stage count, through dispatch_oft.c (operand
- * views) and boft.cu (Cayley transform of all M·nb blocks, then all M butterfly stages in one
- * kernel per direction). Declines, with the reason: norm layers, block size > LK_OFT_MAX_BS,
+ * views) and boft.cu (Cayley transform of all M·nb blocks, then the butterfly over column chunks
+ * with one kernel launch per stage; LYCO_CUDA_BOFT_LEGACY=1 selects the older all-stages-in-one-
+ * kernel path for A/B runs). Declines, with the reason: norm layers, block size > LK_OFT_MAX_BS,
  * operands whose dims do not collapse (dispatch_oft.h).
  */
 #include "cuda/dispatch_oft.h"
