@@ -4,8 +4,12 @@
  * kernels. Every half form (W1 full or w1_a·w1_b; W2 full, w2_a·w2_b or Tucker), linear and conv
  * layers (weights flattened to O×(I·K); the kernel-carrying W2 stored b×d×k or b×(d·K)), any
  * factor sizes, rank mask and the upstream s² merge scale (merge), DoRA in the merge directions.
- * LYCO_CUDA_LOKR_LEGACY=1 in the environment selects the first (GPU-verified) kernels only: no
- * low-rank bypass path (lokr_lowrank.cu), no one-pass merge backward.
+ * Linear bypass with a plain low-rank W2 runs on the tensor cores through lowrank.cu's LoRA
+ * kernels (lokr_tc.cu; 16-bit compute dtype, activations whose token stride collapses), else on
+ * lokr_lowrank.cu's fp64 per-token kernels (also when σs's gradient is asked for), else on the
+ * general lokr_bypass.cu. LYCO_CUDA_LOKR_LEGACY=1 in the environment selects the first
+ * (GPU-verified) kernels only: neither low-rank bypass path, no one-pass merge backward;
+ * LYCO_CUDA_LOKR_NO_TC=1 skips lokr_tc.cu alone (A/B).
  * Declines, with the reason: DoRA in bypass, grouped conv, norm layers, operands whose dims do not
  * collapse to a matrix (activations: whose spatial dims do not collapse to one stride).
  */

@@ -3,9 +3,11 @@
  * stride / padding / dilation, W2 full, plain or Tucker: the halves are formed first, see
  * lokr_common.cuh), activations with any strides (kern_glora.h's lk_act) and alignment.
  * ΔW is never built. Linear is the conv with no spatial dims (sp = 1, K = 1).
- * Linear layers with a plain low-rank W2 (w2_a·w2_b) take lokr_lowrank.cu instead (per-token
- * rank-r contractions, no Z scratch) unless LYCO_CUDA_LOKR_LEGACY=1 or its size limits decline;
- * this file's path is the general (and the GPU-verified legacy) one.
+ * Linear layers with a plain low-rank W2 (w2_a·w2_b) take lokr_tc.cu (16-bit compute dtype: the
+ * LoRA tensor-core kernels of lowrank.cu) or else lokr_lowrank.cu (per-token rank-r contractions
+ * in fp64, no Z scratch) unless LYCO_CUDA_LOKR_LEGACY=1 or their limits decline
+ * (LYCO_CUDA_LOKR_NO_TC=1 skips lokr_tc.cu only); this file's path is the general (and the
+ * GPU-verified legacy) one.
  *
  *   Z[n, p, j, s']  = Σ_{q,κ} W2[j, q·K+κ]·X[n, p·d+q, s'·σ − π + κ·δ]    (the conv of each of the c
  *                                                                         input-channel groups with W2)
@@ -414,15 +416,15 @@ static int with_scratch(const lk_lokr_args *a, cudaStream_t s, bool fwd) {
 }
 
 extern "C" int lk_lokr_bypass_fwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
-    (void)dev;
     if (a->T == 0) return LYCO_OK;
+    if (lokr_tc_fwd_ok(a, dev)) return lokr_tc_bypass_fwd(a, dev, (cudaStream_t)stream); /* lokr_tc.cu */
     if (lokr_lr_fwd_ok(a)) return lokr_lr_bypass_fwd(a, (cudaStream_t)stream); /* lokr_lowrank.cu */
     return with_scratch(a, (cudaStream_t)stream, true);
 }
 
 extern "C" int lk_lokr_bypass_bwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
-    (void)dev;
     if (a->a * a->c > 2147483647LL) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda lokr: a·c exceeds the grid limit");
+    if (a->T > 0 && lokr_tc_bwd_ok(a, dev)) return lokr_tc_bypass_bwd(a, dev, (cudaStream_t)stream); /* lokr_tc.cu */
     if (lokr_lr_bwd_ok(a)) return lokr_lr_bypass_bwd(a, (cudaStream_t)stream); /* lokr_lowrank.cu */
     return with_scratch(a, (cudaStream_t)stream, false);
 }

@@ -80,6 +80,9 @@ __device__ __forceinline__ float lokr_sigma(const lk_view &sg, int ct) { return 
 
 /* lokr_halves.cu */
 int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool bypass, cudaStream_t s);
+/* W1 only (W1d, W1s, the w1 factor copies; the W2 fields stay NULL): what lokr_tc.cu and
+   lokr_chain_w1 read */
+int lokr_halves_build_w1(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, cudaStream_t s);
 lokr_dev lokr_dev_of(const lk_lokr_args *a, const lokr_halves *h, bool merge);
 void lokr_grads_carve(const lk_lokr_args *a, lk_carve &cv, lokr_grads *g);
 int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g, const float *pw1, i64 z1, const float *pw2,
@@ -92,6 +95,12 @@ bool lokr_lr_fwd_ok(const lk_lokr_args *a);
 bool lokr_lr_bwd_ok(const lk_lokr_args *a);
 int lokr_lr_bypass_fwd(const lk_lokr_args *a, cudaStream_t s);
 int lokr_lr_bypass_bwd(const lk_lokr_args *a, cudaStream_t s);
+/* lokr_tc.cu: the same bypass (plain low-rank W2, linear, 16-bit CT) on the tensor cores through
+   lowrank.cu's kernels (false: take lokr_lowrank.cu or the general path) */
+bool lokr_tc_fwd_ok(const lk_lokr_args *a, const lk_device *dev);
+bool lokr_tc_bwd_ok(const lk_lokr_args *a, const lk_device *dev);
+int lokr_tc_bypass_fwd(const lk_lokr_args *a, const lk_device *dev, cudaStream_t s);
+int lokr_tc_bypass_bwd(const lk_lokr_args *a, const lk_device *dev, cudaStream_t s);
 /* lokr_halves.cu: G_W1 (fp64, scaled) → gw1, or gw1a / gw1b */
 int lokr_chain_w1(const lk_lokr_args *a, const lokr_halves *h, const double *G1, cudaStream_t s);
 /* lokr_bypass.cu: dy0 = RN(RN_CT(dy)), or 0 with delta-only */

@@ -124,18 +124,48 @@ static int dmm(i64 M, i64 N, i64 Kd, const double *A, i64 ai, i64 ak, const doub
 static double *take_d(lk_carve &cv, i64 n) { return (double *)carve_take(cv, (size_t)(n > 0 ? n : 1) * 8); }
 static float *take_f(lk_carve &cv, i64 n) { return (float *)carve_take(cv, (size_t)(n > 0 ? n : 1) * 4); }
 
-int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool bypass, cudaStream_t s) {
-    const i64 A_ = a->a, b = a->b, c = a->c, d = a->d, K = a->K, dK = d * K, r = a->r;
-    const int ct = a->ct;
-    memset(h, 0, sizeof *h);
+/* W1d (and its factors' fp64 copies), and for bypass W1s = RN_f32(s·m·σs·W1d) */
+static void w1_carve(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool bypass) {
+    const i64 A_ = a->a, c = a->c, r = a->r;
     h->W1d = take_d(cv, A_ * c);
-    h->W2d = take_d(cv, b * dK);
-    h->W2f = take_f(cv, b * dK);
     if (bypass) h->W1s = take_f(cv, A_ * c);
     if (!a->w1_full) {
         h->w1a = take_d(cv, A_ * r);
         h->w1b = take_d(cv, r * c);
     }
+}
+
+static int w1_build(const lk_lokr_args *a, const lokr_halves *h, bool bypass, cudaStream_t s) {
+    const i64 A_ = a->a, c = a->c, r = a->r;
+    const int ct = a->ct;
+    int rc;
+    if (a->w1_full) {
+        if ((rc = load_d(a->w1, A_, c, ct, h->W1d, s))) return rc;
+    } else {
+        if ((rc = load_d(a->w1a, A_, r, ct, h->w1a, s)) || (rc = load_d(a->w1b, r, c, ct, h->w1b, s)) ||
+            (rc = dmm(A_, c, r, h->w1a, r, 1, h->w1b, c, 1, h->W1d, NULL, s)))
+            return rc;
+    }
+    if (bypass) {
+        k_lokr_w1s<<<blocks_for(A_ * c), NT, 0, s>>>(h->W1d, A_ * c, a->s * a->m, a->sigma, ct, h->W1s);
+        LK_LAUNCHED("lokr_w1s");
+    }
+    return LYCO_OK;
+}
+
+int lokr_halves_build_w1(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, cudaStream_t s) {
+    memset(h, 0, sizeof *h);
+    w1_carve(a, cv, h, true);
+    return cv.base ? w1_build(a, h, true, s) : LYCO_OK;
+}
+
+int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool bypass, cudaStream_t s) {
+    const i64 b = a->b, d = a->d, K = a->K, dK = d * K, r = a->r;
+    const int ct = a->ct;
+    memset(h, 0, sizeof *h);
+    w1_carve(a, cv, h, bypass);
+    h->W2d = take_d(cv, b * dK);
+    h->W2f = take_f(cv, b * dK);
     if (!a->w2_full) {
         h->w2a = take_d(cv, b * r);
         h->w2b = take_d(cv, r * (a->tucker ? d : dK));
@@ -145,14 +175,8 @@ int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool 
         h->P = take_d(cv, r * dK);
     }
     if (!cv.base) return LYCO_OK;
-    int rc;
-    if (a->w1_full) {
-        if ((rc = load_d(a->w1, A_, c, ct, h->W1d, s))) return rc;
-    } else {
-        if ((rc = load_d(a->w1a, A_, r, ct, h->w1a, s)) || (rc = load_d(a->w1b, r, c, ct, h->w1b, s)) ||
-            (rc = dmm(A_, c, r, h->w1a, r, 1, h->w1b, c, 1, h->W1d, NULL, s)))
-            return rc;
-    }
+    int rc = w1_build(a, h, bypass, s);
+    if (rc) return rc;
     if (a->w2_full) {
         if ((rc = load_d(a->w2, b, dK, ct, h->W2d, s))) return rc;
     } else if (a->tucker) {
@@ -169,10 +193,6 @@ int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool 
     }
     k_lokr_w2f<<<blocks_for(b * dK), NT, 0, s>>>(h->W2d, b * dK, h->W2f);
     LK_LAUNCHED("lokr_w2f");
-    if (bypass) {
-        k_lokr_w1s<<<blocks_for(A_ * c), NT, 0, s>>>(h->W1d, A_ * c, a->s * a->m, a->sigma, ct, h->W1s);
-        LK_LAUNCHED("lokr_w1s");
-    }
     return LYCO_OK;
 }
 
