@@ -39,6 +39,12 @@ lyco_check_budget, simplified); a row that does not is printed as MISMATCH and m
            [--only lora_merge,ia3_bypass,...] [--arms lyco,eager,compile,lycoris]
   peers.py --plot results.json [--out DIR]       plots later (needs matplotlib; DIR defaults to the
                                                  JSON's folder, ./peers-plots when that is read-only)
+  peers.py --first-call-only [--only ...] [--arms ...] [--merge-into results.json] [--out DIR]
+                                                 the fresh-process first-call table alone: DIR/first_call.json
+                                                 and .md; --merge-into: that results.json with its first_call
+                                                 section replaced, as DIR/results.json + a regenerated table.md
+  peers.py --first-call-only --first-call-from first_call.json --merge-into results.json [--out DIR]
+                                                 merge an earlier first_call.json, measuring nothing
 Output: DIR/table.md, DIR/results.json, DIR/*.png (when matplotlib imports).
 """
 import argparse
@@ -955,8 +961,10 @@ def first_call_child(args):
     return 0
 
 
-def first_call_table(args):
-    """Each family × arm in a fresh process (fresh caches), `--first-call-jobs` at a time."""
+def first_call_table(args, on_result=None):
+    """Each family × arm in a fresh process (fresh caches), `--first-call-jobs` at a time.
+    on_result(section) is called after every process that ends (the section so far, "complete"
+    false), so a caller can save partial results of a run that is stopped."""
     arms = [a for a in args.arms if not (a == "lycoris" and args.device != "cuda")]
     algos = {o.split("_")[0] for o in args.only}  # one first-call case per algorithm of --only
     fams = [c["fam"] for c in first_call_cases(args.quick) if not args.only or c["fam"].split("_")[0] in algos]
@@ -978,6 +986,14 @@ def first_call_table(args):
         log("first call: start %s %s" % (f, a))
         with open(os.path.join(d, "output.txt"), "w") as sink:  # a file, not a pipe: never blocks the child
             return subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT), time.time()
+
+    def section(complete):
+        sec = {"jobs_at_once": args.first_call_jobs, "timeout_s": args.first_call_timeout,
+               "cases": {c["fam"]: case_name(c) for c in first_call_cases(args.quick)},
+               "results": {f: {a: res[f][a] for a in ARMS if a in res[f]} for f in fams if f in res}}
+        if getattr(args, "first_call_only", False):  # a separate run (--first-call-only): say so
+            sec["complete"] = complete
+        return sec
 
     def output(f, a):
         with open(os.path.join(tmp_root, "%s-%s" % (f, a), "output.txt"), errors="replace") as fh:
@@ -1012,6 +1028,8 @@ def first_call_table(args):
                     proc.wait()
                     res.setdefault(f, {})[a] = {"error": "timed out after %d s" % args.first_call_timeout}
                     log("first call: %s %s TIMED OUT" % (f, a))
+                    if on_result:
+                        on_result(section(False))
                     continue
                 out = output(f, a)
                 line = [ln for ln in out.splitlines() if ln.startswith("FIRSTCALL ")]
@@ -1025,12 +1043,13 @@ def first_call_table(args):
                         or lines[-1:] or ["(no output)"]
                     res.setdefault(f, {})[a] = {"error": "exit %s: %s" % (proc.returncode, why[-1][:300])}
                     log("first call: %s %s FAILED: %s" % (f, a, res[f][a]["error"]))
+                if on_result:
+                    on_result(section(False))
     finally:  # never leave a child behind (the run killed, an exception)
         for item in running:
             if item[2].poll() is None:
                 item[2].kill()
-    return {"jobs_at_once": args.first_call_jobs, "timeout_s": args.first_call_timeout,
-            "cases": {c["fam"]: case_name(c) for c in first_call_cases(args.quick)}, "results": res}
+    return section(True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1224,22 +1243,9 @@ def write_table(doc, path):
         cells.append(", ".join("%s %.2f s" % (a, r["arms"][a]["first_call_in_process_s"]) for a in arms
                                if "first_call_in_process_s" in r["arms"].get(a, {})))
         L.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    fc = doc.get("first_call")
-    if fc:
+    if doc.get("first_call"):
         L.append("")
-        L.append("## First call in a fresh process (import, then the first forward+backward of a new shape; "
-                 "fresh Triton / inductor / LyCORIS tuning caches; %d processes at a time)" % fc["jobs_at_once"])
-        L.append("")
-        fc_arms = sorted({a for v in fc["results"].values() for a in v}, key=ARMS.index)
-        L.append("| family | shape | " + " | ".join("%s import + first (second)" % a for a in fc_arms) + " |")
-        L.append("|---|---|" + "---|" * len(fc_arms))
-        for fam, v in fc["results"].items():
-            cells = [fam, fc["cases"].get(fam, "")]
-            for a in fc_arms:
-                x = v.get(a, {})
-                cells.append(("error: " + x["error"][:100]).replace("|", "/") if "error" in x else
-                             "%.1f + %.2f s (%s)" % (x["import_s"], x["first_s"], fmt_t(x["second_s"])))
-            L.append("| " + " | ".join(cells) + " |")
+        first_call_lines(doc["first_call"], L)
     L.append("")
     L.append("## Summary (geometric means per family and direction)")
     L.append("")
@@ -1267,6 +1273,33 @@ def write_table(doc, path):
             L.append("- %s: %s" % (name, n))
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
+
+
+def first_call_lines(fc, L):
+    """The first-call table (a results.json's "first_call" section) as markdown lines, appended to L.
+    A section measured by a separate --first-call-only run (fc["run"]) says when, where and how."""
+    L.append("## First call in a fresh process (import, then the first forward+backward of a new shape; "
+             "fresh Triton / inductor / LyCORIS tuning caches; %d processes at a time)" % fc["jobs_at_once"])
+    L.append("")
+    run = fc.get("run")
+    if run:
+        L.append("Measured by a separate `--first-call-only` run%s: %s, %s, torch %s, lyco commit %s, "
+                 "dtype %s, %d s limit per process; argv `%s`." % (
+                     "" if fc.get("complete", True) else " (INCOMPLETE: saved before that run ended)",
+                     run["device"], run["date"], run["torch"], run["lyco_commit"], run["dtype"],
+                     fc["timeout_s"], " ".join(run["argv"])))
+        L.append("")
+    fc_arms = sorted({a for v in fc["results"].values() for a in v}, key=ARMS.index)
+    L.append("| family | shape | " + " | ".join("%s import + first (second)" % a for a in fc_arms) + " |")
+    L.append("|---|---|" + "---|" * len(fc_arms))
+    for fam, v in fc["results"].items():
+        cells = [fam, fc["cases"].get(fam, "")]
+        for a in fc_arms:
+            x = v.get(a)
+            cells.append("—" if not x else ("error: " + x["error"][:100]).replace("|", "/") if "error" in x else
+                         "%.1f + %.2f s (%s)" % (x["import_s"], x["first_s"], fmt_t(x["second_s"])))
+        L.append("| " + " | ".join(cells) + " |")
+    return L
 
 
 ARM_DOC = {
@@ -1386,6 +1419,17 @@ def parse(argv):
                     help="Triton / inductor / LyCORIS tuning caches of the main run (default: a fresh temporary "
                          "folder; give one to reuse a previous run's JIT and tuning)")
     ap.add_argument("--plot", metavar="RESULTS_JSON", help="only draw the plots of a results.json")
+    ap.add_argument("--first-call-only", action="store_true",
+                    help="run only the first-call table (families of --only, arms of --arms); writes "
+                         "OUT/first_call.json and OUT/first_call.md")
+    ap.add_argument("--merge-into", metavar="RESULTS_JSON",
+                    help="with --first-call-only: replace that results.json's first_call section by this run's "
+                         "and write the merged OUT/results.json and OUT/table.md (regenerated; the other "
+                         "sections unchanged). OUT defaults to the JSON's folder (./peers-first-call when "
+                         "that is read-only)")
+    ap.add_argument("--first-call-from", metavar="FIRST_CALL_JSON",
+                    help="with --first-call-only --merge-into: measure nothing, merge the first_call.json of an "
+                         "earlier --first-call-only run")
     ap.add_argument("--first-call-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for a in args.arms:
@@ -1394,6 +1438,12 @@ def parse(argv):
     for f in args.only:
         if f not in FAMILIES:
             ap.error("unknown family %r; expected some of %s" % (f, ",".join(FAMILIES)))
+    if (args.merge_into or args.first_call_from) and not args.first_call_only:
+        ap.error("--merge-into and --first-call-from go with --first-call-only")
+    if args.first_call_from and not args.merge_into:
+        ap.error("--first-call-from needs --merge-into (the results.json to merge it into)")
+    if args.first_call_only and not args.first_call:
+        ap.error("--first-call-only and --no-first-call contradict each other")
     return args
 
 
@@ -1413,6 +1463,13 @@ def main(argv):
         return 0 if plot(doc, out) else 1
     if args.first_call_child:
         return first_call_child(args)
+    if args.first_call_from:
+        with open(args.first_call_from) as f:
+            fc = json.load(f)
+        out = merge_out_dir(args)
+        merge_first_call(args.merge_into, fc, out)
+        log("merged %s into %s/results.json and table.md" % (args.first_call_from, out))
+        return 0
     cache = args.cache_dir or tempfile.mkdtemp(prefix="peers-cache-")  # by default an empty start
     for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "LYCORIS_KERNEL_CACHE_DIR"):
         os.environ.setdefault(k, os.path.join(cache, k.split("_")[0].lower()))
@@ -1428,6 +1485,8 @@ def main(argv):
     args.reps = args.reps or (30 if gpu else 5)
     args.wall_calls = args.wall_calls or (10 if gpu else 2)
     args.flush_mb = args.flush_mb or (256 if gpu else 64)
+    if args.first_call_only:
+        return first_call_only(args, argv)
     if args.time_limit is None and not (args.full or args.quick):
         args.time_limit = 360.0
         args.deadline = t_parse + args.time_limit
@@ -1489,6 +1548,67 @@ def main(argv):
     print_summary(doc)
     log("wrote %s/table.md and results.json" % args.out)
     return 1 if any(r.get("mismatch") for r in rows) else 0
+
+
+def merge_out_dir(args):
+    """--out, else the folder of --merge-into when writable, else ./peers-first-call."""
+    out = args.out or os.path.dirname(os.path.abspath(args.merge_into))
+    if not os.access(out if os.path.isdir(out) else os.path.dirname(os.path.abspath(out)), os.W_OK):
+        out = os.path.abspath("peers-first-call")  # e.g. results fetched read-only from the GPU machine
+    os.makedirs(out, exist_ok=True)
+    return out
+
+
+def merge_first_call(results_json, fc, out):
+    """Replace the first_call section of results_json by fc; write OUT/results.json (serialised as
+    save() does, so every other section stays byte-identical) and OUT/table.md regenerated from it."""
+    with open(results_json) as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or "rows" not in doc or "first_call" not in doc:
+        raise ValueError("%s is not a peers.py results.json (no rows / first_call keys)" % results_json)
+    doc["first_call"] = fc
+    text = json.dumps(doc, indent=1)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        f.write(text)
+    write_table(doc, os.path.join(out, "table.md"))
+    return doc
+
+
+def first_call_only(args, argv):
+    """--first-call-only: the fresh-process first-call table alone, saved after every process to
+    OUT/first_call.json and OUT/first_call.md (and, with --merge-into, merged as merge_first_call)."""
+    env = environment(args)
+    if args.merge_into:
+        with open(args.merge_into) as f:
+            old = json.load(f)
+        if old.get("env", {}).get("dtype", args.dtype) != args.dtype:
+            print("peers: %s was measured in %s; this run's --dtype is %s" % (
+                args.merge_into, old["env"]["dtype"], args.dtype), file=sys.stderr)
+            return 2
+        out = merge_out_dir(args)
+    else:
+        dev_tag = "".join(ch if ch.isalnum() else "-" for ch in env["device"].split(" (")[0]).strip("-")[:40]
+        out = args.out or os.path.join(REPO, "docs", "bench", "%s-%s" % (datetime.date.today().isoformat(), dev_tag))
+        os.makedirs(out, exist_ok=True)
+    run = {k: env.get(k) for k in ("date", "device", "torch", "triton", "lycoris", "lyco_commit", "dtype")}
+    run["argv"] = argv
+    log("first calls only: %s, arms %s, families %s, out %s (%d at a time, %d s timeout each)" % (
+        env["device"], ",".join(args.arms), ",".join(args.only) or "all", out, args.first_call_jobs,
+        args.first_call_timeout))
+
+    def write(sec):
+        sec["run"] = run
+        with open(os.path.join(out, "first_call.json"), "w") as f:
+            json.dump(sec, f, indent=1)
+        with open(os.path.join(out, "first_call.md"), "w") as f:
+            f.write("\n".join(first_call_lines(sec, [])) + "\n")
+        if args.merge_into:
+            merge_first_call(args.merge_into, sec, out)
+
+    write(first_call_table(args, on_result=write))
+    log("wrote %s/first_call.json and first_call.md%s" % (
+        out, " and the merged results.json and table.md" if args.merge_into else ""))
+    return 0
 
 
 def save(doc, args):
