@@ -253,6 +253,7 @@ class Context:
         check(lib().lyco_ctx_create(ctypes.byref(h)))
         self.handle = h
         self._state = None
+        self._path = None
 
     def configure(self, backend="auto", output_mode="promote", fp32_mode="fp32", stream=None):
         """Set the context for one call (cheap when nothing changed since the last call)."""
@@ -272,6 +273,15 @@ class Context:
         p = Path()
         check(lib().lyco_ctx_last_path(self.handle, ctypes.byref(p)))
         return PATHS[p.kind], BACKENDS[p.backend], p.why.decode(errors="replace"), p.fallbacks
+
+    def last_path_kind(self):
+        """PATHS[kind] of the last call alone (one reused struct, nothing decoded: the per-call check)."""
+        p = self._path
+        if p is None:
+            p = self._path = Path()
+            self._path_ref = ctypes.byref(p)
+        check(_lib.lyco_ctx_last_path(self.handle, self._path_ref))
+        return PATHS[p.kind]
 
     def __del__(self):
         try:

@@ -85,10 +85,36 @@ OPTIONS = {"output_mode": "promote", "fp32_mode": "fp32", "backend": "auto", "me
            "bypass_flags": 0}
 
 
+def _spec_key(algo, layer, slots, kw):
+    """A type-exact key of make_spec's arguments (2 and 2.0 give different JSON, so the types are
+    part of it); hashing it raises TypeError for an unhashable value (then nothing is cached)."""
+    lk = tuple((k, type(v), tuple(map(type, v)) if type(v) is tuple else None, v)
+               for k, v in layer.items())
+    return (type(algo), algo, tuple(slots), lk, tuple((k, type(v), v) for k, v in kw.items()))
+
+
+_spec_cache = {}
+
+
 @torch.compiler.assume_constant_result
 def make_spec(algo, layer, slots, **kw):
     """The JSON spec string of an adapter call (see the module docstring). Under torch.compile it
-    runs at trace time and its string enters the graph as a constant."""
+    runs at trace time and its string enters the graph as a constant. Cached per argument set
+    (arguments that raise are not cached and raise again)."""
+    try:
+        key = _spec_key(algo, layer, slots, kw)
+        spec = _spec_cache.get(key)
+    except (TypeError, AttributeError):  # an unhashable value, a layer that is no dict: uncached
+        return _make_spec(algo, layer, slots, kw)
+    if spec is None:
+        spec = _make_spec(algo, layer, slots, kw)
+        if len(_spec_cache) >= 4096:
+            _spec_cache.clear()
+        _spec_cache[key] = spec
+    return spec
+
+
+def _make_spec(algo, layer, slots, kw):
     for k in kw:
         if k not in HYPER and k not in OPTIONS:
             raise TypeError(f"unknown adapter option {k!r}; expected one of "
@@ -151,20 +177,15 @@ def _layer(L, layer):
     return lay
 
 
-def _adapter(spec, tensors, meta=False):
+@functools.lru_cache(maxsize=4096)
+def _adapter_template(spec):
+    """The lyco_adapter of a spec without its tensors (algorithm, layer, hyper-parameters), built
+    once per spec string; _adapter copies it. Treat as read-only."""
     d = parse_spec(spec)
     L = C.lib()
-    if len(tensors) != len(d["slots"]):
-        raise ValueError(f"tensors has {len(tensors)} entries; the spec names {len(d['slots'])} "
-                         f"slots ({', '.join(d['slots'])})")
     a = C.Adapter()
     L.lyco_adapter_init(ctypes.byref(a), C.ALGOS.index(d["algo"]))
     a.layer = _layer(L, d["layer"])
-    views = []
-    for name, t in zip(d["slots"], tensors):
-        v = _view(t, name, meta)
-        views.append(v)
-        a.tensor[C.SLOT[name]] = v.ptr()
     nan = float("nan")
     a.alpha = nan if d["alpha"] is None else float(d["alpha"])
     a.scale = nan if d["scale"] is None else float(d["scale"])
@@ -175,6 +196,20 @@ def _adapter(spec, tensors, meta=False):
     a.dylora_block_size = int(d["dylora_block_size"])
     a.dylora_active_blocks = int(d["dylora_active_blocks"])
     a.flags = int(d["flags"])
+    return a
+
+
+def _adapter(spec, tensors, meta=False):
+    d = parse_spec(spec)
+    if len(tensors) != len(d["slots"]):
+        raise ValueError(f"tensors has {len(tensors)} entries; the spec names {len(d['slots'])} "
+                         f"slots ({', '.join(d['slots'])})")
+    a = C.Adapter.from_buffer_copy(_adapter_template(spec))
+    views = []
+    for name, t in zip(d["slots"], tensors):
+        v = _view(t, name, meta)
+        views.append(v)
+        a.tensor[C.SLOT[name]] = v.ptr()
     return a, views
 
 
@@ -193,6 +228,8 @@ fallback_log = []  # (algo, direction, why) of every distinct fallback seen, in 
 
 
 def _note_path(ctx, d, direction):
+    if ctx.last_path_kind() != "eager":  # the common case: one C call, nothing decoded
+        return
     kind, backend, why, _ = ctx.last_path()
     if kind == "eager" and why:
         key = (d["algo"], direction, why)
@@ -205,8 +242,25 @@ def _note_path(ctx, d, direction):
                       RuntimeWarning, stacklevel=3)
 
 
+_dtype_cache = {}  # (spec, operand dtypes and devices) -> output dtype
+
+
 def resolve_dtype(spec, tensors, base=None, x=None, y0=None):
-    """The output dtype the policy gives this call (raises LycoDtypeError for fp16 with bf16)."""
+    """The output dtype the policy gives this call (raises LycoDtypeError for fp16 with bf16).
+    Cached per spec and operand dtypes (lyco_resolve_dtypes reads only those and the spec's output
+    mode; the devices are in the key for _view's device check); a call that raises is not cached,
+    so it raises again."""
+    key = (spec, *[None if t is None else (t.dtype, t.device) for t in (base, x, y0, *tensors)])
+    dtype = _dtype_cache.get(key)
+    if dtype is None:
+        dtype = _resolve_dtype(spec, tensors, base, x, y0)
+        if len(_dtype_cache) >= 4096:
+            _dtype_cache.clear()
+        _dtype_cache[key] = dtype
+    return dtype
+
+
+def _resolve_dtype(spec, tensors, base, x, y0):
     d = parse_spec(spec)
     a, views = _adapter(spec, tensors, meta=True)
     vb = _view(base, "W", True) if base is not None else None
@@ -258,11 +312,70 @@ def _empty(like):
 
 
 # ------------------------------------------------------------------------------------------------
+# per-signature call frames: the C structs of a call built once, then only the pointers change
+# ------------------------------------------------------------------------------------------------
+_tls_frames = threading.local()
+_MAX_FRAMES = 1024  # per thread; the cache is emptied when full
+
+
+def _sig(t):
+    """What a call's C structs depend on, per operand (the data pointer excepted)."""
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.device)
+
+
+class _Frame:
+    """The lyco_adapter, DLTensors and args struct of one call signature (direction, spec, every
+    operand's dtype, shape, strides and device), built by the checked path on the first call of
+    that signature in a thread and reused: a later call allocates its outputs, stores the data
+    pointers into the DLTensors and calls C. The library reads these structs only during a call
+    (it keeps no pointer to them), so reusing them after it returns is safe."""
+
+    __slots__ = ("d", "dtype", "device", "shapes", "views", "call", "keep")
+
+    def bind(self, tensors):
+        """Store the data pointer of each tensor (aligned with self.views; None: absent)."""
+        for v, t in zip(self.views, tensors):
+            if v is not None:
+                v.t.data = t.data_ptr()
+
+
+def _frame(key, build):
+    frames = getattr(_tls_frames, "d", None)
+    if frames is None:
+        frames = _tls_frames.d = {}
+    fr = frames.get(key)
+    if fr is None:
+        fr = build()
+        if len(frames) >= _MAX_FRAMES:
+            frames.clear()
+        frames[key] = fr
+    return fr
+
+
+def _new_frame(d, dtype, device, shapes, views, call, keep):
+    fr = _Frame()
+    fr.d, fr.dtype, fr.device, fr.shapes, fr.views, fr.call, fr.keep = (
+        d, dtype, device, shapes, views, call, keep)
+    return fr
+
+
+# ------------------------------------------------------------------------------------------------
 # bypass
 # ------------------------------------------------------------------------------------------------
 @torch.library.custom_op("lyco::bypass_fwd", mutates_args=())
 def bypass_fwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
                weight: Optional[torch.Tensor], tensors: List[torch.Tensor]) -> torch.Tensor:
+    fr = _frame(("bypass_fwd", spec, _sig(x), _sig(y0), _sig(weight), *map(_sig, tensors)),
+                lambda: _bypass_fwd_frame(spec, x, y0, weight, tensors))
+    y = torch.empty(fr.shapes, dtype=fr.dtype, device=fr.device)
+    fr.bind((x, y0, weight, y, *tensors))
+    ctx = _context(fr.d, fr.device)
+    C.check(fr.call(ctx.handle))
+    _note_path(ctx, fr.d, "bypass_fwd")
+    return y
+
+
+def _bypass_fwd_frame(spec, x, y0, weight, tensors):
     d = parse_spec(spec)
     dtype = resolve_dtype(spec, tensors, weight, x, y0)
     y = torch.empty(_bypass_out_shape(d, x, y0), dtype=dtype, device=x.device)
@@ -271,10 +384,9 @@ def bypass_fwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
     v0 = _view(y0, "y0") if y0 is not None else None
     vw = _view(weight, "weight") if weight is not None else None
     args = C.BypassArgs(vx.ptr(), _ptr(v0), _ptr(vw), int(d["bypass_flags"]))
-    ctx = _context(d, x.device)
-    C.check(C.lib().lyco_bypass_fwd(ctx.handle, vy.ptr(), ctypes.byref(a), ctypes.byref(args)))
-    _note_path(ctx, d, "bypass_fwd")
-    return y
+    fn, py, pa, pargs = C.lib().lyco_bypass_fwd, vy.ptr(), ctypes.byref(a), ctypes.byref(args)
+    return _new_frame(d, dtype, x.device, tuple(y.shape), [vx, v0, vw, vy, *views],
+                      lambda h: fn(h, py, pa, pargs), (a, args))
 
 
 @bypass_fwd.register_fake
@@ -388,6 +500,18 @@ def _merge_fwd_alloc(spec, weight, bias, tensors):
 def merge_fwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
               tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     """[W'' (or ΔW, or the unmerged W), b'' for Full/Norm (else an empty tensor)]."""
+    fr = _frame(("merge_fwd", spec, _sig(weight), _sig(bias), *map(_sig, tensors)),
+                lambda: _merge_fwd_frame(spec, weight, bias, tensors))
+    out = torch.empty(fr.shapes[0], dtype=fr.dtype, device=fr.device)
+    ob = torch.empty(fr.shapes[1], dtype=fr.dtype, device=fr.device)
+    fr.bind((weight, bias, out, ob, *tensors))
+    ctx = _context(fr.d, fr.device)
+    C.check(fr.call(ctx.handle))
+    _note_path(ctx, fr.d, "merge_fwd")
+    return [out, ob]
+
+
+def _merge_fwd_frame(spec, weight, bias, tensors):
     d = parse_spec(spec)
     out, ob = _merge_fwd_alloc(spec, weight, bias, tensors)
     a, views = _adapter(spec, tensors)
@@ -396,11 +520,10 @@ def merge_fwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Te
     vw = _view(weight, "weight") if weight is not None else None
     vb = _view(bias, "bias") if bias is not None else None
     args = C.MergeArgs(_ptr(vw), _ptr(vb), C.MERGE_MODES.index(d["merge_mode"]))
-    ctx = _context(d, out.device)
-    C.check(C.lib().lyco_merge_fwd(ctx.handle, vo.ptr(), _ptr(vob), ctypes.byref(a),
-                                   ctypes.byref(args)))
-    _note_path(ctx, d, "merge_fwd")
-    return [out, ob]
+    fn, po, pob = C.lib().lyco_merge_fwd, vo.ptr(), _ptr(vob)
+    pa, pargs = ctypes.byref(a), ctypes.byref(args)
+    return _new_frame(d, out.dtype, out.device, (tuple(out.shape), tuple(ob.shape)),
+                      [vw, vb, vo, vob, *views], lambda h: fn(h, po, pob, pa, pargs), (a, args))
 
 
 @merge_fwd.register_fake
