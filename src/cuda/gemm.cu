@@ -12,7 +12,10 @@
  * given k-major — from rows of pitch 40 or 136 halfwords: 80- and 272-byte rows put eight
  * consecutive rows in eight distinct 16-byte bank groups, conflict-free). k advances
  * in steps of 32 through a 4-stage cp.async ring (gm_issue: raw_issue per step; 3 steps in flight
- * while one is consumed; 80 KB of shared memory for 16-bit A and B, 2 blocks per SM).
+ * while one is consumed; 80 KB of shared memory for 16-bit A and B, 2 blocks per SM), or with
+ * LYCO_CUDA_GEMM_K=64 in steps of 64 through 3 stages (110 KB; half the barriers per k).
+ * H200, 8192 × 2048 × 4096 bf16 (LoHa bypass forward's chunk), k 32: 673 µs = 204 TFLOP/s, 24%
+ * warps active, 51% issue slots (Nsight Compute, fe8b53a).
  * The grid runs n fastest (blockIdx.x over N tiles), so the blocks resident at once share their
  * A rows and the whole B operand stays in L2 (B is the small operand here: a ΔW̄ row chunk).
  * Epilogue: the fp32 accumulators go to shared memory (reusing the ring), then each thread adds
@@ -22,28 +25,30 @@
  * Throughput on sm_90 is bounded by mma.sync (no wgmma here): expect ~50–70% of the bf16 GEMM
  * ceiling `lyco bench` measures with cuBLAS.
  */
+#include <stdlib.h>
+
 #include "cuda/kern_gemm.h"
 #include "cuda/common.cuh"
 
 namespace {
 
-const int GM = 128, GN = 128, GK = 32, GS = 4;
+const int GM = 128, GN = 128;
 const int GLDC = GN + 8; /* fp32 result tile pitch: float2 stores of a warp fall in distinct banks */
 
 struct gm_layout {
     int sa, stage, bufa, bufb, total;
 };
 
-/* at / bt: A given K×M / B given K×N (staged k-rows × 128 columns) */
-__host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt, bool at, bool bt) {
+/* at / bt: A given K×M / B given K×N (staged k-rows × 128 columns); gk: k step, gs: stages */
+__host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt, bool at, bool bt, int gk, int gs) {
     gm_layout l;
-    l.sa = at ? raw_bytes(GK, GM, adt) : raw_bytes(GM, GK, adt);
-    l.stage = l.sa + (bt ? raw_bytes(GK, GN, bdt) : raw_bytes(GN, GK, bdt));
-    int off = GS * l.stage;
+    l.sa = at ? raw_bytes(gk, GM, adt) : raw_bytes(GM, gk, adt);
+    l.stage = l.sa + (bt ? raw_bytes(gk, GN, bdt) : raw_bytes(GN, gk, bdt));
+    int off = gs * l.stage;
     l.bufa = off;
-    off += at ? conv_bytes(GK, GM, adt, 1, ct) : conv_bytes(GM, GK, adt, 1, ct);
+    off += at ? conv_bytes(gk, GM, adt, 1, ct) : conv_bytes(GM, gk, adt, 1, ct);
     l.bufb = off;
-    off += bt ? conv_bytes(GK, GN, bdt, 1, ct) : conv_bytes(GN, GK, bdt, 1, ct);
+    off += bt ? conv_bytes(gk, GN, bdt, 1, ct) : conv_bytes(GN, gk, bdt, 1, ct);
     const int cs = GM * GLDC * 4;
     l.total = off > cs ? off : cs;
     return l;
@@ -66,7 +71,7 @@ template <bool TR> __device__ __forceinline__ void ldm4(unsigned (&r)[4], const 
    (AT) rows k with m fastest; B likewise with n (BT: rows k). The lane addresses put the four
    matrices of an x4 load where mma.m16n8k16 wants them: A a0..a3 = (m 0–7 | 8–15) × (k 0–7 | 8–15),
    B (two n8 blocks) b0, b1 = k 0–7, 8–15. */
-template <typename CT, bool AT, bool BT>
+template <typename CT, bool AT, bool BT, int GK>
 __device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int lda, const CT *Bs, int ldb, int m0, int n0) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -95,7 +100,7 @@ __device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int
 }
 
 /* one k step of A and B into a stage (A then B, as gm_plan lays them out) */
-template <bool AT, bool BT> __device__ __forceinline__ void gm_issue(char *st, const pipe_op &A, const pipe_op &B, int s) {
+template <bool AT, bool BT, int GK> __device__ __forceinline__ void gm_issue(char *st, const pipe_op &A, const pipe_op &B, int s) {
     if (AT) raw_issue<GK, GM>(st, A.v, A.r0 + s * A.dr, A.c0);
     else raw_issue<GM, GK>(st, A.v, A.r0, A.c0 + s * A.dc);
     char *sb = st + (AT ? raw_bytes(GK, GM, A.v.dt) : raw_bytes(GM, GK, A.v.dt));
@@ -103,9 +108,9 @@ template <bool AT, bool BT> __device__ __forceinline__ void gm_issue(char *st, c
     else raw_issue<GN, GK>(sb, B.v, B.r0, B.c0 + s * B.dc);
 }
 
-template <typename CT, bool AT, bool BT> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_args a) {
+template <typename CT, bool AT, bool BT, int GK, int GS> __global__ __launch_bounds__(NT, 2) void k_gemm(lk_gemm_args a) {
     extern __shared__ __align__(16) char dsm[];
-    const gm_layout ly = gm_plan(ct_of<CT>::dt, a.A.dt, a.B.dt, AT, BT);
+    const gm_layout ly = gm_plan(ct_of<CT>::dt, a.A.dt, a.B.dt, AT, BT, GK, GS);
     const i64 nb = (i64)blockIdx.x * GN, mb = (i64)blockIdx.y * GM;
     const int nk = (int)cdiv(a.K, GK);
     const bool conv = a.A.dt != ct_of<CT>::dt || a.B.dt != ct_of<CT>::dt;
@@ -113,7 +118,7 @@ template <typename CT, bool AT, bool BT> __global__ __launch_bounds__(NT, 2) voi
     A.v = a.A; A.r0 = AT ? 0 : mb; A.c0 = AT ? mb : 0; A.dr = AT ? GK : 0; A.dc = AT ? 0 : GK; A.np = 1;
     B.v = a.B; B.r0 = BT ? 0 : nb; B.c0 = BT ? nb : 0; B.dr = BT ? GK : 0; B.dc = BT ? 0 : GK; B.np = 1;
     for (int s = 0; s < GS - 1; s++) {
-        if (s < nk) gm_issue<AT, BT>(dsm + s * ly.stage, A, B, s);
+        if (s < nk) gm_issue<AT, BT, GK>(dsm + s * ly.stage, A, B, s);
         cp_commit();
     }
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 64, n0 = (warp >> 1) * 32;
@@ -132,10 +137,10 @@ template <typename CT, bool AT, bool BT> __global__ __launch_bounds__(NT, 2) voi
         if (conv) __syncthreads();
         {
             const int n = s + GS - 1; /* refills the stage step s − 1 used */
-            if (n < nk) gm_issue<AT, BT>(dsm + (n % GS) * ly.stage, A, B, n);
+            if (n < nk) gm_issue<AT, BT, GK>(dsm + (n % GS) * ly.stage, A, B, n);
             cp_commit();
         }
-        gm_warp<CT, AT, BT>(acc, ap[0], lda, bp[0], ldb, m0, n0);
+        gm_warp<CT, AT, BT, GK>(acc, ap[0], lda, bp[0], ldb, m0, n0);
     }
     cp_wait(0);
     __syncthreads();
@@ -167,19 +172,34 @@ template <typename CT, bool AT, bool BT> __global__ __launch_bounds__(NT, 2) voi
     }
 }
 
-template <typename CT, bool AT, bool BT> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
-    const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt, AT, BT).total;
-    LK_CHECK(cudaFuncSetAttribute(k_gemm<CT, AT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+/* LYCO_CUDA_GEMM_K=64: k steps of 64 through 3 stages (half the barriers per k; A/B against the
+   default 32 × 4) */
+int gemm_k() {
+    static int k = 0;
+    if (!k) {
+        const char *e = getenv("LYCO_CUDA_GEMM_K");
+        k = e && atoi(e) == 64 ? 64 : 32;
+    }
+    return k;
+}
+
+template <typename CT, bool AT, bool BT, int GK, int GS> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
+    const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt, AT, BT, GK, GS).total;
+    LK_CHECK(cudaFuncSetAttribute(k_gemm<CT, AT, BT, GK, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const dim3 grid((unsigned)cdiv(a->N, GN), (unsigned)cdiv(a->M, GM));
-    k_gemm<CT, AT, BT><<<grid, NT, bytes, s>>>(*a);
+    k_gemm<CT, AT, BT, GK, GS><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("gemm");
     return LYCO_OK;
 }
 
+template <typename CT, bool AT, bool BT> int gemm_kk(const lk_gemm_args *a, cudaStream_t s) {
+    return gemm_k() == 64 ? gemm_launch<CT, AT, BT, 64, 3>(a, s) : gemm_launch<CT, AT, BT, 32, 4>(a, s);
+}
+
 /* the three layouts LoHa uses: (A, B) both k-fastest, B k-major, both k-major */
 template <typename CT> int gemm_ct(const lk_gemm_args *a, cudaStream_t s) {
-    if (a->a_t) return gemm_launch<CT, true, true>(a, s);
-    return a->b_t ? gemm_launch<CT, false, true>(a, s) : gemm_launch<CT, false, false>(a, s);
+    if (a->a_t) return gemm_kk<CT, true, true>(a, s);
+    return a->b_t ? gemm_kk<CT, false, true>(a, s) : gemm_kk<CT, false, false>(a, s);
 }
 
 } // namespace
@@ -188,7 +208,8 @@ extern "C" int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev) {
     if (a->ct != DT_BF16 && a->ct != DT_F16) return 0;
     if (cdiv(a->N, GN) > 2147483647LL || cdiv(a->M, GM) > 65535) return 0;
     if (a->a_t && !a->b_t) return 0; /* not instantiated */
-    return gm_plan(a->ct, a->A.dt, a->B.dt, a->a_t != 0, a->b_t != 0).total <= dev->smem_optin;
+    const int gk = gemm_k();
+    return gm_plan(a->ct, a->A.dt, a->B.dt, a->a_t != 0, a->b_t != 0, gk, gk == 64 ? 3 : 4).total <= dev->smem_optin;
 }
 
 extern "C" int lk_gemm(const lk_gemm_args *a, const lk_device *dev, void *stream) {

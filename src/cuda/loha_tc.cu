@@ -432,14 +432,17 @@ static int tc_grads(const lk_loha_args *a, bool byp, const lk_device *dev, cudaS
         if (oc > L.O) oc = L.O;
     }
     const i64 fGE = byp ? oc * ld : 0;
-    const i64 floats = fA1 + fA2 + fB1 + fB2 + 2 * nsig + fGE; /* σs partials are doubles */
+    const i64 floats = (2 * nsig + 3) / 4 * 4 + fGE + fA1 + fA2 + fB1 + fB2;
     if (fA1 + fA2 + fB1 + fB2 + nsig == 0 || L.O == 0 || L.IK == 0)
         return a->gsigma.p ? lk_copy_round(&a->gsigma, NULL, L.ct, s) : LYCO_OK;
     float *ws = NULL;
     int rc = lk_scratch_alloc((void **)&ws, (size_t)floats * sizeof(float), s);
     if (rc) return rc;
-    double *sigpart = want_sig ? (double *)ws : NULL; /* first: 8-byte aligned */
-    float *p[4], *q = ws + 2 * nsig;
+    /* layout: σs partials (doubles, first: 8-byte aligned), the G_E chunk (16-byte aligned: its
+       rows are read by cp.async and written by float4 stores), the four partial sets */
+    double *sigpart = want_sig ? (double *)ws : NULL;
+    float *ge = ws + (2 * nsig + 3) / 4 * 4, *q = ge + fGE;
+    float *p[4];
     p[0] = fA1 ? q : NULL;
     q += fA1;
     p[1] = fA2 ? q : NULL;
@@ -447,14 +450,13 @@ static int tc_grads(const lk_loha_args *a, bool byp, const lk_device *dev, cudaS
     p[2] = fB1 ? q : NULL;
     q += fB1;
     p[3] = fB2 ? q : NULL;
-    q += fB2;
     if (!byp) {
         rc = tc_grad_any(a, false, 0, L.O, p, sigpart, s);
     } else {
         lk_loha_args c = *a;
         for (i64 o0 = 0; o0 < L.O && rc == LYCO_OK; o0 += oc) {
             const i64 n = L.O - o0 < oc ? L.O - o0 : oc;
-            const lk_gemm_args g = tc_ge_gemm(a, o0, n, q, ld);
+            const lk_gemm_args g = tc_ge_gemm(a, o0, n, ge, ld);
             if ((rc = lk_gemm(&g, dev, s))) break;
             c.G = g.out;
             rc = tc_grad_any(&c, true, o0, n, p, sigpart, s);
