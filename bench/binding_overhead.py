@@ -14,6 +14,8 @@ times N back-to-back calls of each way into the same C entry point and prints µ
   public      lyco.merge(...) / lyco.bypass(...): + the spec build and the tensor dict split
   public+grad the same with the adapter factors requiring grad (the autograd wrapper records
               the node: what a training step's forward pays)
+  fwd+bwd     public+grad, then .backward(g) with a prebuilt g (the backward op through the
+              autograd formula; the gradients accumulate into .grad)
 
 and the differences between consecutive layers. `--profile` adds a cProfile of the custom_op
 calls (top functions by own time). Works on the CPU and, with --device cuda, on a GPU (the calls
@@ -100,6 +102,7 @@ def ways(direction, dev, dt, size, rank, tokens):
     if direction == "merge":
         spec = lyco.make_spec("locon", layer, slots, alpha=float(rank), merge_mode="delta")
         out = torch.empty(size, size, dtype=dt, device=dev)
+        gout = torch.ones_like(out)
         raw, keep = raw_ctypes_call("merge", spec, ts, out)
         op = torch.ops.lyco.merge_fwd.default
         impl = ops.merge_fwd._init_fn
@@ -108,9 +111,11 @@ def ways(direction, dev, dt, size, rank, tokens):
                 ("op.default", lambda: op(spec, None, None, ts)),
                 ("custom_op", lambda: ops.merge_fwd(spec, None, None, ts)),
                 ("public", lambda: lyco.merge(tensors, layer, alpha=float(rank))),
-                ("public+grad", lambda: lyco.merge(grad_tensors, layer, alpha=float(rank)))], keep
+                ("public+grad", lambda: lyco.merge(grad_tensors, layer, alpha=float(rank))),
+                ("fwd+bwd", lambda: lyco.merge(grad_tensors, layer, alpha=float(rank)).backward(gout))], keep
     spec = lyco.make_spec("locon", layer, slots, alpha=float(rank))
     out = torch.empty(tokens, size, dtype=dt, device=dev)
+    gout = torch.ones_like(out)
     raw, keep = raw_ctypes_call("bypass", spec, ts, out, x)
     op = torch.ops.lyco.bypass_fwd.default
     impl = ops.bypass_fwd._init_fn
@@ -119,7 +124,8 @@ def ways(direction, dev, dt, size, rank, tokens):
             ("op.default", lambda: op(spec, x, None, None, ts)),
             ("custom_op", lambda: ops.bypass_fwd(spec, x, None, None, ts)),
             ("public", lambda: lyco.bypass(x, tensors, layer, alpha=float(rank))),
-            ("public+grad", lambda: lyco.bypass(x, grad_tensors, layer, alpha=float(rank)))], keep
+            ("public+grad", lambda: lyco.bypass(x, grad_tensors, layer, alpha=float(rank))),
+            ("fwd+bwd", lambda: lyco.bypass(x, grad_tensors, layer, alpha=float(rank)).backward(gout))], keep
 
 
 def main(argv):

@@ -403,13 +403,24 @@ def bypass_bwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
     """[dx, dy0, grad of each slot]; an entry not needed is an empty tensor."""
     d = parse_spec(spec)
     outs = _bypass_bwd_alloc(d, x, y0, tensors, need)
+    fr = _frame(("bypass_bwd", spec, _sig(x), _sig(y0), _sig(weight), _sig(dy), tuple(need),
+                 *map(_sig, tensors)),
+                lambda: _bypass_bwd_frame(spec, x, y0, weight, tensors, dy, need, outs))
+    fr.bind((x, y0, weight, dy, *tensors, *outs))
+    ctx = _context(d, x.device)
+    C.check(fr.call(ctx.handle))
+    _note_path(ctx, d, "bypass_bwd")
+    return outs
+
+
+def _bypass_bwd_frame(spec, x, y0, weight, tensors, dy, need, outs):
+    d = parse_spec(spec)
     a, views = _adapter(spec, tensors)
     g = C.Grads()
-    gviews = []
+    gviews = [None] * len(tensors)
     for i, (name, t) in enumerate(zip(d["slots"], outs[2:])):
         if need[2 + i]:
-            v = _view(t, "grad " + name)
-            gviews.append(v)
+            v = gviews[i] = _view(t, "grad " + name)
             g.grad[C.SLOT[name]] = v.ptr()
     vdx = _view(outs[0], "dx") if need[0] else None
     vdy0 = _view(outs[1], "dy0") if need[1] else None
@@ -417,11 +428,10 @@ def bypass_bwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
     v0 = _view(y0, "y0") if y0 is not None else None
     vw = _view(weight, "weight") if weight is not None else None
     args = C.BypassArgs(vx.ptr(), _ptr(v0), _ptr(vw), int(d["bypass_flags"]))
-    ctx = _context(d, x.device)
-    C.check(C.lib().lyco_bypass_bwd(ctx.handle, ctypes.byref(g), _ptr(vdx), _ptr(vdy0),
-                                    ctypes.byref(a), ctypes.byref(args), vdy.ptr()))
-    _note_path(ctx, d, "bypass_bwd")
-    return outs
+    fn, pg, pdx, pdy0 = C.lib().lyco_bypass_bwd, ctypes.byref(g), _ptr(vdx), _ptr(vdy0)
+    pa, pargs, pdy = ctypes.byref(a), ctypes.byref(args), vdy.ptr()
+    return _new_frame(d, None, x.device, None, [vx, v0, vw, vdy, *views, vdx, vdy0, *gviews],
+                      lambda h: fn(h, pg, pdx, pdy0, pa, pargs, pdy), (a, args, g))
 
 
 def _bypass_bwd_alloc(d, x, y0, tensors, need):
@@ -543,24 +553,34 @@ def merge_bwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Te
     """The gradient of each slot (an empty tensor where not needed)."""
     d = parse_spec(spec)
     outs = _merge_bwd_alloc(tensors, need)
+    fr = _frame(("merge_bwd", spec, _sig(weight), _sig(bias), _sig(d_out), _sig(d_out_bias),
+                 tuple(need), *map(_sig, tensors)),
+                lambda: _merge_bwd_frame(spec, weight, bias, tensors, d_out, d_out_bias, need, outs))
+    fr.bind((weight, bias, d_out, d_out_bias, *tensors, *outs))
+    ctx = _context(d, d_out.device)
+    C.check(fr.call(ctx.handle))
+    _note_path(ctx, d, "merge_bwd")
+    return outs
+
+
+def _merge_bwd_frame(spec, weight, bias, tensors, d_out, d_out_bias, need, outs):
+    d = parse_spec(spec)
     a, views = _adapter(spec, tensors)
     g = C.Grads()
-    gviews = []
-    for name, t, n in zip(d["slots"], outs, need):
+    gviews = [None] * len(tensors)
+    for i, (name, t, n) in enumerate(zip(d["slots"], outs, need)):
         if n:
-            v = _view(t, "grad " + name)
-            gviews.append(v)
+            v = gviews[i] = _view(t, "grad " + name)
             g.grad[C.SLOT[name]] = v.ptr()
     vw = _view(weight, "weight") if weight is not None else None
     vb = _view(bias, "bias") if bias is not None else None
     vd = _view(d_out, "d_out")
     vdb = _view(d_out_bias, "d_out_bias") if d_out_bias is not None else None
     args = C.MergeArgs(_ptr(vw), _ptr(vb), C.MERGE_MODES.index(d["merge_mode"]))
-    ctx = _context(d, d_out.device)
-    C.check(C.lib().lyco_merge_bwd(ctx.handle, ctypes.byref(g), ctypes.byref(a),
-                                   ctypes.byref(args), vd.ptr(), _ptr(vdb)))
-    _note_path(ctx, d, "merge_bwd")
-    return outs
+    fn, pg, pa, pargs = C.lib().lyco_merge_bwd, ctypes.byref(g), ctypes.byref(a), ctypes.byref(args)
+    pd, pdb = vd.ptr(), _ptr(vdb)
+    return _new_frame(d, None, d_out.device, None, [vw, vb, vd, vdb, *views, *gviews],
+                      lambda h: fn(h, pg, pa, pargs, pd, pdb), (a, args, g))
 
 
 @merge_bwd.register_fake
