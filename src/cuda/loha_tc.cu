@@ -18,7 +18,8 @@
  *   the product streams x. Cost: 2·T·O·I flops on the tensor cores plus one chunk write and read;
  *   the face-splitting form (loha_fs.cu) spends 2·T·r₁r₂·(I + O) in FFMA — ~10× slower per flop,
  *   so this path wins at every rank the expand takes (≤ 128); it is used wherever it applies.
- * merge backward (k_loha_tc_grad, no DoRA): a block owns a 64×128 tile of ∂L/∂W''. It stages Ā_t
+ * merge backward (k_loha_tc_grad, no DoRA): a block owns a 64×128 tile of ∂L/∂W'' and one term
+ *   (grid z = 2: half the registers and twice the blocks of doing both). It stages Ā_t
  *   rows, B̄_t columns and the Γ tile, computes R_1, R_2 there with mma.sync, forms
  *   G_R1 = Γs ⊙ R_2 and G_R2 = Γs ⊙ R_1 (Γs = m·RN_CT(∂L/∂W'')·σs·ρ_o, fp32, as loha.cu), splits
  *   each into nsplit<CT> exact CT parts in shared memory (3 for bf16, 2 for fp16: fp32-level
@@ -153,9 +154,12 @@ __global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, i64 o0, flo
     acc_zero(r2);
     warp_mma<CT, 2, 4, false, true>::run(r1, a1[0], la1, b1[0], lb1, m0, n0, (int)((L.r1 + 15) / 16 * 16));
     warp_mma<CT, 2, 4, false, true>::run(r2, a2[0], la2, b2[0], lb2, m0, n0, (int)((L.r2 + 15) / 16 * 16));
-    /* r1 ← G_R1 = Γs·R_2, r2 ← G_R2 = Γs·R_1; the σs partial Σ Γ·ρ·R_1·R_2 (fp64) */
+    /* this block's term t = blockIdx.z: gr = G_R1 = Γs·R_2 (t = 0) or G_R2 = Γs·R_1 (t = 1), into r1;
+       the σs partial Σ Γ·ρ·R_1·R_2 (fp64) from the t = 0 blocks */
+    const int t = (int)blockIdx.z;
     const float sig = sigma_ct<CT>(L.sigma), mf = (float)L.m;
     const int pg = raw_pitch(TN, a.G.dt);
+    const bool do_sig = sigpart != NULL && t == 0;
     double gs = 0.0;
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
@@ -168,34 +172,29 @@ __global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, i64 o0, flo
                 const float gv = in ? raw_get(dsm + ly.g, pg, a.G.dt, row, col) : 0.0f;
                 const float gam = mf * (BYP ? gv : rnd_ct<CT>(gv));
                 const float v1 = r1[mi][ni][e], v2 = r2[mi][ni][e];
-                if (sigpart) gs += (double)gam * ((double)rowc[row] * (double)v1 * (double)v2);
-                const float f = gam * sig * rowc[row];
-                r1[mi][ni][e] = f * v2;
-                r2[mi][ni][e] = f * v1;
+                if (do_sig) gs += (double)gam * ((double)rowc[row] * (double)v1 * (double)v2);
+                r1[mi][ni][e] = gam * sig * rowc[row] * (t ? v1 : v2);
             }
-    if (sigpart) {
+    if (do_sig) {
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) gs += __shfl_xor_sync(0xffffffffu, gs, o);
         if ((threadIdx.x & 31) == 0) red[warp] = gs;
     }
     CT *parts[3];
     for (int p = 0; p < 3; p++) parts[p] = (CT *)(dsm + ly.parts) + p * TM * (TN + 8);
-    for (int t = 0; t < 2; t++) {
-        float *pA = t ? pA2 : pA1, *pB = t ? pB2 : pB1;
-        if (!pA && !pB) continue;
-        __syncthreads(); /* the previous term's readers are done with the parts */
+    float *pA = t ? pA2 : pA1, *pB = t ? pB2 : pB1;
+    if (pA || pB) {
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    store_parts<CT>(parts, np, acc_row(m0, mi, e) * (TN + 8) + acc_col(n0, ni, e), t ? r2[mi][ni][e] : r1[mi][ni][e]);
+                for (int e = 0; e < 4; e++) store_parts<CT>(parts, np, acc_row(m0, mi, e) * (TN + 8) + acc_col(n0, ni, e), r1[mi][ni][e]);
         __syncthreads();
         if (t) tc_term<CT, RP>(parts, np, a2[0], la2, b2[0], lb2, L.r2, L, mb, pA, pB);
         else tc_term<CT, RP>(parts, np, a1[0], la1, b1[0], lb1, L.r1, L, mb, pA, pB);
     }
-    if (sigpart) {
+    if (do_sig) {
         __syncthreads();
         if (threadIdx.x == 0) {
             double s = 0.0;
@@ -237,7 +236,7 @@ int tc_grad_launch(const lk_loha_args *a, i64 o0, i64 rows, float *const *p, dou
     const lk_loha &L = a->L;
     const int bytes = tg_plan(RP, ct_of<CT>::dt, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a->G.dt, nsplit<CT>::n).total;
     LK_CHECK(cudaFuncSetAttribute(k_loha_tc_grad<CT, RP, BYP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    const dim3 grid((unsigned)cdiv(L.IK, TN), (unsigned)cdiv(rows, TM));
+    const dim3 grid((unsigned)cdiv(L.IK, TN), (unsigned)cdiv(rows, TM), 2); /* z: the term */
     k_loha_tc_grad<CT, RP, BYP><<<grid, NT, bytes, s>>>(*a, o0, p[0], p[1], p[2], p[3], sigpart);
     LK_LAUNCHED("loha tc_grad");
     return LYCO_OK;
