@@ -11,11 +11,13 @@
  * (4 × 4 mma.sync m16n8k16 per 16-wide k step, fragments by ldmatrix.x4 — .trans for an operand
  * given k-major — from rows of pitch 40 or 136 halfwords: 80- and 272-byte rows put eight
  * consecutive rows in eight distinct 16-byte bank groups, conflict-free). k advances
- * in steps of 32 through a 4-stage cp.async ring (gm_issue: raw_issue per step; 3 steps in flight
- * while one is consumed; 80 KB of shared memory for 16-bit A and B, 2 blocks per SM), or with
- * LYCO_CUDA_GEMM_K=64 in steps of 64 through 3 stages (110 KB; half the barriers per k).
+ * in steps of 64 through a 3-stage cp.async ring (gm_issue: raw_issue per step; 2 steps in flight
+ * while one is consumed; 110 KB of shared memory for 16-bit A and B, 2 blocks per SM), or with
+ * LYCO_CUDA_GEMM_K=32 in steps of 32 through 4 stages (80 KB).
  * H200, 8192 × 2048 × 4096 bf16 (LoHa bypass forward's chunk), k 32: 673 µs = 204 TFLOP/s, 24%
- * warps active, 51% issue slots (Nsight Compute, fe8b53a).
+ * warps active, 51% issue slots (Nsight Compute, fe8b53a); k 64 takes the whole bypass forward
+ * from 1502 to 1281 µs (~240 TFLOP/s, b0acadc). The limiter is mma.sync itself at 16 warps per
+ * SM; sm_90's wgmma (asynchronous warpgroup MMA from shared memory) is the next step.
  * The grid runs n fastest (blockIdx.x over N tiles), so the blocks resident at once share their
  * A rows and the whole B operand stays in L2 (B is the small operand here: a ΔW̄ row chunk).
  * Epilogue: the fp32 accumulators go to shared memory (reusing the ring), then each thread adds
@@ -172,13 +174,13 @@ template <typename CT, bool AT, bool BT, int GK, int GS> __global__ __launch_bou
     }
 }
 
-/* LYCO_CUDA_GEMM_K=64: k steps of 64 through 3 stages (half the barriers per k; A/B against the
-   default 32 × 4) */
+/* k steps of 64 through 3 stages by default (H200, LoHa bypass forward 4096², 8192 tokens: 1281 µs
+   against 1502 with steps of 32 through 4 stages); LYCO_CUDA_GEMM_K=32 selects the latter (A/B) */
 int gemm_k() {
     static int k = 0;
     if (!k) {
         const char *e = getenv("LYCO_CUDA_GEMM_K");
-        k = e && atoi(e) == 64 ? 64 : 32;
+        k = e && atoi(e) == 32 ? 32 : 64;
     }
     return k;
 }
