@@ -722,6 +722,7 @@ typedef struct {
     double peak_extra_mib;  /* RSS high-water rise over the row's first call (-1 unknown) */
     bool pass, ran, acc_ran;
     char torch_why[320];
+    char acc_detail[300];   /* which output missed its accuracy budget, and by how much */
 } row_result;
 
 typedef struct {
@@ -788,6 +789,7 @@ static void row_accuracy(const family *f, const bshape *s, lyco_direction d, con
     r->ulp_fused = cr.backend.max_ulp;
     r->ulp_eager = cr.eager_ok ? cr.eager.max_ulp : NAN;
     r->pass = cr.pass;
+    snprintf(r->acc_detail, sizeof r->acc_detail, "%s", cr.pass ? "" : cr.detail);
 }
 
 /* k timed lyco calls, each after a cache sweep (a warm-up call first unless the call is long
@@ -931,9 +933,11 @@ static void print_row(const row_result *r) {
                r->ulp_eager, r->path);
         return;
     }
-    printf("%-8s %-10s %-24s %-16s | %8.4g %8.4g | %9.0f %9.0f | %9.0f %6.2f | %6.1f %7.1f | %7.1f | %s %s | %s%s%s%s\n", r->f->name,
+    const bool over = r->acc_ran && !r->pass;
+    printf("%-8s %-10s %-24s %-16s | %8.4g %8.4g | %9.0f %9.0f | %9.0f %6.2f | %6.1f %7.1f | %7.1f | %s %s | %s%s%s%s%s%s%s\n", r->f->name,
            dir_short(r->dir), r->shape, r->dtypes, r->ulp_fused, r->ulp_eager, r->med_us, r->min_us, r->floor_us, r->med_us / r->floor_us, r->gbs,
-           r->gflops, r->peak_extra_mib, tor, spd, r->path, r->acc_ran && !r->pass ? " (ulp over budget)" : "", r->torch_why[0] ? "; torch: " : "", r->torch_why);
+           r->gflops, r->peak_extra_mib, tor, spd, r->path, over ? " (ulp over budget" : "", over && r->acc_detail[0] ? ": " : "",
+           over ? r->acc_detail : "", over ? ")" : "", r->torch_why[0] ? "; torch: " : "", r->torch_why);
 }
 
 static double nan_neg(double v) { return isnan(v) ? -1.0 : v; }
