@@ -2,13 +2,22 @@
  * cayley.c — the fp32 Cayley transform with the norm constraint and its adjoint, and the
  * channel-row tile I/O of the OFT family (see cayley.h for the formulas and layouts).
  *
- * Shapes: nblk blocks of n×n, compact row-major. Work: O(nblk·n³) per call, once per call (the
- * blocks are small); single-threaded. Extra memory: 3·nblk·n² floats (state) + 3·n² (scratch).
+ * Shapes: nblk blocks of n×n, compact row-major. Work: O(nblk·n³) per call, once per call; the
+ * blocks are independent once the all-blocks norm is known, so they are spread over the threads
+ * (each block computed by one thread exactly as before: results do not depend on the thread
+ * count), when there is enough work to pay for the fork (CAYLEY_PAR_WORK n³-units). The norm and
+ * the constraint's dot product stay single-threaded sums in a fixed order. Single-threaded the
+ * forward took 1.1–1.3 ms for 80 blocks of 16 (Diag-OFT at 1280 channels) and 4.2–4.8 ms for
+ * 1024 blocks of 10 (BOFT b10, 8 stages) on the dev box — a serial share of the 2155 µs and
+ * 15035 µs those merges took at 16 threads on the H200 host.
+ * Extra memory: 3·nblk·n² floats (state) + 3·n² per thread (scratch).
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "cayley.h"
+
+#define CAYLEY_PAR_WORK 65536 /* Σ n³ over the blocks below which the loops stay single-threaded */
 
 void cpu_cayley_free(cpu_cayley *cy) {
     free(cy->Q0);
@@ -71,12 +80,12 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     cy->Q0 = malloc(sizeof(float) * (size_t)(all + 1));
     cy->A = malloc(sizeof(float) * (size_t)(all + 1));
     cy->Rm1 = malloc(sizeof(float) * (size_t)(all + 1));
-    float *M = malloc(sizeof(float) * (size_t)(3 * nn + 1));
-    if (!cy->Q0 || !cy->A || !cy->Rm1 || !M) {
-        free(M);
+    const int nt = cpu_threads();
+    float *scratch = malloc(sizeof(float) * (size_t)(3 * nn * nt + 1));
+    if (!cy->Q0 || !cy->A || !cy->Rm1 || !scratch) {
+        free(scratch);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
     }
-    float *Q = M + nn, *Tm = Q + nn;
     double ss = 0.0;
     for (int64_t k = 0; k < nblk; k++) {
         const float *Bk = B + k * nn;
@@ -94,7 +103,9 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     double nu = cy->q0norm + 1e-8;
     cy->active = kc > 0.0 && nu > kc;
     cy->scale = cy->active ? (float)(kc / nu) : 1.0f;
+#pragma omp parallel for schedule(static) if (nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < nblk; k++) {
+        float *M = scratch + (size_t)cpu_thread_id() * (size_t)(3 * nn), *Q = M + nn, *Tm = Q + nn;
         const float *Q0k = cy->Q0 + k * nn;
         float *Ak = cy->A + k * nn, *Rk = cy->Rm1 + k * nn;
         for (int64_t i = 0; i < nn; i++) Q[i] = cy->active ? Q0k[i] * cy->scale : Q0k[i];
@@ -124,19 +135,22 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
             }
         refine(n, Ak, M, Tm, Rk);
     }
-    free(M);
+    free(scratch);
     return LYCO_OK;
 }
 
 lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
     int64_t n = cy->n, nn = n * n, all = cy->nblk * nn;
-    double *GQ = malloc(sizeof(double) * (size_t)(all + nn + 1)), *T = GQ + all;
+    const int nt = cpu_threads();
+    double *GQ = malloc(sizeof(double) * (size_t)(all + nn * nt + 1));
     if (!GQ) return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory");
     /* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ, then the constraint and G_B = G_Q0 − G_Q0ᵀ, all in double and
        rounded once: G_B keeps only the skew part of G_Q (and the constraint subtracts a multiple
        of Q0), which can be much smaller than G_Q, so roundings on the way are amplified there
        (fp32 sums gave 23 ulp on a BOFT gradient row, 15 this way). */
+#pragma omp parallel for schedule(static) if (cy->nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < cy->nblk; k++) {
+        double *T = GQ + all + (size_t)cpu_thread_id() * (size_t)nn;
         const float *Ak = cy->A + k * nn, *Gk = GR + k * nn;
         double *Ok = GQ + k * nn;
         for (int64_t a = 0; a < n; a++)          /* T = Aᵀ·G_R */
@@ -161,6 +175,7 @@ lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
         for (int64_t i = 0; i < all; i++) GQ[i] = sc * GQ[i] - c2 * (double)cy->Q0[i];
     }
     /* Q0 = B − Bᵀ */
+#pragma omp parallel for schedule(static) if (cy->nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < cy->nblk; k++) {
         const double *G = GQ + k * nn;
         float *O = GB + k * nn;
