@@ -9,7 +9,9 @@
  * the constraint's dot product stay single-threaded sums in a fixed order. Single-threaded the
  * forward took 1.1–1.3 ms for 80 blocks of 16 (Diag-OFT at 1280 channels) and 4.2–4.8 ms for
  * 1024 blocks of 10 (BOFT b10, 8 stages) on the dev box — a serial share of the 2155 µs and
- * 15035 µs those merges took at 16 threads on the H200 host.
+ * 15035 µs those merges took at 16 threads on the H200 host. (On the 2-vCPU dev box two threads
+ * give no gain — each block then takes ~30 µs instead of ~14 — so the 16-core effect is still to
+ * be measured.)
  * Extra memory: 3·nblk·n² floats (state) + 3·n² per thread (scratch).
  */
 #include <math.h>
