@@ -113,6 +113,19 @@ static inline lk_view lk_view_sub(lk_view v, int64_t r0, int64_t nr, int64_t c0,
     if (((uintptr_t)v.p & 15) != 0) v.flags &= ~LK_VEC;
     return v;
 }
+/* Row-major stream-ordered scratch (rows × cols, row pitch ld elements, 16-byte rows: scratch is
+   256-byte aligned and ld·elem_size a multiple of 16). */
+static inline lk_view lk_pitched_view(const void *p, int64_t rows, int64_t cols, int64_t ld, int32_t dt) {
+    lk_view v;
+    v.p = p;
+    v.s0 = ld;
+    v.s1 = 1;
+    v.rows = rows;
+    v.cols = cols;
+    v.dt = dt;
+    v.flags = LK_VEC;
+    return v;
+}
 /* A linear layer's activation (tokens × features) as a view, with LK_VEC where it holds. */
 static inline lk_view lk_act_as_view(lk_act x, int64_t tokens, int64_t features) {
     const int64_t es = x.dt == 2 ? 4 : 2;

@@ -55,6 +55,9 @@ int lk_expand_fits(const lk_expand_args *a, const lk_device *dev);
    the stats-mode args (out absent; stat_part may still be NULL). */
 int64_t lk_expand_stat_tiles(const lk_expand_args *a);
 int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
+/* A merge forward (out set, no stat_part): lk_expand, or with DoRA (dora.on; m = mult) the
+   statistics launch, the statistics and the merge, with their scratch. */
+int lk_expand_merge(const lk_expand_args *a, const lk_device *dev, void *stream);
 
 /* h = RN_CT(q ⊙ (A·Bᵀ)) into h (M×r view of CT scratch, row pitch rp = the rank tile); A M×K,
    B r×K; mask 1×r or absent. Scratch (partials) is allocated and freed on the stream. */

@@ -1063,23 +1063,7 @@ static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, c
     e.K = L.K;
     if (!lk_expand_fits(&e, dev)) return LYCO_OK;
     *done = true;
-    if (!a->dora.on) return lk_expand(&e, dev, s);
-    /* DoRA: stats pass (per-tile Σ V² partials), statistics, then the merge with them */
-    const i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-    lk_expand_args st = e;
-    memset(&st.out, 0, sizeof st.out);
-    const i64 tiles = lk_expand_stat_tiles(&st);
-    float *ws = NULL;
-    int rc = lk_scratch_alloc((void **)&ws, (size_t)(tiles * n + 3 * kept) * sizeof(float), s);
-    if (rc) return rc;
-    st.stat_part = ws;
-    rc = lk_expand(&st, dev, s);
-    if (rc == LYCO_OK)
-        rc = lk_dora_finish_parts(&a->dora, ws, tiles, n, kept, a->dora.on_out ? 1 : L.K, L.m, L.ct, ws + tiles * n, s);
-    e.st = ws + tiles * n;
-    if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
-    int rf = lk_scratch_free(ws, s);
-    return rc ? rc : rf;
+    return lk_expand_merge(&e, dev, s);
 }
 
 static int bypass_fwd_lowrank(const lk_bypass_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {

@@ -270,7 +270,7 @@ static bool tc_off() {
 static bool tc_common(const lk_loha_args *a) {
     const lk_loha &L = a->L;
     const i64 r = L.r1 > L.r2 ? L.r1 : L.r2;
-    return !a->legacy && !tc_off() && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && !L.b_exact && L.r1 >= 1 && L.r2 >= 1 &&
+    return !a->legacy && !tc_off() && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && L.r1 >= 1 && L.r2 >= 1 &&
            lk_reduce_rank_tile(r) != 0;
 }
 
@@ -309,23 +309,7 @@ extern "C" int lk_loha_tc_merge_fwd(const lk_loha_args *a, const lk_device *dev,
     e.dora = a->dora;
     if (!lk_expand_fits(&e, dev)) return LYCO_OK;
     *done = 1;
-    if (!a->dora.on) return lk_expand(&e, dev, stream);
-    /* DoRA: statistics launch (per-tile Σ V² partials), the statistics, then the merge with them */
-    cudaStream_t s = (cudaStream_t)stream;
-    const i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-    lk_expand_args st = e;
-    memset(&st.out, 0, sizeof st.out);
-    const i64 tiles = lk_expand_stat_tiles(&st);
-    float *ws = NULL;
-    int rc = lk_scratch_alloc((void **)&ws, (size_t)(tiles * n + 3 * kept) * sizeof(float), s);
-    if (rc) return rc;
-    st.stat_part = ws;
-    rc = lk_expand(&st, dev, s);
-    if (rc == LYCO_OK) rc = lk_dora_finish_parts(&a->dora, ws, tiles, n, kept, a->dora.on_out ? 1 : L.K, L.m, L.ct, ws + tiles * n, s);
-    e.st = ws + tiles * n;
-    if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
-    const int rf = lk_scratch_free(ws, s);
-    return rc ? rc : rf;
+    return lk_expand_merge(&e, dev, stream);
 }
 
 extern "C" int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done) {
@@ -337,14 +321,7 @@ extern "C" int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev
     i64 oc = cdiv(cdiv(L.O, nch), 128) * 128;
     if (oc > L.O) oc = L.O;
     lk_expand_args e = tc_expand(a, 0, oc);
-    lk_view dw;
-    memset(&dw, 0, sizeof dw);
-    dw.s0 = ld;
-    dw.s1 = 1;
-    dw.rows = oc;
-    dw.cols = L.IK;
-    dw.dt = L.ct;
-    dw.flags = LK_VEC;
+    const lk_view dw = lk_pitched_view(NULL, oc, L.IK, ld, L.ct);
     e.out = dw;
     lk_gemm_args g;
     memset(&g, 0, sizeof g);
@@ -404,13 +381,7 @@ static lk_gemm_args tc_ge_gemm(const lk_loha_args *a, i64 o0, i64 n, float *chun
     g.a_t = 1;
     g.B = lk_act_as_view(a->x, a->T, L.IK);
     g.b_t = 1;
-    g.out.p = chunk;
-    g.out.s0 = ld;
-    g.out.s1 = 1;
-    g.out.rows = n;
-    g.out.cols = L.IK;
-    g.out.dt = DT_F32;
-    g.out.flags = LK_VEC;
+    g.out = lk_pitched_view(chunk, n, L.IK, ld, DT_F32);
     return g;
 }
 
@@ -505,13 +476,7 @@ static int tc_dx(const lk_loha_args *a, const lk_device *dev, cudaStream_t s) {
         e.N = n;
         e.Q = lk_view_sub(L.B1, 0, L.r1, i0, n);
         e.Q2 = lk_view_sub(L.B2, 0, L.r2, i0, n);
-        e.out.p = chunk;
-        e.out.s0 = ld;
-        e.out.s1 = 1;
-        e.out.rows = L.O;
-        e.out.cols = n;
-        e.out.dt = L.ct;
-        e.out.flags = LK_VEC;
+        e.out = lk_pitched_view(chunk, L.O, n, ld, L.ct);
         if ((rc = lk_expand(&e, dev, s))) break;
         lk_gemm_args g;
         memset(&g, 0, sizeof g);

@@ -691,6 +691,28 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     }
 }
 
+/* A merge forward through the expand: one launch; with DoRA a statistics launch (per-tile Σ V²
+   partials), lk_dora_finish_parts, then the merge with those statistics. */
+extern "C" int lk_expand_merge(const lk_expand_args *e0, const lk_device *dev, void *stream) {
+    if (!e0->dora.on) return lk_expand(e0, dev, stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    const lk_dora &dr = e0->dora;
+    const i64 n = dr.on_out ? e0->M : e0->N, kept = dr.on_out ? e0->M : e0->N / e0->K;
+    lk_expand_args st = *e0, e = *e0;
+    memset(&st.out, 0, sizeof st.out);
+    const i64 tiles = lk_expand_stat_tiles(&st);
+    float *ws = NULL;
+    int rc = lk_scratch_alloc((void **)&ws, (size_t)(tiles * n + 3 * kept) * sizeof(float), s);
+    if (rc) return rc;
+    st.stat_part = ws;
+    rc = lk_expand(&st, dev, s);
+    if (rc == LYCO_OK) rc = lk_dora_finish_parts(&dr, ws, tiles, n, kept, dr.on_out ? 1 : e0->K, e0->mult, e0->ct, ws + tiles * n, s);
+    e.st = ws + tiles * n;
+    if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
+    const int rf = lk_scratch_free(ws, s);
+    return rc ? rc : rf;
+}
+
 static int reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M,
                         int64_t K, int64_t rp, float **part, i64 *Z, const lk_device *dev, cudaStream_t s) {
     *part = NULL;
