@@ -340,8 +340,10 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
        fp32 accumulation adds < 0.01 ULP to 16-bit outputs; on fp32 outputs ~0.3·sqrt(K) on
        average (§2.5), plus a few fp32 roundings of scale factors (s·m·σs, the epilogue add) on
        elements up to ~4× the RMS: 8 + 1.5·sqrt(K) bounds the max. A deliberately rounded
-       intermediate adds 0.5 ULP of the compute dtype times its downstream gain: up to ~4
-       ULP_compute (measured 2.2 on the mixed rows), counted in output ULPs.
+       intermediate adds 0.5 ULP of the compute dtype times its downstream gain: up to ~6
+       ULP_compute, counted in output ULPs (measured 2.2 on the case table's mixed rows, 4.87 on
+       the bench's DyLoRA bypass backward, 64 tokens × 640 × 256, bf16+fp32adapter, lora_up, seed
+       1796005559294120, where the eager twin reached 8.1).
        A full reduction to one value (σs's gradient) can cancel: its error is bounded by
        K·u·Σ|terms|, not by the RMS of its one output, so it gets a budget linear in K. */
     double K = reduction_length(c, dir);
@@ -364,7 +366,7 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
     /* DoRA's epilogue adds about four fp32 roundings per element (norm, d/n, the interpolation,
        V·c) on elements up to ~4× the RMS: measured up to 21.9 ULP on fp32 outputs */
     if (out == LYCO_F32 && (c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) acc += 16.0;
-    double inter = rounds_intermediate(c, dir) ? 4.0 * per * (full_reduction ? sqrt(K) : 1.0) : 0.0;
+    double inter = rounds_intermediate(c, dir) ? 6.0 * per * (full_reduction ? sqrt(K) : 1.0) : 0.0;
     if (!eager) return 1.0 + acc + inter;
     /* the eager twin rounds every intermediate to the compute dtype: up to a few dozen stages of
        0.5 ULP_compute times their gain */
