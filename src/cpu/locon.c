@@ -9,7 +9,9 @@
  * merge bwd : G_Ū = Γ · Pᵀ (row-local), G_P = Ūᵀ · Γ (per-thread partials over row blocks),
  *             then Tucker: G_M[i,j,κ] = Σ_c G_P[i,c,κ] D[j,c], G_D[j,c] = Σ_{i,κ} M[i,j,κ] G_P[i,c,κ]
  * bypass fwd (linear): per tile of TB tokens: h = rnd_T(x · Pᵀ) (the eager chain's rounding point,
- *             NUMERICS.md §1.6), y = y0 + h · (Ū·m·σs)ᵀ — ΔW never exists; x, y0 read once, y written once
+ *             NUMERICS.md §1.6), y = y0 + h · (Ū·m·σs)ᵀ — ΔW never exists; x, y0 read once, y written once;
+ *             the second product is nn against Ū'ᵀ = (Ū·m·σs)ᵀ (r × O, made once per call), so it runs
+ *             on 6×16 register tiles, one FMA chain over r then + y0 (dense.c's nn order)
  * bypass bwd (linear): per tile: h recomputed; gh = dy · (Ū·m·σs) computed once and used twice:
  *             dx = gh · P and G_P += ghᵀ · x; G_Ū += dyᵀ · h; G_σs = ⟨G_Ūraw, Ū·m⟩ at the end.
  * DyLoRA (ALGORITHMS.md §2.8) is the same computation over the active ranks only (r = t·bs
@@ -24,7 +26,7 @@
  * unless the caller's bias were passed with y0 (the path report says so).
  *
  * Extra memory: P and Ū (r·I·K + O·r floats); per thread one tile (TB × (I + O + 2r) floats) and
- * the gradient partials (r·I·K + O·r floats).
+ * the gradient partials (r·I·K + O·r floats); bypass fwd: Ū'ᵀ (O·r floats).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,10 +212,19 @@ static lyco_status bypass_fwd(const lyco_call *c, locon_t *s) {
     bool add = b->y0 && !(b->flags & LYCO_BYPASS_DELTA_ONLY);
     if (add) cpu_view_init(&y0v, b->y0, b->y0->ndim - 1);
     float f = (float)(c->m) * cpu_sigma(c);
-    for (int64_t n = 0; n < O * r; n++) s->U[n] *= f;
+    /* Ū'ᵀ (r × O): y = h·Ū'ᵀ is then an nn product (one FMA chain over the r ranks per element,
+       6×16 register tiles); as nt with K = r it was dot products of 4 vectors, each closed by a
+       horizontal sum */
+    float *Ut = malloc(sizeof(float) * (size_t)(O * r + 1));
     int64_t nblocks = (N + TB - 1) / TB;
     float *work = calloc((size_t)s->nt * (size_t)(TB * (I + O + r)) + 1, sizeof(float));
-    if (!work) return lyco_fail(LYCO_ERR_NOMEM, "cpu locon bypass: out of memory");
+    if (!work || !Ut) {
+        free(work);
+        free(Ut);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu locon bypass: out of memory");
+    }
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t k = 0; k < r; k++) Ut[k * O + o] = s->U[o * r + k] * f;
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblocks; blk++) {
         float *x = work + (size_t)cpu_thread_id() * (size_t)(TB * (I + O + r)), *h = x + TB * I, *y = h + TB * r;
@@ -223,10 +234,11 @@ static lyco_status bypass_fwd(const lyco_call *c, locon_t *s) {
         cpu_round(h, nt * r, T);
         if (add)
             for (int64_t t = 0; t < nt; t++) cpu_load(&y0v, t0 + t, 0, O, T, y + t * O);
-        cpu_gemm_nt(nt, O, r, h, r, s->U, r, y, O, add);
+        cpu_gemm_nn(nt, O, r, h, r, Ut, O, y, O, add);
         for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, 0, O, y + t * O);
     }
     free(work);
+    free(Ut);
     return LYCO_OK;
 }
 
