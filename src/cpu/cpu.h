@@ -85,6 +85,12 @@ struct cpu_delta {
     void *state;            /* the algorithm's own data */
     bool needs_w;           /* rows() reads W's rows */
     bool uses_sigma;        /* multiply by σs (LoCon, LoHa, LoKr, GLoRA) */
+    /* Backward only (0: the defaults). rows_bwd_block: rows per block (0: merge.c's RB). groups > 0:
+       the driver runs the row blocks in `groups` fixed contiguous runs, one thread per run, and
+       passes the run's index as rows_bwd's `tid` (the generator allocated `groups` partials), so
+       the partials — and its own σs partials — do not depend on the thread count. */
+    int64_t rows_bwd_block;
+    int groups;
 };
 lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d);
 lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d);

@@ -6,8 +6,12 @@
  *   Ū  = U ⊙ q_i · s (O × r)   (q_i: the rank mask, bypass only; q_o, the merge row mask, is applied
  *                               to Ū's rows)
  * merge fwd : ΔW̄ rows = Ū_rows · P, fed to the shared driver (merge.c: m, σs, DoRA, modes)
- * merge bwd : G_Ū = Γ · Pᵀ (row-local), G_P = Ūᵀ · Γ (per-thread partials over row blocks),
- *             then Tucker: G_M[i,j,κ] = Σ_c G_P[i,c,κ] D[j,c], G_D[j,c] = Σ_{i,κ} M[i,j,κ] G_P[i,c,κ]
+ * merge bwd : G_Ū = Γ · Pᵀ (row-local), G_P = Ūᵀ · Γ over blocks of MERGE_BWD_ROWS rows (K = 32
+ *             per pass over the G_P partial, not 4), partials per fixed run of blocks (GROUPS, the
+ *             driver's `groups`), then Tucker: G_M[i,j,κ] = Σ_c G_P[i,c,κ] D[j,c], G_D[j,c] = Σ_{i,κ} M[i,j,κ] G_P[i,c,κ]
+ * Every gradient partial (merge and bypass) belongs to a fixed run of row blocks or token tiles
+ * (at most GROUPS runs, set by the shape), summed in order by one thread and combined in run
+ * order: the gradients do not depend on the thread count (tested at 1, 2, 3 threads).
  * bypass fwd (linear): per tile of TB tokens: h = rnd_T(x · Pᵀ) (the eager chain's rounding point,
  *             NUMERICS.md §1.6), y = y0 + h · (Ū·m·σs)ᵀ — ΔW never exists; x, y0 read once, y written once;
  *             the second product is nn against Ū'ᵀ = (Ū·m·σs)ᵀ (r × O, made once per call), so it runs
@@ -25,8 +29,9 @@
  * DoRA in bypass takes the eager twin: y = op(x, W'' − W) needs x·Wᵀ (the base GEMM again)
  * unless the caller's bias were passed with y0 (the path report says so).
  *
- * Extra memory: P and Ū (r·I·K + O·r floats); per thread one tile (TB × (I + O + 2r) floats) and
- * the gradient partials (r·I·K + O·r floats); bypass fwd: Ū'ᵀ (O·r floats).
+ * Extra memory: P and Ū (r·I·K + O·r floats); per thread one tile (TB × (I + O + 2r) floats);
+ * per run (≤ GROUPS, fewer when PART_FLOATS would be exceeded) the gradient partials (r·I·K + O·r
+ * floats; conv with dx: + one fp32 input image); bypass fwd: Ū'ᵀ (O·r floats).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +40,13 @@
 
 #define TB 32
 #define TP 64
+/* Gradient partials: at most GROUPS fixed runs of row blocks (merge) or token tiles (bypass), each
+   run summed in order by one thread, the runs combined in run order — set by the shape alone, so
+   the gradients do not depend on the thread count. PART_FLOATS bounds the partials' memory. */
+#define GROUPS 8
+#define PART_FLOATS ((int64_t)1 << 24)
+/* merge backward: rows per block (G_P += Ūᵀ·Γ then takes K = this many rows per pass over G_P) */
+#define MERGE_BWD_ROWS 32
 
 typedef struct {
     const lyco_call *c;
@@ -44,8 +56,9 @@ typedef struct {
     float *P, *U;        /* P (r×IK), Ū (O×r, masks and s folded in) */
     float *Uraw;         /* U as rounded (O×r), for the Tucker/σs chains */
     float *D, *M;        /* Tucker: D (r×I), M (r×r×K) */
-    float *gU, *gP;      /* per-thread partials: nt × (O×r), nt × (r×IK) */
-    int nt;
+    float *gU, *gP;      /* partials: nparts × (O×r) (bypass; merge: one O×r), nparts × (r×IK) */
+    int nt;              /* threads (per-thread scratch) */
+    int nparts;          /* gradient partials: fixed runs of blocks (GROUPS, parts_of) */
 } locon_t;
 
 static void locon_free(locon_t *s) {
@@ -61,6 +74,31 @@ static void locon_free(locon_t *s) {
 static float mask_at(const lyco_call *c, int64_t i) {
     const DLTensor *q = c->a->tensor[LYCO_RANK_MASK];
     return q ? lyco_load_f32(lyco_elem_at(q, i), lyco_dtype_of(q)) : 1.0f;
+}
+
+/* number of fixed runs for `units` blocks/tiles whose partials take `per` floats each (≥ 1) */
+static int parts_of(int64_t units, int64_t per) {
+    int64_t n = units < GROUPS ? units : GROUPS, cap = PART_FLOATS / (per > 0 ? per : 1);
+    if (n > cap) n = cap;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* merge backward: rows per block — MERGE_BWD_ROWS, fewer for long rows (the driver's scratch is
+   3 blocks per thread) */
+static int64_t merge_bwd_rows(int64_t IK) {
+    int64_t rb = 65536 / (IK > 0 ? IK : 1);
+    return rb > MERGE_BWD_ROWS ? MERGE_BWD_ROWS : rb < 4 ? 4 : rb;
+}
+
+/* the token tiles of a bypass backward (conv: per image) and the per-run floats of its partials */
+static void bypass_units(const lyco_call *c, const locon_t *s, int64_t *units, int64_t *per) {
+    if (c->a->layer.kind == LYCO_LAYER_CONV) {
+        *units = (c->sp_out_n + TP - 1) / TP;
+        *per = s->r * s->IK + s->O * s->r + (c->dx ? c->dims.I * c->sp_in_n : 0);
+    } else {
+        *units = (c->tokens + TB - 1) / TB;
+        *per = s->r * s->IK + s->O * s->r;
+    }
 }
 
 static lyco_status locon_prepare(const lyco_call *c, locon_t *s, bool grads) {
@@ -112,8 +150,18 @@ static lyco_status locon_prepare(const lyco_call *c, locon_t *s, bool grads) {
         for (int64_t i = 0; i < s->r; i++)
             s->U[o * s->r + i] = s->Uraw[o * s->r + i] * sc * (bypass ? mask_at(c, i) : mask_at(c, o));
     if (grads) {
-        s->gU = calloc((size_t)s->nt * (size_t)(s->O * s->r) + 1, sizeof(float));
-        s->gP = calloc((size_t)s->nt * (size_t)(s->r * s->IK) + 1, sizeof(float));
+        bool merge = c->dir == LYCO_DIR_MERGE_BWD;
+        int64_t units, per;
+        if (merge) {
+            int64_t rb = merge_bwd_rows(s->IK);
+            units = (s->O + rb - 1) / rb;
+            per = s->r * s->IK;
+        } else {
+            bypass_units(c, s, &units, &per);
+        }
+        s->nparts = parts_of(units, per);
+        s->gU = calloc((size_t)(merge ? 1 : s->nparts) * (size_t)(s->O * s->r) + 1, sizeof(float));
+        s->gP = calloc((size_t)s->nparts * (size_t)(s->r * s->IK) + 1, sizeof(float));
         if (!s->gU || !s->gP) return lyco_fail(LYCO_ERR_NOMEM, "cpu locon: out of memory for gradient partials");
     }
     return LYCO_OK;
@@ -121,18 +169,21 @@ static lyco_status locon_prepare(const lyco_call *c, locon_t *s, bool grads) {
 
 /* ---- merge: the ΔW̄ row generator ---- */
 
+/* in 4-row products: dense.c's few-row path reads P in place (from 16 rows on it would pack P per
+   call); every element is the same chain whatever the split */
 static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
     (void)W;
     const locon_t *s = dl->state;
-    cpu_gemm_nn(nr, s->IK, s->r, s->U + o0 * s->r, s->r, s->P, s->IK, out, s->IK, false);
+    for (int64_t i = 0; i < nr; i += 4)
+        cpu_gemm_nn(nr - i < 4 ? nr - i : 4, s->IK, s->r, s->U + (o0 + i) * s->r, s->r, s->P, s->IK, out + i * s->IK, s->IK, false);
 }
 
-static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
+static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int part) {
     (void)W;
     const locon_t *s = dl->state;
-    /* G_Ū rows are owned by this block; G_P accumulates in this thread's partial */
+    /* G_Ū rows are owned by this block; G_P accumulates in its run's partial (the driver's groups) */
     cpu_gemm_nt(nr, s->r, s->IK, G, s->IK, s->P, s->IK, s->gU + o0 * s->r, s->r, false);
-    cpu_gemm_tn(s->r, s->IK, nr, s->U + o0 * s->r, s->r, G, s->IK, s->gP + (size_t)tid * (size_t)(s->r * s->IK), s->IK, true);
+    cpu_gemm_tn(s->r, s->IK, nr, s->U + o0 * s->r, s->r, G, s->IK, s->gP + (size_t)part * (size_t)(s->r * s->IK), s->IK, true);
 }
 
 /* Reduces the G_P partials (thread order), chains G_Ū and G_P to the slots, stores them. */
@@ -141,7 +192,7 @@ static lyco_status store_grads(const locon_t *s, const float *gU_total, bool byp
     const lyco_dims *d = &c->dims;
     int64_t nP = s->r * s->IK;
     float *gP = s->gP;
-    for (int t = 1; t < s->nt; t++)
+    for (int t = 1; t < s->nparts; t++)
         for (int64_t n = 0; n < nP; n++) gP[n] += s->gP[(size_t)t * (size_t)nP + n];
     int64_t rt = s->r_total;
     if (c->g->grad[LYCO_LORA_UP]) {
@@ -264,10 +315,13 @@ static lyco_status bypass_bwd(const lyco_call *c, locon_t *s) {
     }
     for (int64_t n = 0; n < O * r; n++) Uf[n] = s->U[n] * f;
     int64_t nblocks = (N + TB - 1) / TB;
+    int np = s->nparts;
 #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblocks; blk++) {
-        int tid = cpu_thread_id();
-        float *x = work + (size_t)tid * (size_t)(TB * (2 * I + O + 2 * r)), *dx = x + TB * I, *dy = dx + TB * I, *h = dy + TB * O, *gh = h + TB * r;
+    for (int part = 0; part < np; part++) {
+      float *x = work + (size_t)cpu_thread_id() * (size_t)(TB * (2 * I + O + 2 * r)), *dx = x + TB * I, *dy = dx + TB * I,
+            *h = dy + TB * O, *gh = h + TB * r;
+      float *gP = s->gP + (size_t)part * (size_t)(r * I), *gUp = s->gU + (size_t)part * (size_t)(O * r);
+      for (int64_t blk = nblocks * part / np; blk < nblocks * (part + 1) / np; blk++) {
         int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
         for (int64_t t = 0; t < nt; t++) {
             cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
@@ -282,12 +336,13 @@ static lyco_status bypass_bwd(const lyco_call *c, locon_t *s) {
             cpu_gemm_nn(nt, I, r, gh, r, s->P, I, dx, I, false);  /* dx = gh · P */
             for (int64_t t = 0; t < nt; t++) cpu_store(&dxv, t0 + t, 0, I, dx + t * I);
         }
-        cpu_gemm_tn(r, I, nt, gh, r, x, I, s->gP + (size_t)tid * (size_t)(r * I), I, true);  /* G_P += ghᵀ·x */
-        cpu_gemm_tn(O, r, nt, dy, O, h, r, s->gU + (size_t)tid * (size_t)(O * r), r, true);  /* G_Ū += dyᵀ·h */
+        cpu_gemm_tn(r, I, nt, gh, r, x, I, gP, I, true);    /* G_P += ghᵀ·x */
+        cpu_gemm_tn(O, r, nt, dy, O, h, r, gUp, r, true);   /* G_Ū += dyᵀ·h */
+      }
     }
-    /* reduce G_Ū partials; G_σs = ⟨Σ dyᵀh, Ū·m⟩ (masks and s inside Ū) */
+    /* reduce G_Ū partials (run order); G_σs = ⟨Σ dyᵀh, Ū·m⟩ (masks and s inside Ū) */
     float *gU = s->gU;
-    for (int t = 1; t < s->nt; t++)
+    for (int t = 1; t < s->nparts; t++)
         for (int64_t n = 0; n < O * r; n++) gU[n] += s->gU[(size_t)t * (size_t)(O * r) + n];
     lyco_status st = LYCO_OK;
     if (c->g && c->g->grad[LYCO_SCALAR]) {
@@ -421,7 +476,8 @@ static lyco_status conv_bypass_bwd(const lyco_call *c, locon_t *s) {
     size_t per = (size_t)(2 * TP * IK + 2 * r * TP + O * TP);
     size_t imgn = (size_t)(g.I * g.sin);
     float *Uf = malloc(sizeof(float) * (size_t)(O * r + 1)), *img = malloc(sizeof(float) * (imgn + 1));
-    float *work = malloc(sizeof(float) * ((size_t)s->nt * per + 1)), *dimg = calloc((size_t)s->nt * imgn + 1, sizeof(float));
+    int np = s->nparts;
+    float *work = malloc(sizeof(float) * ((size_t)s->nt * per + 1)), *dimg = calloc((size_t)np * imgn + 1, sizeof(float));
     if (!Uf || !img || !work || !dimg) {
         free(Uf);
         free(img);
@@ -432,29 +488,31 @@ static lyco_status conv_bypass_bwd(const lyco_call *c, locon_t *s) {
     for (int64_t n = 0; n < O * r; n++) Uf[n] = s->U[n] * f;
     for (int64_t n = 0; n < c->tokens; n++) {
         for (int64_t ch = 0; ch < g.I; ch++) cpu_load(&xv, n * g.I + ch, 0, g.sin, T, img + ch * g.sin);
-        if (c->dx) memset(dimg, 0, sizeof(float) * (size_t)s->nt * imgn);
+        if (c->dx) memset(dimg, 0, sizeof(float) * (size_t)np * imgn);
 #pragma omp parallel for schedule(static)
-        for (int64_t tile = 0; tile < ntiles; tile++) {
-            int tid = cpu_thread_id();
-            float *Xt = work + (size_t)tid * per, *dXt = Xt + TP * IK, *hT = dXt + TP * IK, *ghT = hT + r * TP, *dyT = ghT + r * TP;
-            int64_t p0 = tile * TP, np = g.sout - p0 < TP ? g.sout - p0 : TP;
+        for (int part = 0; part < np; part++) {
+          float *Xt = work + (size_t)cpu_thread_id() * per, *dXt = Xt + TP * IK, *hT = dXt + TP * IK, *ghT = hT + r * TP,
+                *dyT = ghT + r * TP;
+          for (int64_t tile = ntiles * part / np; tile < ntiles * (part + 1) / np; tile++) {
+            int64_t p0 = tile * TP, npos = g.sout - p0 < TP ? g.sout - p0 : TP;
             for (int64_t o = 0; o < O; o++) {
-                cpu_load(&dyv, n * O + o, p0, np, T, dyT + o * np);
-                if (c->dy0 && !delta_only) cpu_store(&dy0v, n * O + o, p0, np, dyT + o * np);
+                cpu_load(&dyv, n * O + o, p0, npos, T, dyT + o * npos);
+                if (c->dy0 && !delta_only) cpu_store(&dy0v, n * O + o, p0, npos, dyT + o * npos);
             }
-            im2col(&g, img, p0, np, Xt);
-            cpu_gemm_nt(r, np, IK, s->P, IK, Xt, IK, hT, np, false);          /* hᵀ, as forward */
-            cpu_round(hT, r * np, T);
-            cpu_gemm_tn(r, np, O, Uf, r, dyT, np, ghT, np, false);             /* ghᵀ = Ū'ᵀ·dyᵀ, once */
-            cpu_gemm_nn(r, IK, np, ghT, np, Xt, IK, s->gP + (size_t)tid * (size_t)(r * IK), IK, true); /* G_P += ghᵀ·Xt */
-            cpu_gemm_nt(O, r, np, dyT, np, hT, np, s->gU + (size_t)tid * (size_t)(O * r), r, true);   /* G_Ū += dyᵀ·h */
+            im2col(&g, img, p0, npos, Xt);
+            cpu_gemm_nt(r, npos, IK, s->P, IK, Xt, IK, hT, npos, false);          /* hᵀ, as forward */
+            cpu_round(hT, r * npos, T);
+            cpu_gemm_tn(r, npos, O, Uf, r, dyT, npos, ghT, npos, false);          /* ghᵀ = Ū'ᵀ·dyᵀ, once */
+            cpu_gemm_nn(r, IK, npos, ghT, npos, Xt, IK, s->gP + (size_t)part * (size_t)(r * IK), IK, true); /* G_P += ghᵀ·Xt */
+            cpu_gemm_nt(O, r, npos, dyT, npos, hT, npos, s->gU + (size_t)part * (size_t)(O * r), r, true);  /* G_Ū += dyᵀ·h */
             if (c->dx) {
-                cpu_gemm_tn(np, IK, r, ghT, np, s->P, IK, dXt, IK, false);     /* dXt = gh·P */
-                col2im_add(&g, dXt, p0, np, dimg + (size_t)tid * imgn);
+                cpu_gemm_tn(npos, IK, r, ghT, npos, s->P, IK, dXt, IK, false);     /* dXt = gh·P */
+                col2im_add(&g, dXt, p0, npos, dimg + (size_t)part * imgn);
             }
+          }
         }
         if (c->dx) {
-            for (int t = 1; t < s->nt; t++)
+            for (int t = 1; t < np; t++)
                 for (size_t i = 0; i < imgn; i++) dimg[i] += dimg[(size_t)t * imgn + i];
             for (int64_t ch = 0; ch < g.I; ch++) cpu_store(&dxv, n * g.I + ch, 0, g.sin, dimg + ch * g.sin);
         }
@@ -462,7 +520,7 @@ static lyco_status conv_bypass_bwd(const lyco_call *c, locon_t *s) {
     if (c->dy0 && delta_only)
         for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
     float *gU = s->gU;
-    for (int t = 1; t < s->nt; t++)
+    for (int t = 1; t < np; t++)
         for (int64_t i = 0; i < O * r; i++) gU[i] += s->gU[(size_t)t * (size_t)(O * r) + i];
     lyco_status st = LYCO_OK;
     if (c->g && c->g->grad[LYCO_SCALAR]) {
@@ -525,7 +583,8 @@ lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
     locon_t s;
     lyco_status st = locon_prepare(c, &s, grads);
     if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true};
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true,
+                        .rows_bwd_block = merge_bwd_rows(s.IK), .groups = s.nparts};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;

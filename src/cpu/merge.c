@@ -9,12 +9,19 @@
  * (ΔW is never written whole unless it is the requested output). DoRA per output row is one pass;
  * DoRA per input channel needs the column norms first: a norm pass, then the output pass
  * (ΔW rows regenerated, never stored). Everything accumulates in fp32; each output is rounded once.
+ * DoRA sums: a row's ‖V‖² and ⟨G,V⟩ in double over 8 lanes + a fixed tree (row_sums); the column
+ * pass's per-channel sums in COL_GROUPS fixed runs of row blocks, combined in run order.
+ * Backward: a generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
+ * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
+ * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
+ * and DyLoRA do; the other generators keep per-thread partials).
  *
  * Streaming form (stream.h, cpu_merge_fwd_stream) for elementwise generators: pieces of ≤ PIECE
  * floats (whole rows while rows are shorter), W loaded, the span generated and combined in L1,
  * stored; the same per-element expressions as the row-block path (combine()).
  *
- * Extra memory: per thread 3 blocks of RB × I·K floats; DoRA per input channel: per thread I floats;
+ * Extra memory: per thread 3 blocks of max(RB, rows_bwd_block) × I·K floats; DoRA per input channel:
+ * 2·I floats per run of the column pass (≤ COL_GROUPS);
  * streaming: 2·PIECE floats per thread (stack).
  */
 #include <math.h>
@@ -89,13 +96,13 @@ typedef struct {
     float *W, *D, *O2;   /* RB×IK each: W rows, Δ rows, an output/gradient row block */
 } scratch_t;
 
-static bool scratch_alloc(scratch_t **out, int nt, int64_t IK) {
+static bool scratch_alloc(scratch_t **out, int nt, int64_t rb, int64_t IK) {
     scratch_t *s = calloc((size_t)nt, sizeof *s);
     if (!s) return false;
     for (int t = 0; t < nt; t++) {
-        s[t].W = calloc((size_t)(RB * IK + 1), sizeof(float));
-        s[t].D = calloc((size_t)(RB * IK + 1), sizeof(float));
-        s[t].O2 = calloc((size_t)(RB * IK + 1), sizeof(float));
+        s[t].W = calloc((size_t)(rb * IK + 1), sizeof(float));
+        s[t].D = calloc((size_t)(rb * IK + 1), sizeof(float));
+        s[t].O2 = calloc((size_t)(rb * IK + 1), sizeof(float));
         if (!s[t].W || !s[t].D || !s[t].O2) {
             *out = s;
             return false;
@@ -115,34 +122,62 @@ static void scratch_free(scratch_t *s, int nt) {
     free(s);
 }
 
-/* Column-norm pass of DoRA per input channel: Σ V² per channel, and with G also Σ G⊙V. */
+/* The column pass's partials: COL_GROUPS fixed runs of row blocks (fewer for few blocks), each
+   summed in row order by one thread, then combined in run order — independent of the thread count */
+#define COL_GROUPS 8
+static int64_t col_groups(int64_t nblocks) { return nblocks < COL_GROUPS ? (nblocks > 0 ? nblocks : 1) : COL_GROUPS; }
+
+/* Column-norm pass of DoRA per input channel: Σ V² per channel, and with G also Σ G⊙V;
+   partial holds col_groups(RB blocks) × 2·kept floats, zeroed. */
 static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_view *wv, const cpu_view *gv,
-                             scratch_t *scr, float sig, dora_t *dr, float *partial, int nt) {
-    int64_t O = c->dims.O, IK = ik_of(c), I = dr->kept, nblocks = (O + RB - 1) / RB;
+                             scratch_t *scr, float sig, dora_t *dr, float *partial) {
+    int64_t O = c->dims.O, IK = ik_of(c), I = dr->kept, nblocks = (O + RB - 1) / RB, ng = col_groups(nblocks);
     lyco_dtype T = c->dt.compute;
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) {
-        int tid = cpu_thread_id();
-        scratch_t *sc = &scr[tid];
-        float *pn = partial + (size_t)tid * 2 * I, *ps = pn + I;
-        int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
-        for (int64_t r = 0; r < nr; r++) cpu_load(wv, o0 + r, 0, IK, T, sc->W + r * IK);
-        d->rows(d, o0, nr, sc->W, sc->D);
-        if (gv)
-            for (int64_t r = 0; r < nr; r++) cpu_load(gv, o0 + r, 0, IK, T, sc->O2 + r * IK);
-        for (int64_t r = 0; r < nr; r++)
-            for (int64_t j = 0; j < IK; j++) {
-                float v = sc->W[r * IK + j] + sig * sc->D[r * IK + j];
-                int64_t k = j / c->dims.K;
-                pn[k] += v * v;
-                if (gv) ps[k] += sc->O2[r * IK + j] * v;
-            }
-    }
-    for (int t = 0; t < nt; t++)
-        for (int64_t k = 0; k < I; k++) {
-            dr->norm2[k] += partial[(size_t)t * 2 * I + k];
-            dr->S[k] += partial[(size_t)t * 2 * I + I + k];
+    for (int64_t g = 0; g < ng; g++) {
+        scratch_t *sc = &scr[cpu_thread_id()];
+        float *pn = partial + (size_t)g * 2 * I, *ps = pn + I;
+        for (int64_t b = nblocks * g / ng; b < nblocks * (g + 1) / ng; b++) {
+            int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
+            for (int64_t r = 0; r < nr; r++) cpu_load(wv, o0 + r, 0, IK, T, sc->W + r * IK);
+            d->rows(d, o0, nr, sc->W, sc->D);
+            if (gv)
+                for (int64_t r = 0; r < nr; r++) cpu_load(gv, o0 + r, 0, IK, T, sc->O2 + r * IK);
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t j = 0; j < IK; j++) {
+                    float v = sc->W[r * IK + j] + sig * sc->D[r * IK + j];
+                    int64_t k = j / c->dims.K;
+                    pn[k] += v * v;
+                    if (gv) ps[k] += sc->O2[r * IK + j] * v;
+                }
         }
+    }
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t k = 0; k < I; k++) {
+            dr->norm2[k] += partial[(size_t)g * 2 * I + k];
+            dr->S[k] += partial[(size_t)g * 2 * I + I + k];
+        }
+}
+
+/* DoRA per output row: Σ_j V_j² and (g ≠ NULL) Σ_j g_j·V_j, V_j = w_j + σs·δ_j (float), in double
+   over 8 lanes (j mod 8, each in j order) joined by a fixed tree: the order depends on n alone.
+   (One serial chain of double adds per row cost ~4 cycles an element.) */
+static void row_sums(const float *w, const float *dl, const float *g, float sig, int64_t n, double *ss, double *sg) {
+    double a[8] = {0}, b[8] = {0};
+    int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = w[j + l] + sig * dl[j + l];
+            a[l] += (double)v * v;
+            if (g) b[l] += (double)g[j + l] * v;
+        }
+    for (int64_t j = n8; j < n; j++) {
+        float v = w[j] + sig * dl[j];
+        a[j - n8] += (double)v * v;
+        if (g) b[j - n8] += (double)g[j] * v;
+    }
+    *ss = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    if (sg) *sg = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
 }
 
 /* o[j] of the plain (non-DoRA) modes from W's row (rounded) and ΔW̄'s: W + m·σs·ΔW, m·σs·ΔW
@@ -201,17 +236,17 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
     memset(&dr, 0, sizeof dr);
     float *partial = NULL;
     lyco_status st = LYCO_OK;
-    if (!scratch_alloc(&scr, nt, IK) || (dora && !dora_init(c, &dr))) {
+    if (!scratch_alloc(&scr, nt, RB, IK) || (dora && !dora_init(c, &dr))) {
         st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory for %lld-column row blocks", (long long)IK);
         goto done;
     }
     if (dora && !c->dims.dora_on_out) {
-        partial = calloc((size_t)nt * 2 * (size_t)dr.kept, sizeof(float));
+        partial = calloc((size_t)col_groups(nblocks) * 2 * (size_t)dr.kept, sizeof(float));
         if (!partial) {
             st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory");
             goto done;
         }
-        dora_column_pass(c, d, &wv, NULL, scr, sig, &dr, partial, nt);
+        dora_column_pass(c, d, &wv, NULL, scr, sig, &dr, partial);
         for (int64_t k = 0; k < dr.kept; k++) dora_coef(c, &dr, k);
     }
 #pragma omp parallel for schedule(static)
@@ -226,11 +261,8 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             float *w = sc->W + r * IK, *dl = sc->D + r * IK, *o = sc->O2 + r * IK;
             if (dora) {
                 if (c->dims.dora_on_out) {
-                    double ss = 0.0; /* the norm's sum in double: it sets the scale of the whole row */
-                    for (int64_t j = 0; j < IK; j++) {
-                        float v = w[j] + sig * dl[j];
-                        ss += (double)v * v;
-                    }
+                    double ss; /* the norm's sum in double: it sets the scale of the whole row */
+                    row_sums(w, dl, NULL, sig, IK, &ss, NULL);
                     /* per-row state is owned by this thread */
                     dr.norm2[o0 + r] = (float)ss;
                     dora_coef(c, &dr, o0 + r);
@@ -323,82 +355,127 @@ static void zero_grads(const lyco_call *c) {
     }
 }
 
+/* DoRA per output row, backward: g_j ← g_j·coef − (t·V_j)/nrm with t = (m·d/(n·n))·S, the
+   per-element expression of the per-input path with the row's scalars hoisted (same operations,
+   same order: bitwise the same; a product and a sum, never contracted: baseline ISA) */
+static void dora_row_grad(float *restrict g, const float *restrict w, const float *restrict dl, float sig, float coef, float t,
+                          float nrm, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        float v = w[j] + sig * dl[j];
+        g[j] = g[j] * coef - t * v / nrm;
+    }
+}
+
+/* what one backward row block needs (cpu_merge_bwd) */
+typedef struct {
+    const lyco_call *c;
+    const cpu_delta *d;
+    const cpu_view *wv, *gv;
+    scratch_t *scr;
+    dora_t *dr;
+    float *gsig;            /* σs partials, indexed like the generator's */
+    int64_t O, IK, rb;
+    bool load_w, need_rows, want_sigma;
+    float sig, m;
+} bwd_job;
+
+/* Row block b (rows [b·rb, b·rb + rb) ∩ [0, O)) on thread `tid`'s scratch; `part` indexes the
+   partials (the thread, or the fixed run of blocks when the generator asked for groups). */
+static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
+    const lyco_call *c = jb->c;
+    const cpu_delta *d = jb->d;
+    dora_t *dr = jb->dr;
+    lyco_dtype T = c->dt.compute;
+    int64_t IK = jb->IK, o0 = b * jb->rb, nr = jb->O - o0 < jb->rb ? jb->O - o0 : jb->rb;
+    float sig = jb->sig, m = jb->m;
+    bool dora = c->dims.dora;
+    scratch_t *sc = &jb->scr[tid];
+    if (jb->load_w)
+        for (int64_t r = 0; r < nr; r++) cpu_load(jb->wv, o0 + r, 0, IK, T, sc->W + r * IK);
+    if (jb->need_rows) d->rows(d, o0, nr, sc->W, sc->D);
+    for (int64_t r = 0; r < nr; r++) {
+        float *g = sc->O2 + r * IK, *w = sc->W + r * IK, *dl = sc->D + r * IK;
+        cpu_load(jb->gv, o0 + r, 0, IK, T, g);
+        if (dora) {
+            int64_t o = o0 + r;
+            if (c->dims.dora_on_out) {
+                double ss, sgv;
+                row_sums(w, dl, g, sig, IK, &ss, &sgv);
+                dr->norm2[o] = (float)ss;
+                dr->S[o] = (float)sgv;
+                dora_coef(c, dr, o);
+                float n = dr->norm2[o] + dr->eps;
+                dora_row_grad(g, w, dl, sig, dr->coef[o], (m * dr->d[o] / (n * n)) * dr->S[o], dr->norm2[o], IK);
+            } else {
+                for (int64_t j = 0; j < IK; j++) {
+                    int64_t k = dora_index(c, o, j);
+                    float n = dr->norm2[k] + dr->eps, v = w[j] + sig * dl[j];
+                    g[j] = g[j] * dr->coef[k] - (m * dr->d[k] / (n * n)) * dr->S[k] * v / dr->norm2[k];
+                }
+            }
+        } else {
+            for (int64_t j = 0; j < IK; j++) g[j] *= m;
+        }
+        /* g = ∂L/∂(σs·ΔW); σs's gradient, then ∂L/∂ΔW */
+        if (jb->want_sigma) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < IK; j++) acc += g[j] * dl[j];
+            jb->gsig[part] += acc;
+        }
+        if (sig != 1.0f)
+            for (int64_t j = 0; j < IK; j++) g[j] *= sig;
+    }
+    d->rows_bwd(d, o0, nr, sc->W, sc->O2, part);
+}
+
 lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
     if (c->dropped) {
         zero_grads(c);
         return LYCO_OK;
     }
-    int64_t O = c->dims.O, IK = ik_of(c), nblocks = (O + RB - 1) / RB;
+    int64_t O = c->dims.O, IK = ik_of(c), rb = d->rows_bwd_block > 0 ? d->rows_bwd_block : RB, nblocks = (O + rb - 1) / rb;
     lyco_dtype T = c->dt.compute;
     const DLTensor *Wt = c->merge->weight;
     bool dora = c->dims.dora;
-    bool want_sigma = sigma_active(c, d) && c->g && c->g->grad[LYCO_SCALAR];
-    bool need_rows = dora || want_sigma;
     float sig = sigma_for(c, d), m = (float)c->m;
     cpu_view wv, gv;
     if (Wt) cpu_view_init(&wv, Wt, 1);
     cpu_view_init(&gv, c->d_out, 1);
-    int nt = cpu_threads();
+    int nt = cpu_threads(), ng = d->groups;
+    int nparts = ng > nt ? ng : nt;
     scratch_t *scr = NULL;
     dora_t dr;
     memset(&dr, 0, sizeof dr);
-    float *partial = NULL, *gsig = calloc((size_t)nt, sizeof(float));
+    float *partial = NULL, *gsig = calloc((size_t)nparts, sizeof(float));
+    bwd_job jb = {.c = c, .d = d, .wv = &wv, .gv = &gv, .dr = &dr, .gsig = gsig, .O = O, .IK = IK, .rb = rb,
+                  .load_w = Wt && (d->needs_w || dora), .want_sigma = sigma_active(c, d) && c->g && c->g->grad[LYCO_SCALAR],
+                  .sig = sig, .m = m};
+    jb.need_rows = dora || jb.want_sigma;
     lyco_status st = LYCO_OK;
-    if (!gsig || !scratch_alloc(&scr, nt, IK) || (dora && !dora_init(c, &dr))) {
+    if (!gsig || !scratch_alloc(&scr, nt, rb > RB ? rb : RB, IK) || (dora && !dora_init(c, &dr))) {
         st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_bwd: out of memory for %lld-column row blocks", (long long)IK);
         goto done;
     }
+    jb.scr = scr;
     if (dora && !c->dims.dora_on_out) {
-        partial = calloc((size_t)nt * 2 * (size_t)dr.kept, sizeof(float));
+        partial = calloc((size_t)col_groups((O + RB - 1) / RB) * 2 * (size_t)dr.kept, sizeof(float));
         if (!partial) {
             st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_bwd: out of memory");
             goto done;
         }
-        dora_column_pass(c, d, &wv, &gv, scr, sig, &dr, partial, nt);
+        dora_column_pass(c, d, &wv, &gv, scr, sig, &dr, partial);
         for (int64_t k = 0; k < dr.kept; k++) dora_coef(c, &dr, k);
     }
+    if (ng > 0) {
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) {
-        int tid = cpu_thread_id();
-        scratch_t *sc = &scr[tid];
-        int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
-        if (Wt && (d->needs_w || dora))
-            for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
-        if (need_rows) d->rows(d, o0, nr, sc->W, sc->D);
-        for (int64_t r = 0; r < nr; r++) {
-            float *g = sc->O2 + r * IK, *w = sc->W + r * IK, *dl = sc->D + r * IK;
-            cpu_load(&gv, o0 + r, 0, IK, T, g);
-            if (dora) {
-                int64_t o = o0 + r;
-                if (c->dims.dora_on_out) {
-                    double ss = 0.0, sgv = 0.0;
-                    for (int64_t j = 0; j < IK; j++) {
-                        float v = w[j] + sig * dl[j];
-                        ss += (double)v * v;
-                        sgv += (double)g[j] * v;
-                    }
-                    dr.norm2[o] = (float)ss;
-                    dr.S[o] = (float)sgv;
-                    dora_coef(c, &dr, o);
-                }
-                for (int64_t j = 0; j < IK; j++) {
-                    int64_t k = dora_index(c, o, j);
-                    float n = dr.norm2[k] + dr.eps, v = w[j] + sig * dl[j];
-                    g[j] = g[j] * dr.coef[k] - (m * dr.d[k] / (n * n)) * dr.S[k] * v / dr.norm2[k];
-                }
-            } else {
-                for (int64_t j = 0; j < IK; j++) g[j] *= m;
-            }
-            /* g = ∂L/∂(σs·ΔW); σs's gradient, then ∂L/∂ΔW */
-            if (want_sigma) {
-                float acc = 0.0f;
-                for (int64_t j = 0; j < IK; j++) acc += g[j] * dl[j];
-                gsig[tid] += acc;
-            }
-            if (sig != 1.0f)
-                for (int64_t j = 0; j < IK; j++) g[j] *= sig;
+        for (int g = 0; g < ng; g++)
+            for (int64_t b = nblocks * g / ng; b < nblocks * (g + 1) / ng; b++) bwd_block(&jb, b, cpu_thread_id(), g);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nblocks; b++) {
+            int tid = cpu_thread_id();
+            bwd_block(&jb, b, tid, tid);
         }
-        d->rows_bwd(d, o0, nr, sc->W, sc->O2, tid);
     }
     if ((st = d->finish_bwd(d))) goto done;
     if (dora && c->g->grad[LYCO_DORA_SCALE]) {
@@ -407,7 +484,7 @@ lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
     }
     if (d->uses_sigma && c->g && c->g->grad[LYCO_SCALAR]) {
         float tot = 0.0f;
-        for (int t = 0; t < nt; t++) tot += gsig[t];
+        for (int t = 0; t < nparts; t++) tot += gsig[t];
         cpu_store_all(c->g->grad[LYCO_SCALAR], &tot);
     }
     if (c->d_out_bias && d->bias_bwd) {
