@@ -55,6 +55,10 @@ int lk_expand_fits(const lk_expand_args *a, const lk_device *dev);
    the stats-mode args (out absent; stat_part may still be NULL). */
 int64_t lk_expand_stat_tiles(const lk_expand_args *a);
 int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
+/* The common case of lk_expand on a lean kernel (expand_lean.cu: everything in the 16-bit compute
+   dtype, row-major 16-byte-aligned views, no DoRA / stats / split P): runs it and sets *done, or
+   leaves *done 0 for the general kernel. Same results bit for bit. */
+int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, void *stream, int *done);
 /* A merge forward (out set, no stat_part): lk_expand, or with DoRA (dora.on; m = mult) the
    statistics launch, the statistics and the merge, with their scratch. */
 int lk_expand_merge(const lk_expand_args *a, const lk_device *dev, void *stream);

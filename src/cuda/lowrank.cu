@@ -684,6 +684,9 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     cudaStream_t s = (cudaStream_t)stream;
     if (!lk_expand_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: expand called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;
+    int lean = 0;
+    const int st = lk_expand_lean(a, dev, stream, &lean);
+    if (st || lean) return st;
     switch (a->ct) {
     case DT_BF16: return a->q_t ? ex_launch_rp<bf16_t, true>(a, s) : ex_launch_rp<bf16_t, false>(a, s);
     case DT_F16: return a->q_t ? ex_launch_rp<f16_t, true>(a, s) : ex_launch_rp<f16_t, false>(a, s);
