@@ -5,10 +5,12 @@
  *   - base (if any), out, P, Q (and P2, Q2) are all in the 16-bit compute dtype CT;
  *   - every view is row-major with 16-byte aligned rows (LK_VEC), N and the rank's row lengths
  *     are multiples of 8 elements (so every 16-byte chunk is whole or wholly outside);
- *   - no DoRA, no statistics mode, P in one part (not fp32 scratch split into parts).
+ *   - P in one part (not fp32 scratch split into parts); DoRA (its statistics launch and its
+ *     merge launch, lk_expand_merge) with a base and Q not transposed.
  * Formulas, roundings and results are lowrank.cu's k_expand's, bit for bit (same products by
  * mma.sync m16n8k16 with fp32 accumulators over the same k order, same epilogue
- * out = RN_CT(merge_elem(w, acc·rowc, mode, mf)), merge_elem as merge_ep.cuh).
+ * out = RN_CT(merge_elem(w, acc·rowc, mode, mf)), merge_elem as merge_ep.cuh, the same DoRA
+ * statistics code, expand_tile.cuh).
  *
  * Why a second kernel (H200 profile of k_expand, LoRA merge 4096² r32 bf16, docs/kernels.md
  * "seventh session"): 44 thread-instructions per output element, 48% of issue slots busy with
@@ -26,13 +28,12 @@
  */
 #include <stdlib.h>
 
-#include "cuda/kern_lowrank.h"
-#include "cuda/merge_ep.cuh"
+#include "cuda/expand_tile.cuh"
 
 namespace {
 
-const int LM = 64;        /* tile rows */
-const int LN = 128;       /* tile columns */
+const int LM = EX_M;      /* tile rows (64) */
+const int LN = EX_N;      /* tile columns (128) */
 const int LNP = LN + 8;   /* row pitch of the base/out and r×N tiles (halfwords) */
 
 template <int RP, bool QT, bool HD> struct lean_layout {
@@ -59,17 +60,31 @@ template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, co
 template <typename CT> __device__ __forceinline__ float lo16(unsigned u) { return bits16_to_f(u & 0xffffu, ct_of<CT>::dt); }
 template <typename CT> __device__ __forceinline__ float hi16(unsigned u) { return bits16_to_f(u >> 16, ct_of<CT>::dt); }
 
-/* merge_elem without DoRA: EPI 0 fmaf(±mf, dw, w) (base read), 1 fmaf(±mf, dw, 0) (modes 0 and 2
-   without a base, as k_expand's w = 0), 2 mf·dw (mode 1); the sign of mf is − for mode 2. */
+/* The epilogues (EPI): 0 fmaf(±mf, dw, w) (base read), 1 fmaf(±mf, dw, 0) (modes 0 and 2 without a
+   base, as k_expand's w = 0), 2 mf·dw (mode 1) — merge_elem without DoRA, the sign of mf − for
+   mode 2; 3 merge_elem with DoRA (statistics st per kept index); 4 DoRA's statistics mode
+   (ex_tile_stats, no output). */
 template <int EPI> __device__ __forceinline__ float lean_merge(float w, float dw, float mf) {
     return EPI == 0 ? fmaf(mf, dw, w) : EPI == 1 ? fmaf(mf, dw, 0.0f) : mf * dw;
+}
+
+template <typename CT> struct lean_w { /* w of the base tile in shared memory (already CT) */
+    const char *s;
+    __device__ float operator()(int r, int c) const { return bits16_to_f(((const unsigned short *)s)[r * LNP + c], ct_of<CT>::dt); }
+};
+
+/* merge_elem with DoRA for the pair (row, col), (row, col + 1) */
+__device__ __forceinline__ float lean_dora(const lk_expand_args &a, float w, float dw, int row, int col) {
+    const i64 o = (i64)blockIdx.x * LM + row, j = (i64)blockIdx.y * LN + col;
+    const float *s3 = a.st + 3 * ((o < a.M && j < a.N) ? dora_kept(a.dora, o, j, a.K) : 0);
+    return merge_elem(w, dw, a.mode, 0.0f, true, s3);
 }
 
 template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a) {
     typedef lean_layout<RP, QT, HD> L;
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[LM];
-    const bool hasB = EPI == 0;
+    const bool hasB = EPI == 0 || EPI >= 3;
     const i64 mb = (i64)blockIdx.x * LM, nb = (i64)blockIdx.y * LN;
 
     lean_issue<LM, RP>(dsm + L::P, a.P, mb, 0);
@@ -110,7 +125,11 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
                 for (int e = 0; e < 4; e++) acc[mi][ni][e] *= acc2[mi][ni][e];
     }
     cp_wait(0);
-    __syncthreads(); /* the base tile is visible */
+    __syncthreads(); /* the base tile is visible; P's buffer is free */
+    if (EPI == 4) {
+        ex_tile_stats(a, acc, lean_w<CT>{dsm}, rowc, (float *)(dsm + L::P), m0, n0);
+        return;
+    }
 
     /* epilogue in place: each accumulator pair's base pair is read and overwritten by its owner */
     const float mf0 = (float)a.mult * (a.sig_in_mult ? sig : 1.0f), mf = a.mode == 2 ? -mf0 : mf0;
@@ -125,8 +144,10 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
             for (int ni = 0; ni < 4; ni++) {
                 unsigned *p = (unsigned *)(dsm + (row * LNP + acc_col(n0, ni, 0)) * 2);
                 const unsigned u = hasB ? *p : 0u;
-                const float v0 = lean_merge<EPI>(lo16<CT>(u), acc[mi][ni][2 * h] * rc, mf);
-                const float v1 = lean_merge<EPI>(hi16<CT>(u), acc[mi][ni][2 * h + 1] * rc, mf);
+                const int col = acc_col(n0, ni, 0);
+                const float d0 = acc[mi][ni][2 * h] * rc, d1 = acc[mi][ni][2 * h + 1] * rc;
+                const float v0 = EPI == 3 ? lean_dora(a, lo16<CT>(u), d0, row, col) : lean_merge<EPI>(lo16<CT>(u), d0, mf);
+                const float v1 = EPI == 3 ? lean_dora(a, hi16<CT>(u), d1, row, col + 1) : lean_merge<EPI>(hi16<CT>(u), d1, mf);
                 *p = f_to_bits(v0, dt) | (f_to_bits(v1, dt) << 16);
             }
         }
@@ -160,6 +181,8 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const 
 }
 
 template <typename CT, int RP, bool QT, bool HD> int lean_mode(const lk_expand_args *a, cudaStream_t s) {
+    if (a->stat_part) return lean_launch<CT, RP, QT, HD, 4>(a, s);
+    if (a->dora.on) return lean_launch<CT, RP, QT, HD, 3>(a, s);
     if (a->mode == 1) return lean_launch<CT, RP, QT, HD, 2>(a, s);
     return a->base.p ? lean_launch<CT, RP, QT, HD, 0>(a, s) : lean_launch<CT, RP, QT, HD, 1>(a, s);
 }
@@ -184,12 +207,15 @@ extern "C" int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, voi
     *done = 0;
     const int ct = a->ct;
     if ((ct != DT_BF16 && ct != DT_F16) || lean_general_forced()) return LYCO_OK;
-    if (a->dora.on || a->stat_part || a->p_split || a->M <= 0 || a->N <= 0 || a->N % 8) return LYCO_OK;
+    if (a->p_split || a->M <= 0 || a->N <= 0 || a->N % 8) return LYCO_OK;
+    const bool stats = a->stat_part != NULL;
+    if ((a->dora.on || stats) && (!a->base.p || a->q_t || (a->dora.on && !stats && !a->st))) return LYCO_OK;
     const bool hd = a->P2.p != NULL;
     if (hd && (a->q_t || a->r2 < 1 || a->r2 % 8 || !lean_view_ok(a->P2, ct) || !lean_view_ok(a->Q2, ct))) return LYCO_OK;
-    if (a->r < 1 || a->r % 8 || !lean_view_ok(a->P, ct) || !lean_view_ok(a->Q, ct) || !lean_view_ok(a->out, ct)) return LYCO_OK;
+    if (a->r < 1 || a->r % 8 || !lean_view_ok(a->P, ct) || !lean_view_ok(a->Q, ct)) return LYCO_OK;
     if (a->base.p && !lean_view_ok(a->base, ct)) return LYCO_OK;
-    if (a->out.rows != a->M || a->out.cols != a->N || a->mode < 0 || a->mode > 2) return LYCO_OK;
+    if (!stats && (!lean_view_ok(a->out, ct) || a->out.rows != a->M || a->out.cols != a->N)) return LYCO_OK;
+    if (a->mode < 0 || a->mode > 2) return LYCO_OK;
     const i64 rp = lk_reduce_rank_tile(hd && a->r2 > a->r ? a->r2 : a->r);
     if (rp == 0 || cdiv(a->M, LM) > 2147483647LL || cdiv(a->N, LN) > 65535) return LYCO_OK;
     const i64 bytes = 2 * (LM * LNP + LM * (rp + 8) + (a->q_t ? LN * (rp + 8) : rp * LNP) + (hd ? LM * (rp + 8) + rp * LNP : 0));

@@ -52,13 +52,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/kern_lowrank.h"
-#include "cuda/merge_ep.cuh"
+#include "cuda/expand_tile.cuh"
 
 namespace {
 
-const int EM = 64;   /* expand tile rows */
-const int EN = 128;  /* expand tile columns */
+const int EM = EX_M; /* expand tile rows */
+const int EN = EX_N; /* expand tile columns */
 const int RM = 64;   /* reduce tile rows (tokens) */
 const int RK = 64;   /* reduce k step */
 
@@ -111,67 +110,12 @@ __host__ __device__ inline ex_layout ex_plan(int RP, bool qt, int npp, int ct, i
     return l;
 }
 
-/* DoRA statistics of the tile: Σ V² per row (one partial per column tile) or per column. */
-template <typename CT>
-__device__ __forceinline__ void ex_stats(const lk_expand_args &a, const float (&acc)[2][4][4], const char *sW, int pw,
-                                         const float *rowc, float *red, int m0, int n0) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const i64 mb = (i64)blockIdx.x * EM, nb = (i64)blockIdx.y * EN;
-    if (a.dora.on_out) {
-        float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
-                    const float V = rnd_ct<CT>(raw_get(sW, pw, a.base.dt, row, col)) + acc[mi][ni][e] * rowc[row];
-                    s[mi][e >> 1] = fmaf(V, V, s[mi][e >> 1]);
-                }
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float v = s[mi][h];
-                v += __shfl_xor_sync(0xffffffffu, v, 1);
-                v += __shfl_xor_sync(0xffffffffu, v, 2);
-                if ((lane & 3) == 0) red[(warp >> 1) * EM + acc_row(m0, mi, 2 * h)] = v;
-            }
-        __syncthreads();
-        for (int i = threadIdx.x; i < EM; i += NT) {
-            const i64 o = mb + i;
-            if (o < a.M) a.stat_part[(i64)blockIdx.y * a.M + o] = ((red[i] + red[EM + i]) + red[2 * EM + i]) + red[3 * EM + i];
-        }
-    } else {
-        float s[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
-                    const float V = rnd_ct<CT>(raw_get(sW, pw, a.base.dt, row, col)) + acc[mi][ni][e] * rowc[row];
-                    s[ni][e & 1] = fmaf(V, V, s[ni][e & 1]);
-                }
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                float v = s[ni][c];
-                v += __shfl_xor_sync(0xffffffffu, v, 4);
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
-                if (lane < 4) red[(warp & 1) * EN + acc_col(n0, ni, c)] = v;
-            }
-        __syncthreads();
-        for (int i = threadIdx.x; i < EN; i += NT) {
-            const i64 j = nb + i;
-            if (j < a.N) a.stat_part[(i64)blockIdx.x * a.N + j] = red[i] + red[EN + i];
-        }
-    }
-}
+/* w = RN_CT(base) from a raw stage tile, for ex_tile_stats */
+template <typename CT> struct raw_w {
+    const char *s;
+    int pitch, dt;
+    __device__ float operator()(int r, int c) const { return rnd_ct<CT>(raw_get(s, pitch, dt, r, c)); }
+};
 
 /* The result of one accumulator pair (columns col, col+1 of row) from base values w[2]. */
 template <typename CT>
@@ -323,7 +267,7 @@ template <typename CT, int RP, bool QT, int NPP, bool HD> __global__ __launch_bo
     __syncthreads(); /* base tile visible; operand buffers free for the result tile */
     const int pw = hasB ? raw_pitch(EN, wdt) : 0;
     if (stats) {
-        ex_stats<CT>(a, acc, sW, pw, rowc, red, m0, n0);
+        ex_tile_stats(a, acc, raw_w<CT>{sW, pw, a.base.dt}, rowc, red, m0, n0);
         return;
     }
     const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);

@@ -1,0 +1,80 @@
+/*
+ * expand_tile.cuh — pieces shared by the two expand kernels (lowrank.cu's general k_expand and
+ * expand_lean.cu's k_expand_lean), which both own a 64×128 tile of out with 8 warps as 2×4 of
+ * 32×32 mma accumulators (acc[mi][ni][e] at acc_row / acc_col, common.cuh):
+ *   ex_tile_stats — DoRA's statistics mode: per-tile partial Σ V² per row (one partial per
+ *     128-column tile, wd_on_out) or per column (one per 64-row tile), V = w + acc·rowc[row] with
+ *     w = RN_CT(base) from the caller's getter; partials summed across warps in a fixed order.
+ */
+#ifndef LYCO_CUDA_EXPAND_TILE_CUH
+#define LYCO_CUDA_EXPAND_TILE_CUH
+
+#include "cuda/kern_lowrank.h"
+#include "cuda/merge_ep.cuh"
+
+const int EX_M = 64;   /* expand tile rows */
+const int EX_N = 128;  /* expand tile columns */
+
+/* DoRA statistics of the tile: Σ V² per row (one partial per column tile) or per column. */
+template <class WG>
+__device__ __forceinline__ void ex_tile_stats(const lk_expand_args &a, const float (&acc)[2][4][4], const WG &wget,
+                                              const float *rowc, float *red, int m0, int n0) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 mb = (i64)blockIdx.x * EX_M, nb = (i64)blockIdx.y * EX_N;
+    if (a.dora.on_out) {
+        float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
+                    const float V = wget(row, col) + acc[mi][ni][e] * rowc[row];
+                    s[mi][e >> 1] = fmaf(V, V, s[mi][e >> 1]);
+                }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float v = s[mi][h];
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if ((lane & 3) == 0) red[(warp >> 1) * EX_M + acc_row(m0, mi, 2 * h)] = v;
+            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < EX_M; i += NT) {
+            const i64 o = mb + i;
+            if (o < a.M) a.stat_part[(i64)blockIdx.y * a.M + o] = ((red[i] + red[EX_M + i]) + red[2 * EX_M + i]) + red[3 * EX_M + i];
+        }
+    } else {
+        float s[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = acc_row(m0, mi, e), col = acc_col(n0, ni, e);
+                    const float V = wget(row, col) + acc[mi][ni][e] * rowc[row];
+                    s[ni][e & 1] = fmaf(V, V, s[ni][e & 1]);
+                }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float v = s[ni][c];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                if (lane < 4) red[(warp & 1) * EX_N + acc_col(n0, ni, c)] = v;
+            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < EX_N; i += NT) {
+            const i64 j = nb + i;
+            if (j < a.N) a.stat_part[(i64)blockIdx.x * a.N + j] = red[i] + red[EX_N + i];
+        }
+    }
+}
+
+#endif
