@@ -15,12 +15,12 @@
 const int EX_M = 64;   /* expand tile rows */
 const int EX_N = 128;  /* expand tile columns */
 
-/* DoRA statistics of the tile: Σ V² per row (one partial per column tile) or per column. */
+/* DoRA statistics of tile (tm, tn): Σ V² per row (one partial per column tile) or per column. */
 template <class WG>
 __device__ __forceinline__ void ex_tile_stats(const lk_expand_args &a, const float (&acc)[2][4][4], const WG &wget,
-                                              const float *rowc, float *red, int m0, int n0) {
+                                              const float *rowc, float *red, int m0, int n0, i64 tm, i64 tn) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const i64 mb = (i64)blockIdx.x * EX_M, nb = (i64)blockIdx.y * EX_N;
+    const i64 mb = tm * EX_M, nb = tn * EX_N;
     if (a.dora.on_out) {
         float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 #pragma unroll
@@ -45,7 +45,7 @@ __device__ __forceinline__ void ex_tile_stats(const lk_expand_args &a, const flo
         __syncthreads();
         for (int i = threadIdx.x; i < EX_M; i += NT) {
             const i64 o = mb + i;
-            if (o < a.M) a.stat_part[(i64)blockIdx.y * a.M + o] = ((red[i] + red[EX_M + i]) + red[2 * EX_M + i]) + red[3 * EX_M + i];
+            if (o < a.M) a.stat_part[tn * a.M + o] = ((red[i] + red[EX_M + i]) + red[2 * EX_M + i]) + red[3 * EX_M + i];
         }
     } else {
         float s[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
@@ -72,7 +72,7 @@ __device__ __forceinline__ void ex_tile_stats(const lk_expand_args &a, const flo
         __syncthreads();
         for (int i = threadIdx.x; i < EX_N; i += NT) {
             const i64 j = nb + i;
-            if (j < a.N) a.stat_part[(i64)blockIdx.x * a.N + j] = red[i] + red[EX_N + i];
+            if (j < a.N) a.stat_part[tm * a.N + j] = red[i] + red[EX_N + i];
         }
     }
 }

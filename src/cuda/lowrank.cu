@@ -267,7 +267,7 @@ template <typename CT, int RP, bool QT, int NPP, bool HD> __global__ __launch_bo
     __syncthreads(); /* base tile visible; operand buffers free for the result tile */
     const int pw = hasB ? raw_pitch(EN, wdt) : 0;
     if (stats) {
-        ex_tile_stats(a, acc, raw_w<CT>{sW, pw, a.base.dt}, rowc, red, m0, n0);
+        ex_tile_stats(a, acc, raw_w<CT>{sW, pw, a.base.dt}, rowc, red, m0, n0, (i64)blockIdx.x, (i64)blockIdx.y);
         return;
     }
     const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
