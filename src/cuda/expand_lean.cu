@@ -55,16 +55,24 @@ template <int RP, bool QT, bool HD> struct lean_layout { /* one stage: the tile'
 
 /* An R×C tile (C a multiple of 8) of a 16-bit row-major view at (r0, c0) into shared memory with
    row pitch C + 8: one 16-byte cp.async per chunk, the part outside the view zero-filled (a chunk
-   across the right edge copies its in-range elements; rows are 16-byte aligned, LK_VEC). */
+   across the right edge copies its in-range elements; rows are 16-byte aligned, LK_VEC). The loop
+   has a compile-time trip count and the per-chunk offsets are 32-bit from a per-tile base (the
+   first version, a run-time loop with 64-bit indices, cost ~50 instructions per cp.async). */
 template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, const lk_view &v, i64 r0, i64 c0) {
-    const int cpr = C / 8;
+    const int cpr = C / 8, n = R * cpr, iters = (n + NT - 1) / NT;
+    const i64 rl = v.rows - r0, cl = v.cols - c0;
+    const int rows_in = rl < R ? (int)rl : R, cols_in = cl < C ? (int)cl : C;
+    const char *base = (const char *)v.p + (r0 * v.s0 + c0) * 2;
+    const i64 pitch = v.s0 * 2;
 #pragma unroll
-    for (int q = threadIdx.x; q < R * cpr; q += NT) {
-        const int rr = q / cpr, cc = (q % cpr) * 8;
-        const i64 r = r0 + rr, c = c0 + cc;
-        const bool in = r < v.rows && c < v.cols;
-        const int bytes = in ? (v.cols - c >= 8 ? 16 : (int)(v.cols - c) * 2) : 0;
-        cp_async16(dst + (rr * (C + 8) + cc) * 2, in ? (const char *)v.p + (r * v.s0 + c) * 2 : (const char *)v.p, bytes);
+    for (int k = 0; k < iters; k++) {
+        const int q = (int)threadIdx.x + k * NT;
+        if (n % NT == 0 || q < n) {
+            const int rr = q / cpr, cc = (q % cpr) * 8;
+            const bool in = rr < rows_in && cc < cols_in;
+            const int bytes = in ? (cols_in - cc >= 8 ? 16 : (cols_in - cc) * 2) : 0;
+            cp_async16(dst + (rr * (C + 8) + cc) * 2, in ? base + rr * pitch + cc * 2 : (const char *)v.p, bytes);
+        }
     }
 }
 
@@ -92,9 +100,9 @@ __device__ __forceinline__ float lean_dora(const lk_expand_args &a, float w, flo
 
 /* Issue tile (tm, tn)'s loads into stage st as one cp.async group (operands first, then the base). */
 template <int RP, bool QT, bool HD, int EPI>
-__device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, i64 tm, i64 tn) {
+__device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int tm, int tn) {
     typedef lean_layout<RP, QT, HD> L;
-    const i64 mb = tm * LM, nb = tn * LN;
+    const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
     lean_issue<LM, RP>(st + L::P, a.P, mb, 0);
     if (QT) lean_issue<LN, RP>(st + L::Q, a.Q, nb, 0);
     else lean_issue<RP, LN>(st + L::Q, a.Q, 0, nb);
@@ -109,13 +117,13 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, i64
    t % tiles_n)); with two stages the next tile's loads fly while this one is multiplied, merged
    and stored. Each tile: wait for its group, product, epilogue in place in its base buffer,
    16-byte stores from there; a barrier before its stage is loaded again. */
-template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, i64 tiles_n) {
+template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
     typedef lean_layout<RP, QT, HD> L;
     const int S = L::STAGES;
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[LM];
     const bool hasB = EPI == 0 || EPI >= 3;
-    const i64 tiles = cdiv(a.M, (i64)LM) * tiles_n, G = gridDim.x;
+    const int G = (int)gridDim.x;
     const float sig = sigma_ct<CT>(a.sigma);
     const float rs = (float)a.row_scale * (a.sig_in_row ? sig : 1.0f);
     const float mf0 = (float)a.mult * (a.sig_in_mult ? sig : 1.0f), mf = a.mode == 2 ? -mf0 : mf0;
@@ -123,12 +131,13 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
     const int kk = (int)((a.r + 15) / 16 * 16), kk2 = HD ? (int)((a.r2 + 15) / 16 * 16) : 0;
 
-    i64 t = blockIdx.x;
+    int t = (int)blockIdx.x;
     if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI>(a, dsm, t / tiles_n, t % tiles_n);
     cp_commit();
     for (int i = 0; t < tiles; t += G, i++) {
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
-        const i64 tm = t / tiles_n, tn = t % tiles_n, mb = tm * LM, nb = tn * LN;
+        const int tm = t / tiles_n, tn = t % tiles_n;
+        const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
         if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
         else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
@@ -157,7 +166,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
         }
         if (EPI == 4) {
             __syncthreads(); /* every warp's product done: P's buffer holds the reduction */
-            ex_tile_stats(a, acc, lean_w<CT>{st}, rowc, (float *)(st + L::P), m0, n0, tm, tn);
+            ex_tile_stats(a, acc, lean_w<CT>{st}, rowc, (float *)(st + L::P), m0, n0, (i64)tm, (i64)tn);
         } else {
             /* epilogue in place: each accumulator pair's base pair is read and overwritten by its owner */
 #pragma unroll
@@ -179,16 +188,19 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
                 }
             __syncthreads();
             const int cpr = LN / 8;
+            const i64 rl = a.out.rows - mb, cl = a.out.cols - nb;
+            const int rows_in = rl < LM ? (int)rl : LM, cols_in = cl < LN ? (int)cl : LN;
+            char *obase = (char *)a.out.p + (mb * a.out.s0 + nb) * 2;
+            const i64 opitch = a.out.s0 * 2;
 #pragma unroll
-            for (int q = threadIdx.x; q < LM * cpr; q += NT) {
-                const int rr = q / cpr, cc = (q % cpr) * 8;
-                const i64 o = mb + rr, j = nb + cc;
-                if (o >= a.out.rows || j >= a.out.cols) continue;
+            for (int k = 0; k < LM * cpr / NT; k++) {
+                const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
+                if (rr >= rows_in || cc >= cols_in) continue;
                 const char *src = st + (rr * LNP + cc) * 2;
-                char *dst = (char *)a.out.p + (o * a.out.s0 + j) * 2;
-                if (j + 8 <= a.out.cols) *(uint4 *)dst = *(const uint4 *)src;
+                char *dst = obase + rr * opitch + cc * 2;
+                if (cc + 8 <= cols_in) *(uint4 *)dst = *(const uint4 *)src;
                 else
-                    for (int e = 0; e < (int)(a.out.cols - j); e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
+                    for (int e = 0; e < cols_in - cc; e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
             }
         }
         __syncthreads(); /* stage and rowc free for the next loads */
@@ -224,7 +236,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const 
     const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)LM) * tiles_n;
     i64 grid = (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms;
     if (grid > tiles) grid = tiles;
-    k_expand_lean<CT, RP, QT, HD, EPI><<<(unsigned)grid, NT, bytes, s>>>(*a, tiles_n);
+    k_expand_lean<CT, RP, QT, HD, EPI><<<(unsigned)grid, NT, bytes, s>>>(*a, (int)tiles_n, (int)tiles);
     LK_LAUNCHED("expand_lean");
     return LYCO_OK;
 }
@@ -266,7 +278,7 @@ extern "C" int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, voi
     if (!stats && (!lean_view_ok(a->out, ct) || a->out.rows != a->M || a->out.cols != a->N)) return LYCO_OK;
     if (a->mode < 0 || a->mode > 2) return LYCO_OK;
     const i64 rp = lk_reduce_rank_tile(hd && a->r2 > a->r ? a->r2 : a->r);
-    if (rp == 0) return LYCO_OK;
+    if (rp == 0 || cdiv(a->M, LM) * cdiv(a->N, LN) > (1LL << 30)) return LYCO_OK; /* 32-bit tile indices */
     const i64 stage = 2 * (LM * LNP + LM * (rp + 8) + (a->q_t ? LN * (rp + 8) : rp * LNP) + (hd ? LM * (rp + 8) + rp * LNP : 0));
     if ((stage <= 48 * 1024 ? 2 : 1) * stage + 1024 > dev->smem_optin) return LYCO_OK;
     *done = 1;
