@@ -56,10 +56,6 @@ void cpu_store_all(DLTensor *t, const float *src);
 /* C[M×N] (+)= A[M×K] · B[K×N]; lda/ldb/ldc in elements */
 void cpu_gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate);
-/* C[M×N] = C + f·(A[M×K] · B[K×N]) (add) or f·(A·B): the sum, then the product, then the sum, each
-   rounded (never fused), the sum in cpu_gemm_nn's order */
-void cpu_gemm_nn_axpy(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                      float *C, int64_t ldc, float f, bool add);
 /* C[M×N] (+)= A[M×K] · B[N×K]ᵀ */
 void cpu_gemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate);
@@ -76,10 +72,6 @@ typedef struct cpu_delta cpu_delta;
 struct cpu_delta {
     /* Rows [o0, o0+nr) of ΔW̄ (nr × IK, fp32): s and masks applied, σs and m not. */
     void (*rows)(const cpu_delta *d, int64_t o0, int64_t nr, const float *Wrows, float *out);
-    /* Optional (forward, no DoRA): inout = inout + f·(rows of ΔW̄) (add) or f·(rows), each value as
-       rows() makes it, the product and the sum each rounded — combine()'s values without the ΔW̄
-       row block (LoCon: cpu_gemm_nn_axpy). */
-    void (*rows_axpy)(const cpu_delta *d, int64_t o0, int64_t nr, float f, bool add, float *inout);
     /* Backward: G = ∂L/∂(rows of ΔW̄ as produced above), nr × IK; accumulate parameter gradients.
        `tid` indexes per-thread partials the generator allocated in prepare(). */
     void (*rows_bwd)(const cpu_delta *d, int64_t o0, int64_t nr, const float *Wrows, const float *G, int tid);

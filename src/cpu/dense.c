@@ -2,8 +2,6 @@
  * dense.c — the fp32 GEMMs of the fused CPU paths (row-major, strided by lda/ldb/ldc):
  *   cpu_gemm_nn  C[M×N] (+)= A[M×K]·B[K×N]      cpu_gemm_tn  C (+)= A[K×M]ᵀ·B[K×N]
  *   cpu_gemm_nt  C[M×N] (+)= A[M×K]·B[N×K]ᵀ
- *   cpu_gemm_nn_axpy  C = C + f·(A·B) (or f·(A·B)): each sum rounded, times f rounded, plus C rounded —
- *                the merge's w + (m·σs)·δ with ΔW's tile never leaving the registers
  * C never aliases A or B; A and B are only read.
  *
  * Paths, chosen from the shape only (never from the thread count; path_of):
@@ -79,14 +77,6 @@ typedef struct {
 
 enum { PATH_SMALL, PATH_DIRECT_B, PATH_PACKED_B };
 
-/* The epilogue: what a finished sum acc becomes in C (gemm_kern.h, epi8/epi1) */
-enum { EPI_STORE, EPI_ACC, EPI_AXPY, EPI_SCALE };   /* acc, acc + C_old, C_old + f·acc, f·acc */
-typedef struct {
-    int mode;
-    float f;
-} epi;
-static inline bool epi_reads_c(epi e) { return e.mode == EPI_ACC || e.mode == EPI_AXPY; }
-
 typedef float v8 __attribute__((vector_size(32)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
 
@@ -141,7 +131,7 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 #undef KN
 
 static void gemm_part(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C, int64_t ldc,
-                      epi accumulate, float *buf, int64_t cap) {
+                      bool accumulate, float *buf, int64_t cap) {
 #ifdef CPU_V3
     if (cpu_have_v3()) {
         gemm_part_v3(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
@@ -167,7 +157,7 @@ static int path_of(int64_t M, int64_t N, int64_t K, bool b_rows) {
 /* C[M×N] (+)= op(A)·op(B). Outside a parallel region and with enough work the blocked path is
    split over the threads: N in NR-aligned ranges (M in MR-aligned ranges when N is narrower);
    each C element is computed by one thread in the same order as serially. */
-static void gemm(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int64_t ldc, epi accumulate) {
+static void gemm(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int64_t ldc, bool accumulate) {
     if (M <= 0 || N <= 0) return;
     int path = path_of(M, N, K, B.cs == 1);
     int64_t need = path == PATH_PACKED_B ? K * NR : 0, cap = 0;
@@ -201,24 +191,17 @@ static void gemm(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int64_
 #endif
 }
 
-static epi acc_epi(bool accumulate) { return (epi){accumulate ? EPI_ACC : EPI_STORE, 0.0f}; }
-
 void cpu_gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate) {
-    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, ldb, 1}, C, ldc, acc_epi(accumulate));
-}
-
-void cpu_gemm_nn_axpy(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                      float *C, int64_t ldc, float f, bool add) {
-    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, ldb, 1}, C, ldc, (epi){add ? EPI_AXPY : EPI_SCALE, f});
+    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, ldb, 1}, C, ldc, accumulate);
 }
 
 void cpu_gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate) {
-    gemm(M, N, K, (mat){A, 1, lda}, (mat){B, ldb, 1}, C, ldc, acc_epi(accumulate));
+    gemm(M, N, K, (mat){A, 1, lda}, (mat){B, ldb, 1}, C, ldc, accumulate);
 }
 
 void cpu_gemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate) {
-    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, 1, ldb}, C, ldc, acc_epi(accumulate));
+    gemm(M, N, K, (mat){A, lda, 1}, (mat){B, 1, ldb}, C, ldc, accumulate);
 }

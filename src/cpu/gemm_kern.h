@@ -13,8 +13,7 @@
  * Summation order, identical on every path and independent of M, N and the blocking (so a
  * caller whose tile sizes follow the thread count still gets bitwise the same elements):
  *   nn, tn: acc = 0; acc += a_k·b_k for k = 0…K−1 (FMA in the v3 build);
- *             then the epilogue (epi8/epi1): acc, acc + C_old, C_old + fl(f·acc) or fl(f·acc)
- *             (axpy_form and the blocked micro-kernel alike)
+ *             then acc + C_old when accumulating (axpy_form and the blocked micro-kernel alike)
  *   nt (dot_nt; NT_DOT_K = 1 in dense.c): 8 k-lanes chained over k < K&~7, summed in a fixed tree, plus
  *             the chained tail k ≥ K&~7, then + C_old
  *
@@ -31,8 +30,7 @@
  *                 through a scratch tile
  *   blocked     : NC (from the buffer) / MC (A block in L2) / NR / MR loops
  *   gemm_part   : one range of rows × columns on the calling thread
- * Expects from dense.c: MR, NR, DOT_JG, the `mat` and `epi` types, the PATH_* and EPI_* constants,
- * epi_reads_c().
+ * Expects from dense.c: MR, NR, DOT_JG, the `mat` type, the PATH_* constants.
  */
 
 #define AI static inline __attribute__((always_inline))
@@ -61,40 +59,6 @@ AI float KN(fmas)(float a, float b, float c) {
     return a * b + c;
 #endif
 }
-/* The epilogue (dense.c's epi): what a finished sum acc becomes in C — acc, acc + C_old,
-   C_old + f·acc (the product rounded, then the sum: GK_NOFUSE keeps the v3 build from contracting
-   the two into one FMA, so the merge's combine() gets bitwise the same value), or f·acc. */
-#undef GK_NOFUSE
-#ifdef GK_FMA
-#define GK_NOFUSE(t) __asm__("" : "+x"(t))
-#else
-#define GK_NOFUSE(t) ((void)0)
-#endif
-AI v8 KN(epi8)(v8 acc, const float *c, epi e) {
-    v8 f = {e.f, e.f, e.f, e.f, e.f, e.f, e.f, e.f}, t;
-    switch (e.mode) {
-    case EPI_ACC: return acc + KN(ld8)(c);
-    case EPI_AXPY:
-        t = f * acc;
-        GK_NOFUSE(t);
-        return KN(ld8)(c) + t;
-    case EPI_SCALE: return f * acc;
-    default: return acc;
-    }
-}
-AI float KN(epi1)(float acc, const float *c, epi e) {
-    float t;
-    switch (e.mode) {
-    case EPI_ACC: return *c + acc;
-    case EPI_AXPY:
-        t = e.f * acc;
-        GK_NOFUSE(t);
-        return *c + t;
-    case EPI_SCALE: return e.f * acc;
-    default: return acc;
-    }
-}
-
 /* *p in all lanes */
 AI v8 KN(bcp8)(const float *p) {
     v8 v = {*p};
@@ -119,7 +83,7 @@ AI float KN(dot_tail)(const float *a, const float *b, int64_t k0, int64_t K) {
    inlining: per k-vector P + Q loads and P·Q FMAs into P·Q 8-lane accumulators (≤ 12 + 3 + 1
    registers). The per-element order does not depend on P or Q. */
 AI void KN(dot_block)(const int P, const int Q, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                      int64_t ldc, epi e) {
+                      int64_t ldc, bool accumulate) {
     int64_t K8 = K & ~(int64_t)7;
     v8 acc[3][4];
     for (int p = 0; p < 3; p++)
@@ -136,25 +100,25 @@ AI void KN(dot_block)(const int P, const int Q, int64_t K, const float *A, int64
         for (int q = 0; q < Q; q++) {
             float s = KN(hsum8)(acc[p][q]) + KN(dot_tail)(A + p * lda, B + q * ldb, K8, K);
             float *c = C + p * ldc + q;
-            *c = KN(epi1)(s, c, e);
+            *c = accumulate ? *c + s : s;
         }
 }
 
 /* C[M×N] (+)= A[M×K]·B[N×K]ᵀ as dot products over K */
 AI void KN(dot_nt)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                   epi e) {
+                   bool accumulate) {
     for (int64_t jg = 0; jg < N; jg += DOT_JG) {
         int64_t je = N - jg < DOT_JG ? N : jg + DOT_JG;
         int64_t i = 0;
         for (; i + 3 <= M; i += 3) {
             int64_t j = jg;
-            for (; j + 4 <= je; j += 4) KN(dot_block)(3, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, e);
-            for (; j < je; j++) KN(dot_block)(3, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, e);
+            for (; j + 4 <= je; j += 4) KN(dot_block)(3, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
+            for (; j < je; j++) KN(dot_block)(3, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
         }
         for (; i < M; i++) {
             int64_t j = jg;
-            for (; j + 4 <= je; j += 4) KN(dot_block)(1, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, e);
-            for (; j < je; j++) KN(dot_block)(1, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, e);
+            for (; j + 4 <= je; j += 4) KN(dot_block)(1, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
+            for (; j < je; j++) KN(dot_block)(1, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
         }
     }
 }
@@ -220,7 +184,7 @@ AI void KN(pack_b_panel)(mat B, int64_t k0, int64_t kc, int64_t j0, int64_t nr, 
    accumulators (arrays of vectors were kept partly on the stack). */
 #define GK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 AI void KN(micro)(const int mr, int64_t K, const float *restrict a, int64_t ars, int64_t acs, const float *restrict b,
-                  int64_t ldb, float *restrict c, int64_t ldc, epi e) {
+                  int64_t ldb, float *restrict c, int64_t ldc, bool accumulate) {
 #define GK_DECL(p) v8 c##p##0 = KN(zero8)(), c##p##1 = c##p##0;
     GK_ROWS(GK_DECL)
     for (int64_t k = 0; k < K; k++) {
@@ -229,42 +193,42 @@ AI void KN(micro)(const int mr, int64_t K, const float *restrict a, int64_t ars,
 #define GK_STEP(p) if (mr > p) { v8 av = KN(bcp8)(ak + p * ars); c##p##0 = KN(vfma)(av, b0, c##p##0); c##p##1 = KN(vfma)(av, b1, c##p##1); }
         GK_ROWS(GK_STEP)
     }
-#define GK_EPI(p) if (mr > p) { c##p##0 = KN(epi8)(c##p##0, c + p * ldc, e); c##p##1 = KN(epi8)(c##p##1, c + p * ldc + 8, e); }
-    GK_ROWS(GK_EPI)
+#define GK_ADDC(p) if (mr > p) { c##p##0 += KN(ld8)(c + p * ldc); c##p##1 += KN(ld8)(c + p * ldc + 8); }
+    if (accumulate) { GK_ROWS(GK_ADDC) }
 #define GK_STOREC(p) if (mr > p) { KN(st8)(c + p * ldc, c##p##0); KN(st8)(c + p * ldc + 8, c##p##1); }
     GK_ROWS(GK_STOREC)
 #undef GK_DECL
 #undef GK_STEP
-#undef GK_EPI
+#undef GK_ADDC
 #undef GK_STOREC
 }
 #undef GK_ROWS
 
 /* dispatch on mr (1…MR): every instance keeps its accumulators in registers */
 AI void KN(micro_any)(int64_t mr, int64_t K, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb, float *c,
-                      int64_t ldc, epi e) {
+                      int64_t ldc, bool accumulate) {
     switch (mr) {
-    case 6: KN(micro)(6, K, a, ars, acs, b, ldb, c, ldc, e); break;
-    case 5: KN(micro)(5, K, a, ars, acs, b, ldb, c, ldc, e); break;
-    case 4: KN(micro)(4, K, a, ars, acs, b, ldb, c, ldc, e); break;
-    case 3: KN(micro)(3, K, a, ars, acs, b, ldb, c, ldc, e); break;
-    case 2: KN(micro)(2, K, a, ars, acs, b, ldb, c, ldc, e); break;
-    default: KN(micro)(1, K, a, ars, acs, b, ldb, c, ldc, e); break;
+    case 6: KN(micro)(6, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 5: KN(micro)(5, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 4: KN(micro)(4, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 3: KN(micro)(3, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 2: KN(micro)(2, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    default: KN(micro)(1, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
     }
 }
 
 /* C tile [mr × nr]: the micro-kernel on it, through an MR×NR scratch tile when nr < NR */
 AI void KN(tile)(int64_t mr, int64_t nr, int64_t K, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
-                 float *c, int64_t ldc, epi e) {
+                 float *c, int64_t ldc, bool accumulate) {
     if (nr == NR) {
-        KN(micro_any)(mr, K, a, ars, acs, b, ldb, c, ldc, e);
+        KN(micro_any)(mr, K, a, ars, acs, b, ldb, c, ldc, accumulate);
         return;
     }
     float t[MR * NR];
-    if (epi_reads_c(e))
+    if (accumulate)
         for (int64_t p = 0; p < mr; p++)
             for (int64_t j = 0; j < nr; j++) t[p * NR + j] = c[p * ldc + j];
-    KN(micro_any)(mr, K, a, ars, acs, b, ldb, t, NR, e);
+    KN(micro_any)(mr, K, a, ars, acs, b, ldb, t, NR, accumulate);
     for (int64_t p = 0; p < mr; p++)
         for (int64_t j = 0; j < nr; j++) c[p * ldc + j] = t[p * NR + j];
 }
@@ -273,7 +237,7 @@ AI void KN(tile)(int64_t mr, int64_t nr, int64_t K, const float *a, int64_t ars,
    C[4×24] (+)= A[4 × K]·B[K × 24], same order as micro. */
 #define GK_ROWS4(X) X(0) X(1) X(2) X(3)
 AI void KN(micro4x24)(int64_t K, const float *restrict a, int64_t ars, int64_t acs, const float *restrict b, int64_t ldb,
-                      float *restrict c, int64_t ldc, epi e) {
+                      float *restrict c, int64_t ldc, bool accumulate) {
 #define GK_DECL(p) v8 c##p##0 = KN(zero8)(), c##p##1 = c##p##0, c##p##2 = c##p##0;
     GK_ROWS4(GK_DECL)
     for (int64_t k = 0; k < K; k++) {
@@ -283,14 +247,13 @@ AI void KN(micro4x24)(int64_t K, const float *restrict a, int64_t ars, int64_t a
                      c##p##2 = KN(vfma)(av, b2, c##p##2); }
         GK_ROWS4(GK_STEP)
     }
-#define GK_EPI(p) { c##p##0 = KN(epi8)(c##p##0, c + p * ldc, e); c##p##1 = KN(epi8)(c##p##1, c + p * ldc + 8, e); \
-                   c##p##2 = KN(epi8)(c##p##2, c + p * ldc + 16, e); }
-    GK_ROWS4(GK_EPI)
+#define GK_ADDC(p) { c##p##0 += KN(ld8)(c + p * ldc); c##p##1 += KN(ld8)(c + p * ldc + 8); c##p##2 += KN(ld8)(c + p * ldc + 16); }
+    if (accumulate) { GK_ROWS4(GK_ADDC) }
 #define GK_STOREC(p) { KN(st8)(c + p * ldc, c##p##0); KN(st8)(c + p * ldc + 8, c##p##1); KN(st8)(c + p * ldc + 16, c##p##2); }
     GK_ROWS4(GK_STOREC)
 #undef GK_DECL
 #undef GK_STEP
-#undef GK_EPI
+#undef GK_ADDC
 #undef GK_STOREC
 }
 #undef GK_ROWS4
@@ -299,26 +262,26 @@ AI void KN(micro4x24)(int64_t K, const float *restrict a, int64_t ars, int64_t a
    contiguous (stride ldb), nothing packed: 4×24 and 4×16 register blocks (row tails: mr×16),
    then 8-lane and scalar column tails, all in micro's order. */
 AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sa_i, int64_t sa_k, const float *B, int64_t ldb,
-                      float *C, int64_t ldc, epi e) {
+                      float *C, int64_t ldc, bool accumulate) {
     for (int64_t i = 0; i < M; i += 4) {
         int64_t mr = M - i < 4 ? M - i : 4, j = 0;
         const float *a = A + i * sa_i;
         float *c = C + i * ldc;
         if (mr == 4)
-            for (; j + 24 <= N; j += 24) KN(micro4x24)(K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, e);
-        for (; j + 16 <= N; j += 16) KN(micro_any)(mr, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, e);
+            for (; j + 24 <= N; j += 24) KN(micro4x24)(K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
+        for (; j + 16 <= N; j += 16) KN(micro_any)(mr, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
         for (int64_t ii = 0; ii < mr; ii++) {
             int64_t jj = j;
             for (; jj + 8 <= N; jj += 8) {
                 v8 acc = KN(zero8)();
                 for (int64_t k = 0; k < K; k++) acc = KN(vfma)(KN(bcp8)(a + ii * sa_i + k * sa_k), KN(ld8)(B + k * ldb + jj), acc);
-                acc = KN(epi8)(acc, c + ii * ldc + jj, e);
+                if (accumulate) acc += KN(ld8)(c + ii * ldc + jj);
                 KN(st8)(c + ii * ldc + jj, acc);
             }
             for (; jj < N; jj++) {
                 float s = 0.0f;
                 for (int64_t k = 0; k < K; k++) s = KN(fmas)(a[ii * sa_i + k * sa_k], B[k * ldb + jj], s);
-                c[ii * ldc + jj] = KN(epi1)(s, c + ii * ldc + jj, e);
+                c[ii * ldc + jj] = accumulate ? c[ii * ldc + jj] + s : s;
             }
         }
     }
@@ -328,7 +291,7 @@ AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t s
    PACKED_B: B packed in blocks of nc_max columns (a multiple of NR; K·nc_max floats of buf) into
    K × NR panels. DIRECT_B (B.cs == 1): B read in place, its partial last 16 columns by axpy_form.
    M in blocks of mc_max rows (a multiple of MR) so the A block stays in L2 across the panels. */
-AI void KN(blocked)(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int64_t ldc, epi e, bool pack_b,
+AI void KN(blocked)(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int64_t ldc, bool accumulate, bool pack_b,
                     float *buf, int64_t nc_max, int64_t mc_max) {
     for (int64_t jc = 0; jc < N; jc += nc_max) {
         int64_t nc = N - jc < nc_max ? N - jc : nc_max;
@@ -341,13 +304,13 @@ AI void KN(blocked)(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int
                 int64_t nr = nc - jr < NR ? nc - jr : NR;
                 float *c = C + ic * ldc + jc + jr;
                 if (!pack_b && nr < NR) {
-                    KN(axpy_form)(mc, nr, K, a, A.rs, A.cs, B.p + jc + jr, B.rs, c, ldc, e);
+                    KN(axpy_form)(mc, nr, K, a, A.rs, A.cs, B.p + jc + jr, B.rs, c, ldc, accumulate);
                     continue;
                 }
                 const float *b = pack_b ? buf + jr * K : B.p + jc + jr;
                 int64_t ldb = pack_b ? NR : B.rs;
                 for (int64_t ir = 0; ir < mc; ir += MR)
-                    KN(tile)(mc - ir < MR ? mc - ir : MR, nr, K, a + ir * A.rs, A.rs, A.cs, b, ldb, c + ir * ldc, ldc, e);
+                    KN(tile)(mc - ir < MR ? mc - ir : MR, nr, K, a + ir * A.rs, A.rs, A.cs, b, ldb, c + ir * ldc, ldc, accumulate);
             }
         }
     }
@@ -356,19 +319,19 @@ AI void KN(blocked)(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int
 /* Rows [i0, i0+m) × columns [j0, j0+n) of C (+)= op(A)·op(B) on the calling thread; buf (NULL:
    the small path) holds buf_floats floats. */
 static void KN(gemm_part)(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C,
-                          int64_t ldc, epi e, float *buf, int64_t buf_floats) {
+                          int64_t ldc, bool accumulate, float *buf, int64_t buf_floats) {
     const float *a = A.p + i0 * A.rs, *b = B.p + j0 * B.cs;
     float *c = C + i0 * ldc + j0;
     bool pack_b = path == PATH_PACKED_B;
     if (path == PATH_SMALL || K < 1 || (pack_b && buf_floats < K * NR)) {
-        if (B.cs == 1) KN(axpy_form)(m, n, K, a, A.rs, A.cs, b, B.rs, c, ldc, e);
-        else KN(dot_nt)(m, n, K, a, A.rs, b, B.cs, c, ldc, e);   /* nt: A.cs == 1, B.rs == 1 */
+        if (B.cs == 1) KN(axpy_form)(m, n, K, a, A.rs, A.cs, b, B.rs, c, ldc, accumulate);
+        else KN(dot_nt)(m, n, K, a, A.rs, b, B.cs, c, ldc, accumulate);   /* nt: A.cs == 1, B.rs == 1 */
         return;
     }
     int64_t nc_max = pack_b ? buf_floats / K / NR * NR : n, mc_max = (int64_t)65536 / K / MR * MR;
     if (mc_max < MR) mc_max = MR;
     mat as = {a, A.rs, A.cs}, bs = {b, B.rs, B.cs};
-    KN(blocked)(m, n, K, as, bs, c, ldc, e, pack_b, buf, nc_max > 0 ? nc_max : NR, mc_max);
+    KN(blocked)(m, n, K, as, bs, c, ldc, accumulate, pack_b, buf, nc_max > 0 ? nc_max : NR, mc_max);
 }
 
 #undef AI

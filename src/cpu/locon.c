@@ -178,14 +178,6 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
         cpu_gemm_nn(nr - i < 4 ? nr - i : 4, s->IK, s->r, s->U + (o0 + i) * s->r, s->r, s->P, s->IK, out + i * s->IK, s->IK, false);
 }
 
-/* W rows ± f·ΔW̄ rows with ΔW̄'s tile in registers (the merge driver's fused epilogue) */
-static void rows_axpy(const cpu_delta *dl, int64_t o0, int64_t nr, float f, bool add, float *inout) {
-    const locon_t *s = dl->state;
-    for (int64_t i = 0; i < nr; i += 4)
-        cpu_gemm_nn_axpy(nr - i < 4 ? nr - i : 4, s->IK, s->r, s->U + (o0 + i) * s->r, s->r, s->P, s->IK, inout + i * s->IK, s->IK,
-                         f, add);
-}
-
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int part) {
     (void)W;
     const locon_t *s = dl->state;
@@ -591,7 +583,7 @@ lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
     locon_t s;
     lyco_status st = locon_prepare(c, &s, grads);
     if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_axpy = rows_axpy, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true,
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true,
                         .rows_bwd_block = merge_bwd_rows(s.IK), .groups = s.nparts};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;

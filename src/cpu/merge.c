@@ -227,8 +227,6 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
     bool dora = c->dims.dora && !c->dropped;
     bool need_w = Wt && (mode != LYCO_MERGE_DELTA || d->needs_w || dora);
     float sig = sigma_for(c, d), m = (float)c->m;
-    /* the generator's fused epilogue: plain modes with W (or DELTA), not dropped */
-    bool fused = d->rows_axpy && !dora && !c->dropped && (need_w || mode == LYCO_MERGE_DELTA);
     cpu_view wv, ov;
     if (Wt) cpu_view_init(&wv, Wt, 1);
     cpu_view_init(&ov, c->out, 1);
@@ -257,12 +255,6 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
         int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
         if (need_w)
             for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
-        if (fused) { /* W ± (m·σs)·ΔW̄ (or (m·σs)·ΔW̄) in the GEMM's epilogue: combine()'s values */
-            float *o = mode == LYCO_MERGE_DELTA ? sc->O2 : sc->W;
-            d->rows_axpy(d, o0, nr, mode == LYCO_MERGE_UNMERGE ? -(m * sig) : m * sig, mode != LYCO_MERGE_DELTA, o);
-            for (int64_t r = 0; r < nr; r++) cpu_store(&ov, o0 + r, 0, IK, o + r * IK);
-            continue;
-        }
         if (c->dropped) memset(sc->D, 0, sizeof(float) * (size_t)(nr * IK));
         else d->rows(d, o0, nr, sc->W, sc->D);
         for (int64_t r = 0; r < nr; r++) {
