@@ -159,18 +159,37 @@ static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_v
         }
 }
 
+/* The DoRA row sums are also compiled for AVX2 without FMA (target_clones "avx2": 256-bit lanes
+   for the vectoriser; with no FMA in the target no product can fuse with a sum), so their values
+   are the baseline's bit for bit: each lane is its own chain in j order either way. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define DORA_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define DORA_HOT
+#endif
+
 /* DoRA per output row: Σ_j V_j² and (g ≠ NULL) Σ_j g_j·V_j, V_j = w_j + σs·δ_j (float), in double
    over 8 lanes (j mod 8, each in j order) joined by a fixed tree: the order depends on n alone.
-   (One serial chain of double adds per row cost ~4 cycles an element.) */
-static void row_sums(const float *w, const float *dl, const float *g, float sig, int64_t n, double *ss, double *sg) {
+   (One serial chain of double adds per row cost ~4 cycles an element.) Two loops, one per case,
+   so that neither carries a branch and both vectorise. */
+DORA_HOT static void row_sums(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n,
+                              double *ss, double *sg) {
     double a[8] = {0}, b[8] = {0};
     int64_t n8 = n & ~(int64_t)7;
-    for (int64_t j = 0; j < n8; j += 8)
-        for (int l = 0; l < 8; l++) {
-            float v = w[j + l] + sig * dl[j + l];
-            a[l] += (double)v * v;
-            if (g) b[l] += (double)g[j + l] * v;
-        }
+    if (g) {
+        for (int64_t j = 0; j < n8; j += 8)
+            for (int l = 0; l < 8; l++) {
+                float v = w[j + l] + sig * dl[j + l];
+                a[l] += (double)v * v;
+                b[l] += (double)g[j + l] * v;
+            }
+    } else {
+        for (int64_t j = 0; j < n8; j += 8)
+            for (int l = 0; l < 8; l++) {
+                float v = w[j + l] + sig * dl[j + l];
+                a[l] += (double)v * v;
+            }
+    }
     for (int64_t j = n8; j < n; j++) {
         float v = w[j] + sig * dl[j];
         a[j - n8] += (double)v * v;
@@ -358,7 +377,7 @@ static void zero_grads(const lyco_call *c) {
 /* DoRA per output row, backward: g_j ← g_j·coef − (t·V_j)/nrm with t = (m·d/(n·n))·S, the
    per-element expression of the per-input path with the row's scalars hoisted (same operations,
    same order: bitwise the same; a product and a sum, never contracted: baseline ISA) */
-static void dora_row_grad(float *restrict g, const float *restrict w, const float *restrict dl, float sig, float coef, float t,
+DORA_HOT static void dora_row_grad(float *restrict g, const float *restrict w, const float *restrict dl, float sig, float coef, float t,
                           float nrm, int64_t n) {
     for (int64_t j = 0; j < n; j++) {
         float v = w[j] + sig * dl[j];
