@@ -51,6 +51,7 @@ if ls build-deps/wheels/*.whl >/dev/null 2>&1 && [ ! -d build-deps/pylib ]; then
 fi
 export PYTHONPATH="$PWD/build-deps/pylib:$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export LYCO_LIBRARY="$PWD/$BUILD/liblyco.so"
+[ -z "${LYCO_GIT_COMMIT:-}" ] && [ -f build-carry/prebuilt.commit ] && LYCO_GIT_COMMIT="$(cat build-carry/prebuilt.commit) (prebuilt)"
 export LYCO_GIT_COMMIT="${LYCO_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")$(git diff --quiet 2>/dev/null || echo "+local changes")}"
 if ! timeout 120 python3 -c "import torch, lycoris, lyco; assert torch.cuda.is_available(), 'no CUDA device'" >>"$P/peers.log" 2>&1; then
     say "python3 cannot import torch + lycoris + lyco with a CUDA device (see $P/peers.log)"

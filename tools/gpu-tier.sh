@@ -53,7 +53,10 @@ if [ "${1:-}" = "--pack-prebuilt" ]; then
     src="${2:-build-gpu}"
     mkdir -p build-carry
     tar -cf - -C "$src" lyco liblyco.so tests/test_cuda_locon_conv tests/test_cuda_device | xz -T1 --lzma2=preset=6,dict=192MiB >build-carry/prebuilt.tar.xz || exit 1
-    ls -la build-carry/prebuilt.tar.xz
+    # the commit the binaries were built from (the source tree of $src's parent), which the GPU
+    # machine's copy of the checkout cannot tell: the tier, focus and peer scripts name it
+    (cd "$src/.." && echo "$(git rev-parse --short HEAD 2>/dev/null || echo "?")$(git diff --quiet 2>/dev/null || echo "+local changes")") >build-carry/prebuilt.commit
+    ls -la build-carry/prebuilt.tar.xz; echo "built from $(cat build-carry/prebuilt.commit)"
     exit 0
 fi
 OUT="${OUT:-$PWD/gpu-tier-out}"
@@ -70,6 +73,7 @@ t_start=$(date +%s)
 say() { echo "== $* ($(($(date +%s) - t_start)) s)" | tee -a "$LOG"; }
 fail() { echo "!! $*" | tee -a "$LOG"; status=1; }
 
+[ -z "${LYCO_GIT_COMMIT:-}" ] && [ -f build-carry/prebuilt.commit ] && [ -n "${LYCO_PREBUILT_TAR:-}" ] && LYCO_GIT_COMMIT="$(cat build-carry/prebuilt.commit) (prebuilt)"
 say "lyco gpu tier: commit ${LYCO_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")$(git diff --quiet 2>/dev/null || echo "+local changes")}, seed $SEED"
 
 # ---- 1. build ----
