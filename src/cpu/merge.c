@@ -10,7 +10,8 @@
  * DoRA per input channel needs the column norms first: a norm pass, then the output pass
  * (ΔW rows regenerated, never stored). Everything accumulates in fp32; each output is rounded once.
  * DoRA sums: a row's ‖V‖² and ⟨G,V⟩ in double over 8 lanes + a fixed tree (row_sums); the column
- * pass's per-channel sums in COL_GROUPS fixed runs of row blocks, combined in run order.
+ * pass's per-channel sums in COL_GROUPS fixed runs of row blocks, combined in run order. The DoRA
+ * row loops also have AVX2 clones without FMA (DORA_HOT): the same values as the baseline build.
  * Backward: a generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
  * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
