@@ -11,7 +11,8 @@
  * (ΔW rows regenerated, never stored). Everything accumulates in fp32; each output is rounded once.
  * DoRA sums: a row's ‖V‖² and ⟨G,V⟩ in double over 8 lanes + a fixed tree (row_sums); the column
  * pass's per-channel sums in COL_GROUPS fixed runs of row blocks, combined in run order. The DoRA
- * row loops also have AVX2 clones without FMA (DORA_HOT): the same values as the baseline build.
+ * row loops and combine() also have AVX2 clones without FMA (NOFMA_HOT): the same values as the
+ * baseline build.
  * Backward: a generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
  * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
@@ -160,20 +161,21 @@ static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_v
         }
 }
 
-/* The DoRA row sums are also compiled for AVX2 without FMA (target_clones "avx2": 256-bit lanes
-   for the vectoriser; with no FMA in the target no product can fuse with a sum), so their values
-   are the baseline's bit for bit: each lane is its own chain in j order either way. */
+/* The elementwise row loops (DoRA's sums and expressions, combine()) are also compiled for AVX2
+   without FMA (target_clones "avx2": 256-bit lanes for the vectoriser; with no FMA in the target
+   no product can fuse with a sum), so their values are the baseline's bit for bit (the sums: each
+   lane is its own chain in j order either way). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define DORA_HOT __attribute__((target_clones("avx2", "default")))
+#define NOFMA_HOT __attribute__((target_clones("avx2", "default")))
 #else
-#define DORA_HOT
+#define NOFMA_HOT
 #endif
 
 /* DoRA per output row: Σ_j V_j² and (g ≠ NULL) Σ_j g_j·V_j, V_j = w_j + σs·δ_j (float), in double
    over 8 lanes (j mod 8, each in j order) joined by a fixed tree: the order depends on n alone.
    (One serial chain of double adds per row cost ~4 cycles an element.) Two loops, one per case,
    so that neither carries a branch and both vectorise. */
-DORA_HOT static void row_sums(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n,
+NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n,
                               double *ss, double *sg) {
     double a[8] = {0}, b[8] = {0};
     int64_t n8 = n & ~(int64_t)7;
@@ -200,10 +202,20 @@ DORA_HOT static void row_sums(const float *restrict w, const float *restrict dl,
     if (sg) *sg = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
 }
 
+/* DoRA per output row, forward: o_j = (w_j + σs·δ_j)·coef, minus w_j for DELTA (the per-input
+   loop's expression with the row's coefficient hoisted: bitwise the same) */
+NOFMA_HOT static void dora_row_out(float *restrict o, const float *restrict w, const float *restrict dl, float sig, float coef,
+                                   bool delta, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        float wpp = (w[j] + sig * dl[j]) * coef;
+        o[j] = delta ? wpp - w[j] : wpp;
+    }
+}
+
 /* o[j] of the plain (non-DoRA) modes from W's row (rounded) and ΔW̄'s: W + m·σs·ΔW, m·σs·ΔW
    (DELTA) or W − m·σs·ΔW (UNMERGE); 0 without W. o may alias dl (elementwise). Compiled for the
-   baseline ISA (no FMA), so `w + m·σs·dl` is a product and a sum in every path. */
-static void combine(lyco_merge_mode mode, bool need_w, float m, float sig, const float *w, const float *dl, float *o,
+   baseline ISA and for AVX2, neither with FMA, so `w + m·σs·dl` is a product and a sum in every path. */
+NOFMA_HOT static void combine(lyco_merge_mode mode, bool need_w, float m, float sig, const float *w, const float *dl, float *o,
                     int64_t n) {
     if (mode == LYCO_MERGE_DELTA) {
         for (int64_t j = 0; j < n; j++) o[j] = m * sig * dl[j];
@@ -287,9 +299,13 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
                     dr.norm2[o0 + r] = (float)ss;
                     dora_coef(c, &dr, o0 + r);
                 }
-                for (int64_t j = 0; j < IK; j++) {
-                    float wpp = (w[j] + sig * dl[j]) * dr.coef[dora_index(c, o0 + r, j)];
-                    o[j] = mode == LYCO_MERGE_DELTA ? wpp - w[j] : wpp;
+                if (c->dims.dora_on_out) {
+                    dora_row_out(o, w, dl, sig, dr.coef[o0 + r], mode == LYCO_MERGE_DELTA, IK);
+                } else {
+                    for (int64_t j = 0; j < IK; j++) {
+                        float wpp = (w[j] + sig * dl[j]) * dr.coef[dora_index(c, o0 + r, j)];
+                        o[j] = mode == LYCO_MERGE_DELTA ? wpp - w[j] : wpp;
+                    }
                 }
             } else {
                 combine(mode, need_w, m, sig, w, dl, o, IK);
@@ -378,7 +394,7 @@ static void zero_grads(const lyco_call *c) {
 /* DoRA per output row, backward: g_j ← g_j·coef − (t·V_j)/nrm with t = (m·d/(n·n))·S, the
    per-element expression of the per-input path with the row's scalars hoisted (same operations,
    same order: bitwise the same; a product and a sum, never contracted: baseline ISA) */
-DORA_HOT static void dora_row_grad(float *restrict g, const float *restrict w, const float *restrict dl, float sig, float coef, float t,
+NOFMA_HOT static void dora_row_grad(float *restrict g, const float *restrict w, const float *restrict dl, float sig, float coef, float t,
                           float nrm, int64_t n) {
     for (int64_t j = 0; j < n; j++) {
         float v = w[j] + sig * dl[j];
