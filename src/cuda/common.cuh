@@ -322,30 +322,19 @@ __device__ __forceinline__ int raw_pitch(int C, int dt) { return C + 16 / dt_siz
    take cp.async, the rest exact element copies. (An out-of-line element copy made k_expand 3x
    slower on the H200 at 7e88a0c: keep this inline.) */
 template <int R, int C, int ES> __device__ __forceinline__ void raw_issue_es(char *st, const lk_view &v, i64 r0, i64 c0) {
-    /* compile-time trip count and 32-bit in-tile offsets from one 64-bit tile origin: a run-time
-       loop with 64-bit index math cost ~50 instructions per cp.async (H200 SASS counts of
-       expand_lean.cu's first version, which had copied this loop) */
-    const int epc = 16 / ES, cpr = C / epc, pitch = C + epc, n = R * cpr;
-    const i64 rl = v.rows - r0, cl = v.cols - c0;
-    const int rows_in = rl >= R ? R : rl > 0 ? (int)rl : 0, cols_in = cl >= C ? C : cl > 0 ? (int)cl : 0;
+    const int epc = 16 / ES, cpr = C / epc, pitch = C + epc;
     const bool fast = (v.flags & LK_VEC) != 0;
-    const char *org = (const char *)v.p + (rows_in > 0 && cols_in > 0 ? (r0 * v.s0 + c0) * ES : 0);
-    const i64 pb = v.s0 * ES;
-#pragma unroll 1
-    for (int k = 0; k < (n + NT - 1) / NT; k++) {
-        const int q = (int)threadIdx.x + k * NT;
-        if (n % NT != 0 && q >= n) continue;
+    for (int q = threadIdx.x; q < R * cpr; q += NT) {
         const int rr = q / cpr, cc = (q % cpr) * epc;
+        const i64 r = r0 + rr, c = c0 + cc;
         char *dst = st + (rr * pitch + cc) * ES;
-        const bool rin = rr < rows_in;
-        if (fast && rin && cc + epc <= cols_in) {
-            cp_async16(dst, org + rr * pb + cc * ES, 16);
-        } else if (fast && (!rin || cc >= cols_in)) {
+        if (fast && r < v.rows && c + epc <= v.cols) {
+            cp_async16(dst, (const char *)v.p + (r * v.s0 + c) * ES, 16);
+        } else if (fast && (r >= v.rows || c >= v.cols)) {
             cp_async16(dst, v.p, 0);
         } else {
-            const i64 r = r0 + rr, c = c0 + cc;
             for (int e = 0; e < epc; e++) {
-                unsigned b = (rin && cc + e < cols_in) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
+                unsigned b = (r < v.rows && c + e < v.cols) ? f_to_bits(vload(v, r, c + e), v.dt) : 0u;
                 if (ES == 4) *(unsigned *)(dst + 4 * e) = b;
                 else *(unsigned short *)(dst + 2 * e) = (unsigned short)b;
             }
