@@ -1495,7 +1495,9 @@ static size_t bypass_bwd_bytes(const lk_bypass_bwd_args *a) {
 extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     /* r ≤ 16 without DoRA on row-major W/out: locon_merge_small.cu (FFMA, 38 vs 57 µs for lowrank.cu's
-       expand at 4096² r 8 on the H200); r ≤ 128 otherwise: lowrank.cu; the rest: this file's kernels */
+       general expand at 4096² r 8 on the H200) unless expand_lean.cu takes the call (everything in the
+       16-bit compute dtype: 27.5 vs 44.8 µs); r ≤ 128 otherwise: lowrank.cu (lean or general); the
+       rest: this file's kernels */
     int done = 0;
     int rc = lk_locon_merge_fwd_small(a, dev, stream, &done);
     if (rc || done) return rc;
