@@ -1,7 +1,9 @@
-"""lyco as LyCORIS 4.x's kernel backend on the CPU: a small model with Conv2d and Linear layers
-wrapped by create_lycoris for every algorithm, 20 optimizer steps with lyco on and off from the
-same start; the losses and the final gradients agree within fp32 budgets. Modules lyco declines
-run LyCORIS's own path and are reported once. The same with torch.compile on."""
+"""lyco as LyCORIS 4.x's kernel backend: a small model with Conv2d and Linear layers wrapped by
+create_lycoris for every algorithm, 20 optimizer steps with lyco on and off from the same start;
+the losses and the final gradients agree within fp32 budgets. On the CPU, and on the GPU when
+there is one (the same model moved to cuda; TF32 off in cuDNN and cuBLAS so the off run is fp32
+too). Modules lyco declines run LyCORIS's own path and are reported once. The same with
+torch.compile on (CPU)."""
 
 import warnings
 
@@ -15,6 +17,7 @@ from lycoris import LycorisNetwork, create_lycoris  # noqa: E402
 
 ALGOS = ["lora", "locon", "loha", "lokr", "diag-oft", "boft", "ia3", "glora", "dylora", "full"]
 ROUTED = {"lora", "locon", "loha", "lokr", "diag-oft", "boft", "ia3", "glora"}
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 class Net(torch.nn.Module):
@@ -29,7 +32,7 @@ class Net(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(h)))
 
 
-def _build(algo, seed):
+def _build(algo, seed, device="cpu"):
     torch.manual_seed(seed)
     model = Net()
     for p in model.parameters():
@@ -43,10 +46,12 @@ def _build(algo, seed):
     with torch.no_grad():  # non-zero factors everywhere, so no gradient is trivially zero
         for p in net.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    model.to(device)
+    net.to(device)
     return model, net
 
 
-def _train(model, net, on, steps, seed, compile_=False):
+def _train(model, net, on, steps, seed, compile_=False, device="cpu"):
     (LL.enable if on else LL.disable)()
     try:
         opt = torch.optim.SGD(net.parameters(), lr=0.05)
@@ -54,8 +59,8 @@ def _train(model, net, on, steps, seed, compile_=False):
         g = torch.Generator().manual_seed(seed + 2)
         losses = []
         for _ in range(steps):
-            x = torch.randn(8, 4, 4, 4, generator=g)
-            t = torch.randint(0, 16, (8,), generator=g)
+            x = torch.randn(8, 4, 4, 4, generator=g).to(device)
+            t = torch.randint(0, 16, (8,), generator=g).to(device)
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(fwd(x), t)
             loss.backward()
@@ -67,11 +72,11 @@ def _train(model, net, on, steps, seed, compile_=False):
         LL.disable()
 
 
-def _compare(algo, seed, compile_):
-    model, net = _build(algo, seed)
-    model_b, net_b = _build(algo, seed)
-    off, g_off = _train(model, net, False, 20, seed)
-    on, g_on = _train(model_b, net_b, True, 20, seed, compile_)
+def _compare(algo, seed, compile_, device="cpu"):
+    model, net = _build(algo, seed, device)
+    model_b, net_b = _build(algo, seed, device)
+    off, g_off = _train(model, net, False, 20, seed, device=device)
+    on, g_on = _train(model_b, net_b, True, 20, seed, compile_, device)
     for i, (a, b) in enumerate(zip(off, on)):
         assert abs(a - b) <= 1e-5 * (1 + i) * max(1.0, abs(a)), f"{algo} step {i}: {a} vs {b}"
     for a, b in zip(g_off, g_on):
@@ -79,9 +84,19 @@ def _compare(algo, seed, compile_):
     return net_b
 
 
+@pytest.fixture
+def fp32_matmuls():
+    """TF32 off for the test's duration (cuDNN convolutions default to TF32 on the GPU)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("algo", ALGOS)
-def test_train_on_vs_off(seed, algo):
-    net = _compare(algo, seed, False)
+def test_train_on_vs_off(seed, algo, device, fp32_matmuls):
+    net = _compare(algo, seed, False, device)
     rep = LL.report(net)
     assert rep, "no LyCORIS modules were created"
     if algo in ROUTED:
