@@ -239,7 +239,7 @@ def _note_path(ctx, d, direction):
             _reported.add(key)
             fallback_log.append(key)
         warnings.warn(f"lyco: {d['algo']} {direction} ran the eager twin on {backend}: {why}",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=4)
 
 
 _dtype_cache = {}  # (spec, operand dtypes and devices) -> output dtype
@@ -352,6 +352,15 @@ def _frame(key, build):
     return fr
 
 
+def _call(fr, tensors, direction):
+    """One call through a frame: bind this call's data pointers, configure the thread's context
+    for the frame's spec and device (stream), call C, report a fallback once."""
+    fr.bind(tensors)
+    ctx = _context(fr.d, fr.device)
+    C.check(fr.call(ctx.handle))
+    _note_path(ctx, fr.d, direction)
+
+
 def _new_frame(d, dtype, device, shapes, views, call, keep):
     fr = _Frame()
     fr.d, fr.dtype, fr.device, fr.shapes, fr.views, fr.call, fr.keep = (
@@ -368,10 +377,7 @@ def bypass_fwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
     fr = _frame(("bypass_fwd", spec, _sig(x), _sig(y0), _sig(weight), *map(_sig, tensors)),
                 lambda: _bypass_fwd_frame(spec, x, y0, weight, tensors))
     y = torch.empty(fr.shapes, dtype=fr.dtype, device=fr.device)
-    fr.bind((x, y0, weight, y, *tensors))
-    ctx = _context(fr.d, fr.device)
-    C.check(fr.call(ctx.handle))
-    _note_path(ctx, fr.d, "bypass_fwd")
+    _call(fr, (x, y0, weight, y, *tensors), "bypass_fwd")
     return y
 
 
@@ -406,10 +412,7 @@ def bypass_bwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
     fr = _frame(("bypass_bwd", spec, _sig(x), _sig(y0), _sig(weight), _sig(dy), tuple(need),
                  *map(_sig, tensors)),
                 lambda: _bypass_bwd_frame(spec, x, y0, weight, tensors, dy, need, outs))
-    fr.bind((x, y0, weight, dy, *tensors, *outs))
-    ctx = _context(d, x.device)
-    C.check(fr.call(ctx.handle))
-    _note_path(ctx, d, "bypass_bwd")
+    _call(fr, (x, y0, weight, dy, *tensors, *outs), "bypass_bwd")
     return outs
 
 
@@ -514,10 +517,7 @@ def merge_fwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Te
                 lambda: _merge_fwd_frame(spec, weight, bias, tensors))
     out = torch.empty(fr.shapes[0], dtype=fr.dtype, device=fr.device)
     ob = torch.empty(fr.shapes[1], dtype=fr.dtype, device=fr.device)
-    fr.bind((weight, bias, out, ob, *tensors))
-    ctx = _context(fr.d, fr.device)
-    C.check(fr.call(ctx.handle))
-    _note_path(ctx, fr.d, "merge_fwd")
+    _call(fr, (weight, bias, out, ob, *tensors), "merge_fwd")
     return [out, ob]
 
 
@@ -551,15 +551,11 @@ def merge_bwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Te
               tensors: List[torch.Tensor], d_out: torch.Tensor, d_out_bias: Optional[torch.Tensor],
               need: List[bool]) -> List[torch.Tensor]:
     """The gradient of each slot (an empty tensor where not needed)."""
-    d = parse_spec(spec)
     outs = _merge_bwd_alloc(tensors, need)
     fr = _frame(("merge_bwd", spec, _sig(weight), _sig(bias), _sig(d_out), _sig(d_out_bias),
                  tuple(need), *map(_sig, tensors)),
                 lambda: _merge_bwd_frame(spec, weight, bias, tensors, d_out, d_out_bias, need, outs))
-    fr.bind((weight, bias, d_out, d_out_bias, *tensors, *outs))
-    ctx = _context(d, d_out.device)
-    C.check(fr.call(ctx.handle))
-    _note_path(ctx, d, "merge_bwd")
+    _call(fr, (weight, bias, d_out, d_out_bias, *tensors, *outs), "merge_bwd")
     return outs
 
 
