@@ -3,7 +3,7 @@ create_lycoris for every algorithm, 20 optimizer steps with lyco on and off from
 the losses and the final gradients agree within fp32 budgets. On the CPU, and on the GPU when
 there is one (the same model moved to cuda; TF32 off in cuDNN and cuBLAS so the off run is fp32
 too). Modules lyco declines run LyCORIS's own path and are reported once. The same with
-torch.compile on (CPU)."""
+torch.compile on (CPU and GPU)."""
 
 import warnings
 
@@ -106,11 +106,12 @@ def test_train_on_vs_off(seed, algo, device, fp32_matmuls):
         assert any(cls for cls, _ in LL.fallbacks), "the fallback was not reported"
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("algo", ["lora", "loha", "boft", "glora", "dylora"])
-def test_train_on_vs_off_compiled(seed, algo):
+def test_train_on_vs_off_compiled(seed, algo, device, fp32_matmuls):
     torch._dynamo.reset()
     # modules lyco takes must trace without a graph break; declined ones run LyCORIS's own code
-    _compare(algo, seed, "fullgraph" if algo in ROUTED else True)
+    _compare(algo, seed, "fullgraph" if algo in ROUTED else True, device)
 
 
 def test_fallback_reported_once(seed):
