@@ -35,6 +35,7 @@ else
     ncu --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size \
         $L bench --backend cuda $BENCH --dtypes bf16 --seed $S --reps 3 > "$OUT/ncu-times.csv" 2> "$OUT/ncu.err" || status=1
     python3 tools/ncu_summary.py "$OUT/ncu-times.csv" > "$OUT/kern-sum.txt" 2>&1 || status=1
+    grep -vE '^"' "$OUT/ncu-times.csv" > "$OUT/bench.txt"   # the bench's own lines (ncu's are quoted CSV)
 fi
 grep -E "^[a-z0-9_-]+ +(merge|bypass)" "$OUT/bench.txt" | cut -c1-150
 head -30 "$OUT/kern-sum.txt"

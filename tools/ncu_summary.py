@@ -13,17 +13,18 @@ def main(path):
     cols = rows[head]
     data = [r for r in rows[head + 2:] if len(r) == len(cols)]  # skip the units row
     name = cols.index("Kernel Name")
-    metrics = [c for c in cols if "__" in c]
+    units = rows[head + 1] if len(rows) > head + 1 else [""] * len(cols)
+    # the metrics asked for (ncu's raw page also lists every launch__/device__ attribute: not those)
+    metrics = [c for c in cols if c.startswith(("gpu__", "dram__", "sm__", "smsp__", "l1tex__", "lts__"))]
     groups = defaultdict(list)
     for r in data:
         grid = r[cols.index("launch__grid_size")] if "launch__grid_size" in cols else ""
         groups[(r[name].split("(")[0][-60:], grid)].append(r)
-    print("%-60s %8s %6s " % ("kernel", "grid", "n") + " ".join("%14s" % m.split("__")[1][:14] for m in metrics if m != "launch__grid_size"))
+    print("%-60s %8s %6s " % ("kernel", "grid", "n") + " ".join(
+        "%14s" % ("%s [%s]" % (m.split("__")[1][:9], units[cols.index(m)][:4])) for m in metrics))
     for (k, grid), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         vals = []
         for m in metrics:
-            if m == "launch__grid_size":
-                continue
             xs = []
             for r in rs:
                 try:
