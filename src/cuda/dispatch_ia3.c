@@ -7,7 +7,8 @@
  *   merge bwd   G_w = m·Σ ∂L/∂W''·W per row (output) or per input channel (input): lk_chan_sum
  *   bypass, output mode (row map on y0, bias included; linear: channel = last dim, conv: dim 1)
  *               fwd y = y0 + m·(y0⊙w) (DELTA_ONLY: m·(y0⊙w));  bwd dy0 = dy ⊕ m·(dy⊙w) likewise,
- *               G_w = m·Σ dy·y0 per channel, dx = 0
+ *               G_w = m·Σ dy·y0 per channel, dx = 0 (linear: dy0 and G_w in one pass, lk_chan_sum's
+ *               row map)
  *   bypass, input mode  y = y0 + m·op(x, W ⊙ w) (conv_direct.cu);  bwd G' = opᵀ(dy, W),
  *               dx = m·w⊙G', G_w = m·Σ G'·x per input channel (G' in fp32 scratch, x-shaped,
  *               only when G_w is wanted), dy0 = dy (DELTA_ONLY: 0)
@@ -18,29 +19,37 @@
 
 static bool is_conv(const lyco_call *c) { return c->a->layer.kind == LYCO_LAYER_CONV; }
 
-/* The elementwise row map of output mode: out = src ⊕ m·(src ⊙ w) over activation views. */
+/* The elementwise row map of output mode, out = src ⊕ m·(src ⊙ w) over activation views, as
+   lk_ew_merge's arguments. */
+static lyco_status rowmap_args(const lyco_call *c, const DLTensor *src, const char *sname, DLTensor *dst, const char *dname,
+                               lk_ew_args *e, char *why, size_t why_len) {
+    memset(e, 0, sizeof *e);
+    lk_view_req rq[3] = {{src, sname, lk_act_split(c, src), &e->W},
+                         {dst, dname, lk_act_split(c, dst), &e->out},
+                         {c->a->tensor[LYCO_IA3_WEIGHT], "ia3 weight", 0, &e->vec}};
+    lyco_status rc = lk_views(rq, 3, why, why_len);
+    if (rc) return rc;
+    e->src_is_W = 1;
+    e->vec_on_rows = is_conv(c);
+    e->vec_mod = c->dims.O;
+    e->K = 1;
+    e->mode = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? LYCO_MERGE_DELTA : LYCO_MERGE_WEIGHT;
+    e->ct = (int32_t)c->dt.compute;
+    e->m = c->m;
+    return LYCO_OK;
+}
+
 static lyco_status rowmap(const lyco_call *c, const DLTensor *src, const char *sname, DLTensor *dst, const char *dname,
                           void *st, char *why, size_t why_len) {
     lk_ew_args e;
-    memset(&e, 0, sizeof e);
-    lk_view_req rq[3] = {{src, sname, lk_act_split(c, src), &e.W},
-                         {dst, dname, lk_act_split(c, dst), &e.out},
-                         {c->a->tensor[LYCO_IA3_WEIGHT], "ia3 weight", 0, &e.vec}};
-    lyco_status rc = lk_views(rq, 3, why, why_len);
-    if (rc) return rc;
-    e.src_is_W = 1;
-    e.vec_on_rows = is_conv(c);
-    e.vec_mod = c->dims.O;
-    e.K = 1;
-    e.mode = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? LYCO_MERGE_DELTA : LYCO_MERGE_WEIGHT;
-    e.ct = (int32_t)c->dt.compute;
-    e.m = c->m;
-    return (lyco_status)lk_ew_merge(&e, st);
+    lyco_status rc = rowmap_args(c, src, sname, dst, dname, &e, why, why_len);
+    return rc ? rc : (lyco_status)lk_ew_merge(&e, st);
 }
 
-/* G_w = scale·Σ A·B per channel of activation-shaped A, B (channel: column, or row mod nch). */
+/* G_w = scale·Σ A·B per channel of activation-shaped A, B (channel: column, or row mod nch); with
+   map (linear only: channels along columns), the same pass also writes map's row map of A. */
 static lyco_status act_grad(const lyco_call *c, lk_view A, bool A_exact, const DLTensor *B, const char *bname, int64_t nch,
-                            void *st, char *why, size_t why_len) {
+                            const lk_ew_args *map, void *st, char *why, size_t why_len) {
     lk_chan_args s;
     memset(&s, 0, sizeof s);
     lk_view_req rq[2] = {{B, bname, lk_act_split(c, B), &s.B}, {c->g->grad[LYCO_IA3_WEIGHT], "grad ia3 weight", 0, &s.out}};
@@ -53,6 +62,12 @@ static lyco_status act_grad(const lyco_call *c, lk_view A, bool A_exact, const D
     s.nch = nch;
     s.scale = c->m;
     s.ct = (int32_t)c->dt.compute;
+    if (map) {
+        s.map_out = map->out;
+        s.map_vec = map->vec;
+        s.map_mode = map->mode;
+        s.map_m = map->m;
+    }
     return (lyco_status)lk_chan_sum(&s, st);
 }
 
@@ -109,14 +124,21 @@ static lyco_status bypass_fwd(const lyco_call *c, void *st, char *why, size_t wh
     return (lyco_status)lk_conv_fwd(&v, st);
 }
 
+/* dx = 0; dy0 = dy ⊕ m·(dy ⊙ w) and G_w = m·Σ dy·y0 — linear: in one pass over dy and y0 */
 static lyco_status bypass_bwd_out(const lyco_call *c, void *st, char *why, size_t why_len) {
     int ct = (int)c->dt.compute;
     lyco_status rc = lk_copy_or_zero(c->dx, "dx", NULL, lk_act_split(c, c->dx), ct, st, why, why_len);
-    if (!rc && c->dy0) rc = rowmap(c, c->dy, "dy", c->dy0, "dy0", st, why, why_len);
-    if (rc || !lyco_call_wants(c, LYCO_IA3_WEIGHT)) return rc;
+    if (rc) return rc;
+    if (!lyco_call_wants(c, LYCO_IA3_WEIGHT)) return c->dy0 ? rowmap(c, c->dy, "dy", c->dy0, "dy0", st, why, why_len) : LYCO_OK;
     lk_view dy;
     if (!lk_mk_view(c->dy, lk_act_split(c, c->dy), &dy)) return lk_decline(why, why_len, "dy has strides whose dims do not collapse to a matrix");
-    return act_grad(c, dy, false, c->bypass->y0, "y0", c->dims.O, st, why, why_len);
+    lk_ew_args map;
+    memset(&map, 0, sizeof map);
+    bool fuse = c->dy0 && !is_conv(c);
+    if (c->dy0 && (rc = fuse ? rowmap_args(c, c->dy, "dy", c->dy0, "dy0", &map, why, why_len)
+                             : rowmap(c, c->dy, "dy", c->dy0, "dy0", st, why, why_len)))
+        return rc;
+    return act_grad(c, dy, false, c->bypass->y0, "y0", c->dims.O, fuse ? &map : NULL, st, why, why_len);
 }
 
 static lyco_status bypass_bwd_in(const lyco_call *c, void *st, char *why, size_t why_len) {
@@ -140,7 +162,7 @@ static lyco_status bypass_bwd_in(const lyco_call *c, void *st, char *why, size_t
     if (want && (rc = (lyco_status)lk_scratch_alloc(&gp, sizeof(float) * (size_t)(v.x.rows * v.x.cols), st))) return rc;
     v.gp = gp;
     rc = (lyco_status)lk_conv_dgrad(&v, st);
-    if (!rc && want) rc = act_grad(c, lk_f32_view(gp, v.x.rows, v.x.cols), true, b->x, "x", c->dims.I, st, why, why_len);
+    if (!rc && want) rc = act_grad(c, lk_f32_view(gp, v.x.rows, v.x.cols), true, b->x, "x", c->dims.I, NULL, st, why, why_len);
     lyco_status rf = (lyco_status)lk_scratch_free(gp, st);
     return rc ? rc : rf;
 }

@@ -52,6 +52,12 @@ typedef struct {
     int64_t K, nch;
     lk_view out, vec;
     double scale;
+    /* Optional, by_col with K = 1 and A not exact: in the same pass over A, also
+       map_out(r,c) = a ⊕ map_m·(a·RN_ct(map_vec[c])), a = RN_ct(A(r,c)), ⊕ by map_mode (lk_ew_merge's
+       modes; map_vec absent = 1) — IA3 output mode's dy0 beside its weight gradient. */
+    lk_view map_out, map_vec;
+    int32_t map_mode;
+    double map_m;
 } lk_chan_args;
 int lk_chan_sum(const lk_chan_args *a, void *stream);
 
