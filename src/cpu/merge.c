@@ -30,6 +30,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "isa.h"
 #include "stream.h"
 
 #define RB 4
@@ -173,12 +174,13 @@ static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_v
 
 /* DoRA per output row: Σ_j V_j² and (g ≠ NULL) Σ_j g_j·V_j, V_j = w_j + σs·δ_j (float), in double
    over 8 lanes (j mod 8, each in j order) joined by a fixed tree: the order depends on n alone.
-   (One serial chain of double adds per row cost ~4 cycles an element.) Two loops, one per case,
-   so that neither carries a branch and both vectorise. */
-NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n,
-                              double *ss, double *sg) {
-    double a[8] = {0}, b[8] = {0};
-    int64_t n8 = n & ~(int64_t)7;
+   (One serial chain of double adds per row cost ~4 cycles an element.) row_lanes sums the first
+   n8 = n & ~7 elements into the lanes: portable loops (two, one per case, so that neither carries
+   a branch), and on AVX2 CPUs row_lanes_avx2 — the same operations per lane with the lanes in
+   four registers (GCC kept the portable loops' lane accumulators on the stack, a store-forward
+   chain per add: ~2 cycles an element in merge_bwd's sums). */
+static void row_lanes(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n8,
+                      double *a, double *b) {
     if (g) {
         for (int64_t j = 0; j < n8; j += 8)
             for (int l = 0; l < 8; l++) {
@@ -193,6 +195,46 @@ NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl
                 a[l] += (double)v * v;
             }
     }
+}
+
+#ifdef CPU_V3
+#pragma GCC push_options
+#pragma GCC target("avx2") /* not "fma": no product can fuse with a sum */
+/* row_lanes on AVX2: lanes 0–3 and 4–7 of a (and b) in two 4-double registers each; per lane
+   v = w + σs·δ rounded to float, then a += v·v and b += g·v in double, in j order */
+static void row_lanes_avx2(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n8,
+                           double *a, double *b) {
+    __m256 s = _mm256_set1_ps(sig);
+    __m256d a0 = _mm256_loadu_pd(a), a1 = _mm256_loadu_pd(a + 4), b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
+    for (int64_t j = 0; j < n8; j += 8) {
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(s, _mm256_loadu_ps(dl + j)));
+        __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(v0, v0));
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(v1, v1));
+        if (g) {
+            __m256 gv = _mm256_loadu_ps(g + j);
+            b0 = _mm256_add_pd(b0, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(gv)), v0));
+            b1 = _mm256_add_pd(b1, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(gv, 1)), v1));
+        }
+    }
+    _mm256_storeu_pd(a, a0);
+    _mm256_storeu_pd(a + 4, a1);
+    _mm256_storeu_pd(b, b0);
+    _mm256_storeu_pd(b + 4, b1);
+}
+#pragma GCC pop_options
+#endif
+
+NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n,
+                              double *ss, double *sg) {
+    double a[8] = {0}, b[8] = {0};
+    int64_t n8 = n & ~(int64_t)7;
+#ifdef CPU_V3
+    if (cpu_have_v3()) row_lanes_avx2(w, dl, g, sig, n8, a, b);
+    else row_lanes(w, dl, g, sig, n8, a, b);
+#else
+    row_lanes(w, dl, g, sig, n8, a, b);
+#endif
     for (int64_t j = n8; j < n; j++) {
         float v = w[j] + sig * dl[j];
         a[j - n8] += (double)v * v;

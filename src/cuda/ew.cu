@@ -46,7 +46,10 @@ static unsigned ew_blocks(i64 work) {
 /* ---- elementwise merge ---- */
 
 #define EW_U 1   /* chunks per thread and iteration (4 measured slower on the H200: 148 vs 93 µs on IA3 bypass fwd 8192×4096 bf16) */
-#define EW_RU 4  /* rows per thread and iteration of k_ew_rows, loads issued before use */
+/* rows per thread and iteration of k_ew_rows, loads issued before use: 4 with one source (IA3: H200,
+   8192 × 4096 bf16 bypass fwd 55.2 → 52.1 µs), 1 with two (Full merge fwd 4096² 47.7 → 67.4 µs at 4:
+   120 registers) */
+#define EW_RU(SRCW) ((SRCW) ? 4 : 1)
 
 /* (row, first column) of chunk q */
 __device__ __forceinline__ void ew_pos(i64 q, i64 cpr, bool small, i64 &r, i64 &c0) {
@@ -140,10 +143,11 @@ template <typename CT, bool SRCW> __global__ __launch_bounds__(NT) void k_ew_row
 #pragma unroll
         for (int e = 0; e < 8; e++) fv[e] = 1.0f;
     }
-    for (i64 rb = (i64)blockIdx.y * EW_RU; rb < a.out.rows; rb += (i64)gridDim.y * EW_RU) {
-        float w[EW_RU][8], d[SRCW ? 1 : EW_RU][8];
+    const int RU = EW_RU(SRCW);
+    for (i64 rb = (i64)blockIdx.y * RU; rb < a.out.rows; rb += (i64)gridDim.y * RU) {
+        float w[RU][8], d[SRCW ? 1 : RU][8];
 #pragma unroll
-        for (int u = 0; u < EW_RU; u++) {   /* every row's loads issued before any use */
+        for (int u = 0; u < RU; u++) {   /* every row's loads issued before any use */
             if (a.W.p) vload8(w[u], a.W, rb + u, c0);
             else
 #pragma unroll
@@ -156,7 +160,7 @@ template <typename CT, bool SRCW> __global__ __launch_bounds__(NT) void k_ew_row
             }
         }
 #pragma unroll
-        for (int u = 0; u < EW_RU; u++) {
+        for (int u = 0; u < RU; u++) {
             const i64 r = rb + u;
             if (r >= a.out.rows) break;
             float frow = 1.0f, res[8];
@@ -176,18 +180,20 @@ template <typename CT, bool SRCW> __global__ __launch_bounds__(NT) void k_ew_row
 }
 
 template <typename CT> static void launch_rows(const lk_ew_args *a, cudaStream_t s) {
-    const i64 gx = cdiv(cdiv(a->out.cols, 8), NT), ry = cdiv(a->out.rows, EW_RU), gy = ry < 65535 ? ry : 65535;
+    const i64 gx = cdiv(cdiv(a->out.cols, 8), NT), ry = cdiv(a->out.rows, EW_RU(a->src_is_W)), gy = ry < 65535 ? ry : 65535;
     const dim3 grid((unsigned)gx, (unsigned)gy);
     if (a->src_is_W) k_ew_rows<CT, true><<<grid, NT, 0, s>>>(*a);
     else k_ew_rows<CT, false><<<grid, NT, 0, s>>>(*a);
 }
 
-/* out = 0 over a contiguous view (no W, no D, delta mode: every dtype's +0 is all-zero bits) as one
-   cudaMemsetAsync; false when the view is not one contiguous run. */
+/* out = 0 over a contiguous view of at least 1 MiB (no W, no D, delta mode: every dtype's +0 is all-zero
+   bits) as one cudaMemsetAsync; false otherwise (H200: small memsets made Norm's merge rows ~2x slower,
+   7.8 → 14.0 µs; the IA3 bypass backward's 64 MB dx took 39.6 µs in k_ew_rows). */
 static bool zero_fill(const lk_ew_args *a, cudaStream_t s, int *rc) {
     const lk_view &o = a->out;
     if (a->W.p || a->D.p || a->mode != LYCO_MERGE_DELTA || !(o.s1 == 1 || o.cols == 1) || !(o.s0 == o.cols || o.rows == 1)) return false;
     const size_t bytes = (size_t)(o.rows * o.cols) * (o.dt == DT_F32 ? 4 : 2);
+    if (bytes < ((size_t)1 << 20)) return false;
     cudaError_t e = cudaMemsetAsync((void *)o.p, 0, bytes, s);
     *rc = e == cudaSuccess ? LYCO_OK : lyco_fail(LYCO_ERR_BACKEND, "cuda: cudaMemsetAsync of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
     return true;
