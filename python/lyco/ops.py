@@ -475,6 +475,21 @@ def _needs(ctx, index, n=None):
     return [bool(v)] * n
 
 
+# Bypasses with y = y0 + Δ(x): ∂L/∂y0 = RN_compute(dy) (the oracle's and every backend's dy0).
+_Y0_ADDS = ("locon", "loha", "lokr", "glora", "dylora", "full", "norm")
+
+
+def _dy0_is_dy(d, dy, y0, operands):
+    """True when the gradient of y0 is dy itself, bit for bit: an additive bypass (not Δ alone), y0
+    in dy's dtype, and dy exact in the compute dtype (16-bit dy: the compute dtype is dy's or fp32;
+    fp32 dy: every operand fp32). The backward then returns dy for y0 without a copy, as PyTorch's
+    own add does, and the kernel does not write a dy0."""
+    additive = d["algo"] in _Y0_ADDS or (d["algo"] == "ia3" and d["ia3_on_input"])
+    if not additive or d["bypass_flags"] & C.BYPASS_DELTA_ONLY or y0.dtype != dy.dtype:
+        return False
+    return dy.dtype != torch.float32 or all(t.dtype == torch.float32 for t in operands if t is not None)
+
+
 def _bypass_backward(ctx, dy):
     x, y0, weight, *tensors = ctx.saved_tensors
     d = parse_spec(ctx.spec)
@@ -485,12 +500,15 @@ def _bypass_backward(ctx, dy):
     slot_need = _needs(ctx, 4, ctx.n)
     need = [_needs(ctx, 1), ctx.has_y0 and _needs(ctx, 2)]
     need += [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
+    dy0 = None
+    if need[1] and _dy0_is_dy(d, dy, y0, (x, weight if ctx.has_w else None, *tensors)):
+        need[1], dy0 = False, dy
     if not any(need):
-        return None, None, None, None, [None] * ctx.n
+        return None, None, dy0, None, [None] * ctx.n
     outs = bypass_bwd(ctx.spec, x, y0 if ctx.has_y0 else None, weight if ctx.has_w else None,
                       tensors, dy, need)
     pick = [o if n else None for o, n in zip(outs, need)]
-    return None, pick[0], pick[1], None, pick[2:]
+    return None, pick[0], dy0 if dy0 is not None else pick[1], None, pick[2:]
 
 
 bypass_fwd.register_autograd(_bypass_backward, setup_context=_bypass_setup)

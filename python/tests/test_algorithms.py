@@ -87,6 +87,34 @@ def test_merge_cpu_vs_oracle(seed, algo):
                                    msg=lambda m: f"{algo} grad {name}: {m}")
 
 
+Y0_VARIANTS = [(a, {}) for a in _cases()] + [("ia3", {"ia3_on_input": 1})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("algo,extra", Y0_VARIANTS, ids=[a + ("-in" if e else "") for a, e in Y0_VARIANTS])
+def test_y0_gradient_without_copy(seed, algo, extra, dtype, monkeypatch):
+    """The backward returns dy itself as y0's gradient where ops._dy0_is_dy allows it (additive
+    bypasses): bit for bit what the op writes as dy0 when asked (the shortcut switched off)."""
+    from lyco import ops
+    tensors, hyper = _cases()[algo]
+    if extra:  # IA3 on the input: one scale per input channel
+        tensors = {"ia3_weight": _t(I)}
+    tensors = {k: v.detach().to(dtype).requires_grad_() for k, v in tensors.items()}
+    x = torch.randn(N, I).to(dtype).requires_grad_()
+    W = (torch.randn(O, I) * 0.2).to(dtype)
+    y0 = (x.detach() @ W.T).requires_grad_()
+    w = W if algo in NEEDS_W or extra else None
+    y = lyco.bypass(x, tensors, lyco.linear(O, I), algo=algo, y0=y0, weight=w, **hyper, **extra)
+    g = torch.randn_like(y)
+    (fast,) = torch.autograd.grad(y, [y0], g, retain_graph=True)
+    monkeypatch.setattr(ops, "_dy0_is_dy", lambda *a: False)
+    (slow,) = torch.autograd.grad(y, [y0], g)
+    assert fast.dtype == slow.dtype == y0.dtype
+    assert torch.equal(fast, slow), f"{algo}: y0's gradient differs from the op's dy0"
+    shortcut = algo not in ("diag_oft", "boft") and (algo != "ia3" or bool(extra))
+    assert (fast.data_ptr() == g.data_ptr()) == shortcut, "the shortcut was (not) taken"
+
+
 def test_norm_bypass_and_merge(seed):
     C = 12
     x = _t(5, C, scale=1.0)
