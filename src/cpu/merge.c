@@ -12,7 +12,8 @@
  * DoRA sums: a row's ‖V‖² and ⟨G,V⟩ in double over 8 lanes + a fixed tree (row_sums); the column
  * pass's per-channel sums in COL_GROUPS fixed runs of row blocks, combined in run order. The DoRA
  * row loops and combine() also have AVX2 clones without FMA (NOFMA_HOT): the same values as the
- * baseline build.
+ * baseline build; the row sums' lanes on AVX2 CPUs are intrinsics (row_lanes_avx2, target "avx2"
+ * without FMA: the lanes stay in registers; the same operations per lane, bitwise the same).
  * Backward: a generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
  * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
