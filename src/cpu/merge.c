@@ -6,7 +6,9 @@
  *   W'' = W + m·σs·ΔW            WEIGHT: W'', DELTA: W'' − W, UNMERGE: W − (W'' − W)
  *   DoRA: V = W + σs·ΔW, n = ‖V‖_axis + ε, c = d/n, c ← m(c−1)+1 (m ≠ 1), W'' = V⊙c
  * Rows are produced in blocks of RB rows by the thread that owns them and consumed in cache
- * (ΔW is never written whole unless it is the requested output). DoRA per output row is one pass;
+ * (ΔW is never written whole unless it is the requested output); when the generator does not read
+ * W, W's rows are loaded one at a time after the product, next to their combine (L1-hot), and the
+ * plain modes combine in place in the Δ block. DoRA per output row is one pass;
  * DoRA per input channel needs the column norms first: a norm pass, then the output pass
  * (ΔW rows regenerated, never stored). Everything accumulates in fp32; each output is rounded once.
  * DoRA sums: a row's ‖V‖² and ⟨G,V⟩ in double over 8 lanes + a fixed tree (row_sums); the column
@@ -302,6 +304,9 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
     bool dora = c->dims.dora && !c->dropped;
     bool need_w = Wt && (mode != LYCO_MERGE_DELTA || d->needs_w || dora);
     float sig = sigma_for(c, d), m = (float)c->m;
+    /* W's rows are loaded one at a time next to their use (L1-hot for the combine, not evicted by
+       the product's passes over its operands) unless the generator reads them */
+    bool w_late = need_w && !d->needs_w;
     cpu_view wv, ov;
     if (Wt) cpu_view_init(&wv, Wt, 1);
     cpu_view_init(&ov, c->out, 1);
@@ -328,12 +333,13 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
     for (int64_t b = 0; b < nblocks; b++) {
         scratch_t *sc = &scr[cpu_thread_id()];
         int64_t o0 = b * RB, nr = O - o0 < RB ? O - o0 : RB;
-        if (need_w)
+        if (need_w && !w_late)
             for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
         if (c->dropped) memset(sc->D, 0, sizeof(float) * (size_t)(nr * IK));
         else d->rows(d, o0, nr, sc->W, sc->D);
         for (int64_t r = 0; r < nr; r++) {
-            float *w = sc->W + r * IK, *dl = sc->D + r * IK, *o = sc->O2 + r * IK;
+            float *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK, *o = dora ? sc->O2 + r * IK : dl;
+            if (w_late) cpu_load(&wv, o0 + r, 0, IK, T, w);
             if (dora) {
                 if (c->dims.dora_on_out) {
                     double ss; /* the norm's sum in double: it sets the scale of the whole row */
