@@ -42,6 +42,7 @@ head -30 "$OUT/kern-sum.txt"
 if [ -n "${LYCO_PROF_NCU_KERNEL:-}" ]; then
     say "ncu sections of ${LYCO_PROF_NCU_KERNEL} over ${LYCO_PROF_NCU_BENCH:-$BENCH}"
     ncu --clock-control none --set full --import-source no -k "regex:${LYCO_PROF_NCU_KERNEL}" -c "${LYCO_PROF_NCU_COUNT:-2}" \
+        --launch-skip "${LYCO_PROF_NCU_SKIP:-0}" \
         -o "$OUT/kernel" -f $L bench --backend cuda ${LYCO_PROF_NCU_BENCH:-$BENCH} --dtypes bf16 --seed $S --reps 1 > "$OUT/ncu-run.txt" 2>&1 || status=1
     ncu -i "$OUT/kernel.ncu-rep" --page details > "$OUT/ncu-details.txt" 2>&1 || status=1
     ncu -i "$OUT/kernel.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-sass.csv" 2>/dev/null || true

@@ -475,11 +475,14 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
     float sig = jb->sig, m = jb->m;
     bool dora = c->dims.dora;
     scratch_t *sc = &jb->scr[tid];
-    if (jb->load_w)
+    /* as in the forward: W's rows one at a time next to their use unless the generator reads them */
+    bool w_late = jb->load_w && !d->needs_w;
+    if (jb->load_w && !w_late)
         for (int64_t r = 0; r < nr; r++) cpu_load(jb->wv, o0 + r, 0, IK, T, sc->W + r * IK);
     if (jb->need_rows) d->rows(d, o0, nr, sc->W, sc->D);
     for (int64_t r = 0; r < nr; r++) {
-        float *g = sc->O2 + r * IK, *w = sc->W + r * IK, *dl = sc->D + r * IK;
+        float *g = sc->O2 + r * IK, *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK;
+        if (w_late) cpu_load(jb->wv, o0 + r, 0, IK, T, w);
         cpu_load(jb->gv, o0 + r, 0, IK, T, g);
         if (dora) {
             int64_t o = o0 + r;

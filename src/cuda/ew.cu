@@ -51,6 +51,49 @@ static unsigned ew_blocks(i64 work) {
    120 registers) */
 #define EW_RU(SRCW) ((SRCW) ? 4 : 1)
 
+/* The fast paths' loads and stores: 8 CT values at a 16-byte aligned address as fp32 (exact: no
+   rounding needed), and 8 fp32 values rounded once to CT. Used where every big view is row-major
+   with LK_VEC, in the compute dtype, and has a multiple of 8 columns (ew_fast / chan_fast): the
+   general kernels' per-element dtype switches, bounds checks and 64-bit index arithmetic made them
+   instruction-bound on the H200 (k_chan_cols: 45 instructions per element, 1.5 TB/s). */
+template <typename CT> __device__ __forceinline__ void ld8(float (&o)[8], const char *p) {
+    if constexpr (sizeof(CT) == 4) {
+        const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+        o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+    } else {
+        const uint4 u = *(const uint4 *)p;
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            o[2 * i] = bits16_to_f(w[i] & 0xffffu, ct_of<CT>::dt);
+            o[2 * i + 1] = bits16_to_f(w[i] >> 16, ct_of<CT>::dt);
+        }
+    }
+}
+template <typename CT> __device__ __forceinline__ void st8(char *p, const float (&x)[8]) {
+    if constexpr (sizeof(CT) == 4) {
+        ((float4 *)p)[0] = make_float4(x[0], x[1], x[2], x[3]);
+        ((float4 *)p)[1] = make_float4(x[4], x[5], x[6], x[7]);
+    } else {
+        unsigned w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = f_to_bits(x[2 * i], ct_of<CT>::dt) | (f_to_bits(x[2 * i + 1], ct_of<CT>::dt) << 16);
+        *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+/* Host: v is row-major with 16-byte rows in dtype ct and a multiple of 8 columns (the fast paths). */
+static bool fast_view(const lk_view &v, int ct) { return v.p && v.dt == ct && (v.flags & LK_VEC) && v.cols % 8 == 0; }
+
+/* The row map out = W ⊕ m·(W ⊙ f) ⊕ by mode, f = RN_ct(vec[c]) or RN_ct(vec[r % vec_mod]) or 1, for W
+   and out fast views (the same formula and rounding as k_ew_rows, whose rnd_ct of an already-CT W is
+   the identity). */
+template <typename CT> __device__ __forceinline__ float map_elem(float w, float f, float m, int mode) {
+    const float ev = m * (w * f);
+    return mode == LYCO_MERGE_DELTA ? ev : mode == LYCO_MERGE_UNMERGE ? w - ev : w + ev;
+}
+
 /* (row, first column) of chunk q */
 __device__ __forceinline__ void ew_pos(i64 q, i64 cpr, bool small, i64 &r, i64 &c0) {
     if (small) {
@@ -179,10 +222,47 @@ template <typename CT, bool SRCW> __global__ __launch_bounds__(NT) void k_ew_row
     }
 }
 
+/* k_ew_rows for one source (src_is_W) when W and out are fast views: EW_RU rows in flight. */
+template <typename CT> __global__ __launch_bounds__(NT) void k_ew_rows_fast(lk_ew_args a) {
+    const i64 c0 = ((i64)blockIdx.x * NT + threadIdx.x) * 8;
+    if (c0 >= a.out.cols) return;
+    const float m = (float)a.m;
+    const bool cols8 = a.vec.p && !a.vec_on_rows, rows1 = a.vec.p && a.vec_on_rows;
+    const int RU = EW_RU(true), ES = (int)sizeof(CT);
+    float fv[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    if (cols8) {
+        vload8(fv, a.vec, 0, c0);
+        if (!a.vec_exact)
+#pragma unroll
+            for (int e = 0; e < 8; e++) fv[e] = rnd_ct<CT>(fv[e]);
+    }
+    for (i64 rb = (i64)blockIdx.y * RU; rb < a.out.rows; rb += (i64)gridDim.y * RU) {
+        float w[RU][8];
+#pragma unroll
+        for (int u = 0; u < RU; u++)
+            if (rb + u < a.out.rows) ld8<CT>(w[u], (const char *)a.W.p + ((rb + u) * a.W.s0 + c0) * ES);
+#pragma unroll
+        for (int u = 0; u < RU; u++) {
+            const i64 r = rb + u;
+            if (r >= a.out.rows) break;
+            float frow = 1.0f, res[8];
+            if (rows1) {
+                frow = vload(a.vec, 0, r % a.vec_mod);
+                if (!a.vec_exact) frow = rnd_ct<CT>(frow);
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) res[e] = map_elem<CT>(w[u][e], rows1 ? frow : fv[e], m, a.mode);
+            st8<CT>((char *)a.out.p + (r * a.out.s0 + c0) * ES, res);
+        }
+    }
+}
+
 template <typename CT> static void launch_rows(const lk_ew_args *a, cudaStream_t s) {
     const i64 gx = cdiv(cdiv(a->out.cols, 8), NT), ry = cdiv(a->out.rows, EW_RU(a->src_is_W)), gy = ry < 65535 ? ry : 65535;
     const dim3 grid((unsigned)gx, (unsigned)gy);
-    if (a->src_is_W) k_ew_rows<CT, true><<<grid, NT, 0, s>>>(*a);
+    if (a->src_is_W && fast_view(a->W, ct_of<CT>::dt) && fast_view(a->out, ct_of<CT>::dt) && !getenv("LYCO_CUDA_EW_GENERIC"))
+        k_ew_rows_fast<CT><<<grid, NT, 0, s>>>(*a);
+    else if (a->src_is_W) k_ew_rows<CT, true><<<grid, NT, 0, s>>>(*a);
     else k_ew_rows<CT, false><<<grid, NT, 0, s>>>(*a);
 }
 
@@ -246,7 +326,7 @@ __device__ __forceinline__ void prod8(float (&p)[8], const float (&x)[8], const 
             bv = rnd_ct<CT>(y[e]);
             if (a.stats) bv = (bv - mu) * rs;
         }
-        p[e] = (c0 + e < a.A.cols) ? av * bv : 0.0f;
+        p[e] = (c0 + e < a.A.cols) ? __fmul_rn(av, bv) : 0.0f;   /* a rounded product, then the add: as chan_fast */
     }
 }
 
@@ -270,8 +350,7 @@ __device__ __forceinline__ void chan_row(float (&acc)[8], const float (&x)[8], c
         float res[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            const float av = rnd_ct<CT>(x[e]), ev = m * (av * fv[e]);
-            res[e] = a.map_mode == LYCO_MERGE_DELTA ? ev : a.map_mode == LYCO_MERGE_UNMERGE ? av - ev : av + ev;
+            res[e] = map_elem<CT>(rnd_ct<CT>(x[e]), fv[e], m, a.map_mode);
         }
         vstore8(a.map_out, r, c0, res);
     }
@@ -312,6 +391,65 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_chan_cols(lk_chan
             vload8(x, a.A, r, c0);
             if (a.B.p) vload8(y, a.B, r, c0);
             chan_row<CT>(acc, x, y, fv, a, r, c0);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) lane_sum[ty][tx * 8 + e] = acc[e];
+    __syncthreads();
+    const i64 c = (i64)blockIdx.x * NT + threadIdx.x;
+    if (c < C) {
+        float t = 0.0f;
+#pragma unroll
+        for (int l = 0; l < CS_LANES; l++) t += lane_sum[l][threadIdx.x];
+        part[s * C + c] = t;
+    }
+}
+
+/* k_chan_cols when A, B (and map_out) are fast views, without statistics, A rounded (the common case:
+   IA3's Σ dy·y0 with dy0, Full's and Norm's linear sums): the same lanes, order and partials, direct
+   16-byte loads and stores, two rows in flight per lane. */
+template <typename CT> __global__ __launch_bounds__(NT) void k_chan_cols_fast(lk_chan_args a, i64 rows_per_slice, float *part) {
+    __shared__ float lane_sum[CS_LANES][NT];
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, ES = (int)sizeof(CT);
+    const i64 C = a.A.cols, c0 = ((i64)blockIdx.x * 32 + tx) * 8, s = blockIdx.y;
+    const i64 r0 = s * rows_per_slice, r1 = r0 + rows_per_slice < a.A.rows ? r0 + rows_per_slice : a.A.rows;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (c0 < C) {
+        const bool map = a.map_out.p != NULL;
+        const float m = (float)a.map_m;
+        float fv[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        if (map && a.map_vec.p) {
+            vload8(fv, a.map_vec, 0, c0);
+#pragma unroll
+            for (int e = 0; e < 8; e++) fv[e] = rnd_ct<CT>(fv[e]);
+        }
+        const char *pa = (const char *)a.A.p + ((r0 + ty) * a.A.s0 + c0) * ES, *pb = (const char *)a.B.p + ((r0 + ty) * a.B.s0 + c0) * ES;
+        char *pm = map ? (char *)a.map_out.p + ((r0 + ty) * a.map_out.s0 + c0) * ES : NULL;
+        const i64 sa = CS_LANES * a.A.s0 * ES, sb = CS_LANES * a.B.s0 * ES, sm = CS_LANES * a.map_out.s0 * ES;
+        for (i64 r = r0 + ty; r < r1; r += 2 * CS_LANES) {
+            const int n = r + CS_LANES < r1 ? 2 : 1;
+            float x[2][8], y[2][8];
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                if (u < n) {
+                    ld8<CT>(x[u], pa + u * sa);
+                    ld8<CT>(y[u], pb + u * sb);
+                }
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                if (u < n) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[e] += __fmul_rn(x[u][e], y[u][e]);
+                    if (map) {
+                        float res[8];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) res[e] = map_elem<CT>(x[u][e], fv[e], m, a.map_mode);
+                        st8<CT>(pm + u * sm, res);
+                    }
+                }
+            pa += 2 * sa;
+            pb += 2 * sb;
+            if (map) pm += 2 * sm;
         }
     }
 #pragma unroll
@@ -383,7 +521,11 @@ __global__ __launch_bounds__(NT) void k_chan_final_rows(lk_chan_args a, const fl
 template <typename CT> static void launch_chan(const lk_chan_args *a, i64 S, i64 rps, float *part, cudaStream_t st) {
     if (a->by_col) {
         const dim3 grid((unsigned)cdiv(cdiv(a->A.cols, 8), 32), (unsigned)S);
-        k_chan_cols<CT><<<grid, NT, 0, st>>>(*a, rps, part);
+        const int ct = ct_of<CT>::dt;
+        const bool fast = a->K == 1 && !a->stats && !a->A_exact && fast_view(a->A, ct) && fast_view(a->B, ct) &&
+                          (!a->map_out.p || fast_view(a->map_out, ct)) && !getenv("LYCO_CUDA_EW_GENERIC");
+        if (fast) k_chan_cols_fast<CT><<<grid, NT, 0, st>>>(*a, rps, part);
+        else k_chan_cols<CT><<<grid, NT, 0, st>>>(*a, rps, part);
     } else {
         k_chan_rows<CT><<<ew_blocks(a->A.rows * 32), NT, 0, st>>>(*a, part);
     }
