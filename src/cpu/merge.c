@@ -16,7 +16,9 @@
  * row loops and combine() also have AVX2 clones without FMA (NOFMA_HOT): the same values as the
  * baseline build; the row sums' lanes on AVX2 CPUs are intrinsics (row_lanes_avx2, target "avx2"
  * without FMA: the lanes stay in registers; the same operations per lane, bitwise the same).
- * Backward: a generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
+ * Backward: W's rows likewise one at a time next to their use when the generator does not read
+ * them (DoRA: the W block was a third 32-row scratch block next to Δ and G, past L2 with P).
+ * A generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
  * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
  * and DyLoRA do; the other generators keep per-thread partials).
