@@ -27,7 +27,7 @@
  * floats (whole rows while rows are shorter), W loaded, the span generated and combined in L1,
  * stored; the same per-element expressions as the row-block path (combine()).
  *
- * Extra memory: per thread 3 blocks of max(RB, rows_bwd_block) × I·K floats; DoRA per input channel:
+ * Extra memory: per thread 3 blocks of max(RB, rows_bwd_block) × I·K floats and one row of I·K; DoRA per input channel:
  * 2·I floats per run of the column pass (≤ COL_GROUPS);
  * streaming: 2·PIECE floats per thread (stack).
  */
@@ -102,6 +102,7 @@ static void dora_coef(const lyco_call *c, dora_t *dr, int64_t k) {
 /* per-thread scratch of the drivers */
 typedef struct {
     float *W, *D, *O2;   /* RB×IK each: W rows, Δ rows, an output/gradient row block */
+    float *V;            /* one row of IK floats: DoRA's V = W + σs·ΔW (backward) */
 } scratch_t;
 
 static bool scratch_alloc(scratch_t **out, int nt, int64_t rb, int64_t IK) {
@@ -111,7 +112,8 @@ static bool scratch_alloc(scratch_t **out, int nt, int64_t rb, int64_t IK) {
         s[t].W = calloc((size_t)(rb * IK + 1), sizeof(float));
         s[t].D = calloc((size_t)(rb * IK + 1), sizeof(float));
         s[t].O2 = calloc((size_t)(rb * IK + 1), sizeof(float));
-        if (!s[t].W || !s[t].D || !s[t].O2) {
+        s[t].V = calloc((size_t)(IK + 1), sizeof(float));
+        if (!s[t].W || !s[t].D || !s[t].O2 || !s[t].V) {
             *out = s;
             return false;
         }
@@ -126,6 +128,7 @@ static void scratch_free(scratch_t *s, int nt) {
         free(s[t].W);
         free(s[t].D);
         free(s[t].O2);
+        free(s[t].V);
     }
     free(s);
 }
@@ -183,13 +186,15 @@ static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_v
    n8 = n & ~7 elements into the lanes: portable loops (two, one per case, so that neither carries
    a branch), and on AVX2 CPUs row_lanes_avx2 — the same operations per lane with the lanes in
    four registers (GCC kept the portable loops' lane accumulators on the stack, a store-forward
-   chain per add: ~2 cycles an element in merge_bwd's sums). */
+   chain per add: ~2 cycles an element in merge_bwd's sums). V_j is also stored to vout (a row buffer
+   apart from w and dl): the row expressions below then read it instead of recomputing it. */
 static void row_lanes(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n8,
-                      double *a, double *b) {
+                      double *a, double *b, float *restrict vout) {
     if (g) {
         for (int64_t j = 0; j < n8; j += 8)
             for (int l = 0; l < 8; l++) {
                 float v = w[j + l] + sig * dl[j + l];
+                vout[j + l] = v;
                 a[l] += (double)v * v;
                 b[l] += (double)g[j + l] * v;
             }
@@ -197,6 +202,7 @@ static void row_lanes(const float *restrict w, const float *restrict dl, const f
         for (int64_t j = 0; j < n8; j += 8)
             for (int l = 0; l < 8; l++) {
                 float v = w[j + l] + sig * dl[j + l];
+                vout[j + l] = v;
                 a[l] += (double)v * v;
             }
     }
@@ -208,11 +214,12 @@ static void row_lanes(const float *restrict w, const float *restrict dl, const f
 /* row_lanes on AVX2: lanes 0–3 and 4–7 of a (and b) in two 4-double registers each; per lane
    v = w + σs·δ rounded to float, then a += v·v and b += g·v in double, in j order */
 static void row_lanes_avx2(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n8,
-                           double *a, double *b) {
+                           double *a, double *b, float *restrict vout) {
     __m256 s = _mm256_set1_ps(sig);
     __m256d a0 = _mm256_loadu_pd(a), a1 = _mm256_loadu_pd(a + 4), b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
     for (int64_t j = 0; j < n8; j += 8) {
         __m256 v = _mm256_add_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(s, _mm256_loadu_ps(dl + j)));
+        _mm256_storeu_ps(vout + j, v);
         __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
         a0 = _mm256_add_pd(a0, _mm256_mul_pd(v0, v0));
         a1 = _mm256_add_pd(a1, _mm256_mul_pd(v1, v1));
@@ -231,17 +238,18 @@ static void row_lanes_avx2(const float *restrict w, const float *restrict dl, co
 #endif
 
 NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl, const float *restrict g, float sig, int64_t n,
-                              double *ss, double *sg) {
+                              double *ss, double *sg, float *restrict vout) {
     double a[8] = {0}, b[8] = {0};
     int64_t n8 = n & ~(int64_t)7;
 #ifdef CPU_V3
-    if (cpu_have_v3()) row_lanes_avx2(w, dl, g, sig, n8, a, b);
-    else row_lanes(w, dl, g, sig, n8, a, b);
+    if (cpu_have_v3()) row_lanes_avx2(w, dl, g, sig, n8, a, b, vout);
+    else row_lanes(w, dl, g, sig, n8, a, b, vout);
 #else
-    row_lanes(w, dl, g, sig, n8, a, b);
+    row_lanes(w, dl, g, sig, n8, a, b, vout);
 #endif
     for (int64_t j = n8; j < n; j++) {
         float v = w[j] + sig * dl[j];
+        vout[j] = v;
         a[j - n8] += (double)v * v;
         if (g) b[j - n8] += (double)g[j] * v;
     }
@@ -249,14 +257,13 @@ NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl
     if (sg) *sg = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
 }
 
-/* DoRA per output row, forward: o_j = (w_j + σs·δ_j)·coef, minus w_j for DELTA (the per-input
-   loop's expression with the row's coefficient hoisted: bitwise the same) */
-NOFMA_HOT static void dora_row_out(float *restrict o, const float *restrict w, const float *restrict dl, float sig, float coef,
-                                   bool delta, int64_t n) {
-    for (int64_t j = 0; j < n; j++) {
-        float wpp = (w[j] + sig * dl[j]) * coef;
-        o[j] = delta ? wpp - w[j] : wpp;
-    }
+/* DoRA per output row, forward, in place on V (row_sums' vout): o_j = V_j·coef, minus w_j for
+   DELTA (the per-input loop's expression with V and the row's coefficient hoisted: bitwise the same) */
+NOFMA_HOT static void dora_row_out(float *restrict o, const float *restrict w, float coef, bool delta, int64_t n) {
+    if (delta)
+        for (int64_t j = 0; j < n; j++) o[j] = o[j] * coef - w[j];
+    else
+        for (int64_t j = 0; j < n; j++) o[j] *= coef;
 }
 
 /* o[j] of the plain (non-DoRA) modes from W's row (rounded) and ΔW̄'s: W + m·σs·ΔW, m·σs·ΔW
@@ -345,13 +352,13 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             if (dora) {
                 if (c->dims.dora_on_out) {
                     double ss; /* the norm's sum in double: it sets the scale of the whole row */
-                    row_sums(w, dl, NULL, sig, IK, &ss, NULL);
+                    row_sums(w, dl, NULL, sig, IK, &ss, NULL, o);
                     /* per-row state is owned by this thread */
                     dr.norm2[o0 + r] = (float)ss;
                     dora_coef(c, &dr, o0 + r);
                 }
                 if (c->dims.dora_on_out) {
-                    dora_row_out(o, w, dl, sig, dr.coef[o0 + r], mode == LYCO_MERGE_DELTA, IK);
+                    dora_row_out(o, w, dr.coef[o0 + r], mode == LYCO_MERGE_DELTA, IK);
                 } else {
                     for (int64_t j = 0; j < IK; j++) {
                         float wpp = (w[j] + sig * dl[j]) * dr.coef[dora_index(c, o0 + r, j)];
@@ -442,15 +449,11 @@ static void zero_grads(const lyco_call *c) {
     }
 }
 
-/* DoRA per output row, backward: g_j ← g_j·coef − (t·V_j)/nrm with t = (m·d/(n·n))·S, the
-   per-element expression of the per-input path with the row's scalars hoisted (same operations,
-   same order: bitwise the same; a product and a sum, never contracted: baseline ISA) */
-NOFMA_HOT static void dora_row_grad(float *restrict g, const float *restrict w, const float *restrict dl, float sig, float coef, float t,
-                          float nrm, int64_t n) {
-    for (int64_t j = 0; j < n; j++) {
-        float v = w[j] + sig * dl[j];
-        g[j] = g[j] * coef - t * v / nrm;
-    }
+/* DoRA per output row, backward: g_j ← g_j·coef − (t·V_j)/nrm with t = (m·d/(n·n))·S and V from
+   row_sums' vout, the per-element expression of the per-input path with the row's scalars hoisted
+   (same operations, same order: bitwise the same; a product and a sum, never contracted) */
+NOFMA_HOT static void dora_row_grad(float *restrict g, const float *restrict v, float coef, float t, float nrm, int64_t n) {
+    for (int64_t j = 0; j < n; j++) g[j] = g[j] * coef - t * v[j] / nrm;
 }
 
 /* what one backward row block needs (cpu_merge_bwd) */
@@ -490,12 +493,12 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
             int64_t o = o0 + r;
             if (c->dims.dora_on_out) {
                 double ss, sgv;
-                row_sums(w, dl, g, sig, IK, &ss, &sgv);
+                row_sums(w, dl, g, sig, IK, &ss, &sgv, sc->V);
                 dr->norm2[o] = (float)ss;
                 dr->S[o] = (float)sgv;
                 dora_coef(c, dr, o);
                 float n = dr->norm2[o] + dr->eps;
-                dora_row_grad(g, w, dl, sig, dr->coef[o], (m * dr->d[o] / (n * n)) * dr->S[o], dr->norm2[o], IK);
+                dora_row_grad(g, sc->V, dr->coef[o], (m * dr->d[o] / (n * n)) * dr->S[o], dr->norm2[o], IK);
             } else {
                 for (int64_t j = 0; j < IK; j++) {
                     int64_t k = dora_index(c, o, j);
