@@ -102,18 +102,18 @@ static void dora_coef(const lyco_call *c, dora_t *dr, int64_t k) {
 /* per-thread scratch of the drivers */
 typedef struct {
     float *W, *D, *O2;   /* RB×IK each: W rows, Δ rows, an output/gradient row block */
-    float *V;            /* one row of IK floats: DoRA's V = W + σs·ΔW (backward) */
+    float *V;            /* DoRA per output row, backward: one row of IK floats for V = W + σs·ΔW */
 } scratch_t;
 
-static bool scratch_alloc(scratch_t **out, int nt, int64_t rb, int64_t IK) {
+static bool scratch_alloc(scratch_t **out, int nt, int64_t rb, int64_t IK, bool v_row) {
     scratch_t *s = calloc((size_t)nt, sizeof *s);
     if (!s) return false;
     for (int t = 0; t < nt; t++) {
         s[t].W = calloc((size_t)(rb * IK + 1), sizeof(float));
         s[t].D = calloc((size_t)(rb * IK + 1), sizeof(float));
         s[t].O2 = calloc((size_t)(rb * IK + 1), sizeof(float));
-        s[t].V = calloc((size_t)(IK + 1), sizeof(float));
-        if (!s[t].W || !s[t].D || !s[t].O2 || !s[t].V) {
+        s[t].V = v_row ? calloc((size_t)(IK + 1), sizeof(float)) : NULL;
+        if (!s[t].W || !s[t].D || !s[t].O2 || (v_row && !s[t].V)) {
             *out = s;
             return false;
         }
@@ -325,7 +325,7 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
     memset(&dr, 0, sizeof dr);
     float *partial = NULL;
     lyco_status st = LYCO_OK;
-    if (!scratch_alloc(&scr, nt, RB, IK) || (dora && !dora_init(c, &dr))) {
+    if (!scratch_alloc(&scr, nt, RB, IK, false) || (dora && !dora_init(c, &dr))) {
         st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_fwd: out of memory for %lld-column row blocks", (long long)IK);
         goto done;
     }
@@ -545,7 +545,7 @@ lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
                   .sig = sig, .m = m};
     jb.need_rows = dora || jb.want_sigma;
     lyco_status st = LYCO_OK;
-    if (!gsig || !scratch_alloc(&scr, nt, rb > RB ? rb : RB, IK) || (dora && !dora_init(c, &dr))) {
+    if (!gsig || !scratch_alloc(&scr, nt, rb > RB ? rb : RB, IK, dora && c->dims.dora_on_out) || (dora && !dora_init(c, &dr))) {
         st = lyco_fail(LYCO_ERR_NOMEM, "cpu merge_bwd: out of memory for %lld-column row blocks", (long long)IK);
         goto done;
     }
