@@ -16,6 +16,8 @@
  * row loops and combine() also have AVX2 clones without FMA (NOFMA_HOT): the same values as the
  * baseline build; the row sums' lanes on AVX2 CPUs are intrinsics (row_lanes_avx2, target "avx2"
  * without FMA: the lanes stay in registers; the same operations per lane, bitwise the same).
+ * DoRA per output row forms V = W + σs·ΔW once per row, in the row sums (stored to the output row
+ * forward, to a per-thread V row backward); the row expressions read it (bitwise the same).
  * Backward: W's rows likewise one at a time next to their use when the generator does not read
  * them (DoRA: the W block was a third 32-row scratch block next to Δ and G, past L2 with P).
  * A generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
@@ -27,8 +29,9 @@
  * floats (whole rows while rows are shorter), W loaded, the span generated and combined in L1,
  * stored; the same per-element expressions as the row-block path (combine()).
  *
- * Extra memory: per thread 3 blocks of max(RB, rows_bwd_block) × I·K floats and one row of I·K; DoRA per input channel:
- * 2·I floats per run of the column pass (≤ COL_GROUPS);
+ * Extra memory: per thread 3 blocks of max(RB, rows_bwd_block) × I·K floats (DoRA per output row
+ * backward: and one row of I·K floats); DoRA per input channel: 2·I floats per run of the column
+ * pass (≤ COL_GROUPS);
  * streaming: 2·PIECE floats per thread (stack).
  */
 #include <math.h>
