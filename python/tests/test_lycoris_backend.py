@@ -107,7 +107,7 @@ def test_train_on_vs_off(seed, algo, device, fp32_matmuls):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("algo", ["lora", "loha", "boft", "glora", "dylora"])
+@pytest.mark.parametrize("algo", ALGOS)
 def test_train_on_vs_off_compiled(seed, algo, device, fp32_matmuls):
     torch._dynamo.reset()
     # modules lyco takes must trace without a graph break; declined ones run LyCORIS's own code
