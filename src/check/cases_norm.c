@@ -21,6 +21,12 @@ const lyco_case lyco_cases_norm[] = {
      .opts = CASE_NONCONTIG | CASE_BIAS},
     {.name = "norm_groupnorm_instance_unaligned", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 6, .I = 6, .tokens = 2,
      .spatial = {4, 3, 1}, .extra = {6}, .opts = CASE_GROUPNORM | CASE_UNALIGNED | CASE_BIAS},
+    /* y = Δ alone (LYCO_BYPASS_DELTA_ONLY): dy0 = 0, but dx still reads dy (the CUDA kernel read 0 for
+       the mean terms: caught by these rows) */
+    {.name = "norm_layernorm_delta_only", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 16, .I = 16, .tokens = 5,
+     .multiplier = 0.9, .opts = CASE_NO_Y0 | CASE_BIAS},
+    {.name = "norm_groupnorm_g2_delta_only", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 8, .I = 8, .tokens = 2,
+     .spatial = {3, 4, 1}, .extra = {2}, .opts = CASE_GROUPNORM | CASE_NO_Y0},
     {.name = "norm_groupnorm_320_g32", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 320, .I = 320, .tokens = 2,
      .spatial = {32, 32, 1}, .extra = {32}, .opts = CASE_GROUPNORM | CASE_BIAS, .tier = 1},
     {.name = "norm_layernorm_768_77tok", .algo = LYCO_ALGO_NORM, .kind = LYCO_LAYER_NORM, .O = 768, .I = 768, .tokens = 77,
