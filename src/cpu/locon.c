@@ -11,8 +11,7 @@
  *             driver's `groups`), then Tucker: G_M[i,j,κ] = Σ_c G_P[i,c,κ] D[j,c], G_D[j,c] = Σ_{i,κ} M[i,j,κ] G_P[i,c,κ]
  * Every gradient partial (merge and bypass) belongs to a fixed run of row blocks or token tiles
  * (at most GROUPS runs, set by the shape), summed in order by one thread and combined in run
- * order (reduce_parts: each element in run order, the elements split over the threads): the
- * gradients do not depend on the thread count (tested at 1, 2, 3 threads).
+ * order: the gradients do not depend on the thread count (tested at 1, 2, 3 threads).
  * bypass fwd (linear): per tile of TB tokens: h = rnd_T(x · Pᵀ) (the eager chain's rounding point,
  *             NUMERICS.md §1.6), y = y0 + h · (Ū·m·σs)ᵀ — ΔW never exists; x, y0 read once, y written once;
  *             the second product is nn against Ū'ᵀ = (Ū·m·σs)ᵀ (r × O, made once per call), so it runs
@@ -187,28 +186,14 @@ static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W
     cpu_gemm_tn(s->r, s->IK, nr, s->U + o0 * s->r, s->r, G, s->IK, s->gP + (size_t)part * (size_t)(s->r * s->IK), s->IK, true);
 }
 
-/* p[i] += p[t·n + i] for t = 1 … np−1 in that order (the run order) for every i < n: the partials
-   into the first. Over the threads in chunks of REDUCE_CHUNK elements when n is large (each element
-   still summed by one thread in run order: bitwise the serial loop's values, for any thread count);
-   it was ~3 % of a 2-thread merge_bwd call, serial. */
-#define REDUCE_CHUNK 4096
-static void reduce_parts(float *p, int np, int64_t n) {
-    int64_t nch = (n + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
-#pragma omp parallel for schedule(static) if (n * np >= 262144)
-    for (int64_t ch = 0; ch < nch; ch++) {
-        int64_t a = ch * REDUCE_CHUNK, b = a + REDUCE_CHUNK < n ? a + REDUCE_CHUNK : n;
-        for (int t = 1; t < np; t++)
-            for (int64_t i = a; i < b; i++) p[i] += p[(size_t)t * (size_t)n + i];
-    }
-}
-
-/* Reduces the G_P partials (run order), chains G_Ū and G_P to the slots, stores them. */
+/* Reduces the G_P partials (thread order), chains G_Ū and G_P to the slots, stores them. */
 static lyco_status store_grads(const locon_t *s, const float *gU_total, bool bypass) {
     const lyco_call *c = s->c;
     const lyco_dims *d = &c->dims;
     int64_t nP = s->r * s->IK;
     float *gP = s->gP;
-    reduce_parts(gP, s->nparts, nP);
+    for (int t = 1; t < s->nparts; t++)
+        for (int64_t n = 0; n < nP; n++) gP[n] += s->gP[(size_t)t * (size_t)nP + n];
     int64_t rt = s->r_total;
     if (c->g->grad[LYCO_LORA_UP]) {
         float *gu = calloc((size_t)(s->O * rt + 1), sizeof(float));
@@ -357,7 +342,8 @@ static lyco_status bypass_bwd(const lyco_call *c, locon_t *s) {
     }
     /* reduce G_Ū partials (run order); G_σs = ⟨Σ dyᵀh, Ū·m⟩ (masks and s inside Ū) */
     float *gU = s->gU;
-    reduce_parts(gU, s->nparts, O * r);
+    for (int t = 1; t < s->nparts; t++)
+        for (int64_t n = 0; n < O * r; n++) gU[n] += s->gU[(size_t)t * (size_t)(O * r) + n];
     lyco_status st = LYCO_OK;
     if (c->g && c->g->grad[LYCO_SCALAR]) {
         float acc = 0.0f;
@@ -534,7 +520,8 @@ static lyco_status conv_bypass_bwd(const lyco_call *c, locon_t *s) {
     if (c->dy0 && delta_only)
         for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
     float *gU = s->gU;
-    reduce_parts(gU, np, O * r);
+    for (int t = 1; t < np; t++)
+        for (int64_t i = 0; i < O * r; i++) gU[i] += s->gU[(size_t)t * (size_t)(O * r) + i];
     lyco_status st = LYCO_OK;
     if (c->g && c->g->grad[LYCO_SCALAR]) {
         float acc = 0.0f;
