@@ -67,6 +67,17 @@ void cpu_gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
 int cpu_threads(void);
 int cpu_thread_id(void);
 
+/* Sums that do not depend on the thread count: `units` work items (rows, groups, tiles) in
+   cpu_runs(units, cap) fixed contiguous runs — a function of the shape only — each walked in order
+   by one thread into its own partial; the partials are then added in run order. Run k covers
+   [cpu_run_start(units, runs, k), cpu_run_start(units, runs, k + 1)). */
+#define CPU_RUNS 64
+static inline int cpu_runs(int64_t units, int64_t cap) {
+    int64_t n = units < cap ? units : cap;
+    return n < 1 ? 1 : (int)n;
+}
+static inline int64_t cpu_run_start(int64_t units, int runs, int k) { return units * k / runs; }
+
 /* ---- the shared merge driver (merge.c) ---- */
 typedef struct cpu_delta cpu_delta;
 struct cpu_delta {

@@ -15,13 +15,15 @@
  *   formed in cache and multiplied by W in row blocks of OB outputs (W rounded to the compute
  *   dtype as each block is loaded; cpu_gemm_nt): y = y0 + x'·Wᵀ, x and y0 read once, y written
  *   once. Backward per tile: g' = dy·W (row blocks, cpu_gemm_nn), dx = g' ⊙ (m·w),
- *   G_w[i] = m·Σ_t g'[t, i]·x[t, i] (per-thread partials), dy0 = dy (0 for DELTA_ONLY).
+ *   G_w[i] = m·Σ_t g'[t, i]·x[t, i] (partials per fixed run of token blocks), dy0 = dy (0 for
+ *   DELTA_ONLY). Every G_w partial belongs to a fixed run (cpu_runs: rows, token blocks, the merge
+ *   driver's groups) and the runs are added in order: G_w does not depend on the thread count.
  * Conv bypass in input mode takes the eager twin (declined with the reason).
  *
  * Extra memory: w (D floats); merge: 2 pieces of 1024 floats per thread (stack) and, backward,
- * nt·D floats (G_w in the first D); bypass out: one row per thread;
+ * CPU_RUNS·D floats (G_w in the first D); bypass out: one row per thread;
  * bypass in: per thread TB·I (x') + OB·I (a W block) + TB·O (the y / dy tile) + TB·I (g');
- * backward partials D floats per thread.
+ * backward partials D floats per run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +40,7 @@ typedef struct {
     bool on_input;
     float *w;      /* D values, rounded to the compute dtype */
     int nt;
-    float *gw;     /* nt × D partials */
+    float *gw;     /* CPU_RUNS × D partials: one per fixed run of rows / token blocks (cpu_runs) */
 } ia3_t;
 
 static void ia3_free(ia3_t *s) {
@@ -61,16 +63,17 @@ static lyco_status ia3_prepare(const lyco_call *c, ia3_t *s, bool grads) {
     if (!s->w) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
     cpu_load_all(c->a->tensor[LYCO_IA3_WEIGHT], c->dt.compute, s->w);
     if (grads) {
-        s->gw = calloc((size_t)s->nt * (size_t)s->D + 1, sizeof(float));
+        s->gw = calloc((size_t)CPU_RUNS * (size_t)s->D + 1, sizeof(float));
         if (!s->gw) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory for gradient partials");
     }
     return LYCO_OK;
 }
 
-/* Sums the partials (thread order), scales by `scale` and stores G_w if wanted. */
+/* Sums the partials (run order: independent of the thread count), scales by `scale` and stores G_w
+   if wanted. */
 static void store_gw(const ia3_t *s, float scale) {
     const lyco_call *c = s->c;
-    for (int t = 1; t < s->nt; t++)
+    for (int t = 1; t < CPU_RUNS; t++)
         for (int64_t i = 0; i < s->D; i++) s->gw[i] += s->gw[(size_t)t * (size_t)s->D + i];
     for (int64_t i = 0; i < s->D; i++) s->gw[i] *= scale;
     if (lyco_call_wants(c, LYCO_IA3_WEIGHT)) cpu_store_all(c->g->grad[LYCO_IA3_WEIGHT], s->gw);
@@ -108,9 +111,10 @@ static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const fl
     }
 }
 
-static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
+/* run: the driver's fixed run of row blocks (cpu_delta.groups = CPU_RUNS) */
+static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int run) {
     const ia3_t *s = dl->state;
-    float *gw = s->gw + (size_t)tid * (size_t)s->D;
+    float *gw = s->gw + (size_t)run * (size_t)s->D;
     for (int64_t r = 0; r < nr; r++) {
         const float *wr = W + r * s->IK, *g = G + r * s->IK;
         if (s->on_input) {
@@ -245,8 +249,10 @@ static lyco_status bypass_out(const lyco_call *c, ia3_t *s) {
         free(fac);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
     }
+    const int runs = cpu_runs(R, CPU_RUNS);
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < R; r++) {
+    for (int run = 0; run < runs; run++)
+    for (int64_t r = cpu_run_start(R, runs, run); r < cpu_run_start(R, runs, run + 1); r++) {
         int tid = cpu_thread_id();
         float *a = work + (size_t)tid * (size_t)(2 * C), *g = a + C;
         if (fwd) {
@@ -260,7 +266,7 @@ static lyco_status bypass_out(const lyco_call *c, ia3_t *s) {
         }
         cpu_load(&dyv, r, 0, C, T, g);
         if (want_g) {
-            float *gw = s->gw + (size_t)tid * (size_t)O;
+            float *gw = s->gw + (size_t)run * (size_t)O;
             cpu_load(&y0v, r, 0, C, T, a);
             if (conv) {
                 float acc = 0.0f;
@@ -358,8 +364,10 @@ static lyco_status bypass_in_bwd(const lyco_call *c, ia3_t *s) {
     for (int64_t i = 0; i < I; i++) mw[i] = m * s->w[i];
     bool need_g = c->dx || want_g;
     int64_t nblocks = (N + TB - 1) / TB;
+    const int runs = cpu_runs(nblocks, CPU_RUNS);
 #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblocks; blk++) {
+    for (int run = 0; run < runs; run++)
+    for (int64_t blk = cpu_run_start(nblocks, runs, run); blk < cpu_run_start(nblocks, runs, run + 1); blk++) {
         int tid = cpu_thread_id();
         float *x = work + (size_t)tid * (size_t)per, *gp = x + TB * I, *Wb = gp + TB * I, *dy = Wb + OB * I, *zero = dy + TB * O;
         int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
@@ -375,7 +383,7 @@ static lyco_status bypass_in_bwd(const lyco_call *c, ia3_t *s) {
             cpu_gemm_nn(nt, I, ob, dy + o0, O, Wb, I, gp, I, o0 > 0);
         }
         if (want_g) {
-            float *gw = s->gw + (size_t)tid * (size_t)I;
+            float *gw = s->gw + (size_t)run * (size_t)I;
             for (int64_t t = 0; t < nt; t++) {
                 float *xr = x + t * I;
                 const float *g = gp + t * I;
@@ -440,7 +448,8 @@ lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len) {
     ia3_t s;
     lyco_status st = ia3_prepare(c, &s, grads);
     if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .needs_w = true};
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .needs_w = true,
+                        .groups = CPU_RUNS};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
         case LYCO_DIR_MERGE_BWD: st = c->dropped || c->dims.dora || !c->merge->weight ? cpu_merge_bwd(c, &dl) : merge_bwd(c, &s); break;

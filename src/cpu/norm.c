@@ -12,12 +12,12 @@
  *   One pass: each group is loaded once (x, y0), normalised in cache and y stored once.
  * backward, per group (h = dy·m·Δγ[c]; the group sums in 8 lanes and a fixed tree, so the order is
  *   set by the shape, not the threads):  dx = rstd·(h − mean(h) − x̂·mean(h·x̂)),
- *   G_w_norm[c] += m·q[c]·Σ dy·x̂,  G_b_norm[c] += m·q[c]·Σ dy  (per-thread partials, combined in
- *   thread order), dy0 = dy (0 for DELTA_ONLY).
+ *   G_w_norm[c] += m·q[c]·Σ dy·x̂,  G_b_norm[c] += m·q[c]·Σ dy  (partials per fixed run of groups,
+ *   cpu_runs: combined in run order, independent of the thread count), dy0 = dy (0 for DELTA_ONLY).
  *
  * Extra memory: merge: the driver's row blocks + C floats; bypass: 4·C floats of per-channel
  * factors, per thread 3 buffers of one group (LayerNorm C, GroupNorm C/groups·spatial floats)
- * and, backward, 2·C floats of partials.
+ * and, backward, 2·C floats of partials per run (at most CPU_RUNS).
  */
 #include <math.h>
 #include <stdio.h>
@@ -299,23 +299,88 @@ static void ln_partials(const float *dr, const float *hr, const float *gam, int6
     a[1] += tree8(l1);
 }
 
+/* What one backward group needs (views, factors, shapes). */
+typedef struct {
+    const lyco_call *c;
+    norm_geom g;
+    cpu_view xv, dyv, dxv, dy0v;
+    const float *gam;
+    int64_t C, len;
+    float eps;
+    bool delta;
+} norm_bwd_ctx;
+
+/* Group k: dx (and dy0) written, the parameter sums added into pw / pb (C floats each); scratch
+   3·len floats. */
+static void bwd_group(const norm_bwd_ctx *b, int64_t k, float *scratch, float *pw, float *pb) {
+    const lyco_call *c = b->c;
+    const norm_geom *g = &b->g;
+    lyco_dtype T = c->dt.compute;
+    const float *gam = b->gam;
+    int64_t len = b->len;
+    float *x = scratch, *xh = x + len, *dy = xh + len;
+    int64_t c0, r0 = group_row(g, b->C, k, &c0);
+    for (int64_t r = 0; r < g->nrows; r++) {
+        cpu_load(&b->xv, r0 + r, 0, g->ncols, T, x + r * g->ncols);
+        cpu_load(&b->dyv, r0 + r, 0, g->ncols, T, dy + r * g->ncols);
+    }
+    if (c->dy0 && !b->delta)   /* DELTA_ONLY: dy0 = 0, written after the pass */
+        for (int64_t r = 0; r < g->nrows; r++) cpu_store(&b->dy0v, r0 + r, 0, g->ncols, dy + r * g->ncols);
+    float mu, rstd;
+    stats(x, len, b->eps, xh, &mu, &rstd);
+    for (int64_t i = 0; i < len; i++) xh[i] *= rstd;
+    /* parameter sums, and mean(h), mean(h·x̂) with h = dy·γ' */
+    float a[2] = {0.0f, 0.0f};
+    for (int64_t r = 0; r < g->nrows; r++) {
+        const float *dr = dy + r * g->ncols, *hr = xh + r * g->ncols;
+        if (g->group) {
+            int64_t ch = c0 + r;
+            float sw, sb;
+            dot_sum8(dr, hr, g->ncols, &sw, &sb);
+            pw[ch] += sw;
+            pb[ch] += sb;
+            a[0] += gam[ch] * sb;
+            a[1] += gam[ch] * sw;
+        } else {
+            ln_partials(dr, hr, gam, g->ncols, pw, pb, a);
+        }
+    }
+    if (!c->dx) return;
+    float mh = a[0] / (float)len, mhx = a[1] / (float)len;
+    for (int64_t r = 0; r < g->nrows; r++) {
+        float *out = x + r * g->ncols;   /* x is no longer needed */
+        const float *dr = dy + r * g->ncols, *hr = xh + r * g->ncols;
+        for (int64_t j = 0; j < g->ncols; j++) {
+            float gm = g->group ? gam[c0 + r] : gam[j];
+            out[j] = rstd * (dr[j] * gm - mh - hr[j] * mhx);
+        }
+        cpu_store(&b->dxv, r0 + r, 0, g->ncols, out);
+    }
+}
+
+/* The parameter sums per fixed run of groups (cpu_runs: independent of the thread count), added in
+   run order. */
 static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     lyco_dtype T = c->dt.compute;
-    const lyco_bypass_args *b = c->bypass;
-    norm_geom g;
-    geom(c, &g);
-    bool delta = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    const lyco_bypass_args *ba = c->bypass;
+    norm_bwd_ctx b;
+    memset(&b, 0, sizeof b);
+    b.c = c;
+    geom(c, &b.g);
+    b.delta = ba->flags & LYCO_BYPASS_DELTA_ONLY;
     bool want_w = lyco_call_wants(c, LYCO_W_NORM), want_b = lyco_call_wants(c, LYCO_B_NORM);
-    cpu_view xv, dyv, dxv, dy0v;
-    cpu_view_init(&xv, b->x, g.split);
-    cpu_view_init(&dyv, c->dy, g.split);
-    if (c->dx) cpu_view_init(&dxv, c->dx, g.split);
-    if (c->dy0) cpu_view_init(&dy0v, c->dy0, g.split);
-    int64_t C = s->C, len = g.nrows * g.ncols;
-    float m = (float)c->m, eps = (float)c->a->layer.norm_eps;
-    int nth = cpu_threads();
-    float *gam = malloc(sizeof(float) * (size_t)(C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(3 * len) + 1);
-    float *part = calloc((size_t)nth * (size_t)(2 * C) + 1, sizeof(float));
+    cpu_view_init(&b.xv, ba->x, b.g.split);
+    cpu_view_init(&b.dyv, c->dy, b.g.split);
+    if (c->dx) cpu_view_init(&b.dxv, c->dx, b.g.split);
+    if (c->dy0) cpu_view_init(&b.dy0v, c->dy0, b.g.split);
+    int64_t C = s->C;
+    b.C = C;
+    b.len = b.g.nrows * b.g.ncols;
+    b.eps = (float)c->a->layer.norm_eps;
+    float m = (float)c->m;
+    int nth = cpu_threads(), runs = cpu_runs(b.g.ngroups, CPU_RUNS);
+    float *gam = malloc(sizeof(float) * (size_t)(C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(3 * b.len) + 1);
+    float *part = calloc((size_t)runs * (size_t)(2 * C) + 1, sizeof(float));
     if (!gam || !work || !part) {
         free(gam);
         free(work);
@@ -323,52 +388,17 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
         return lyco_fail(LYCO_ERR_NOMEM, "cpu norm bypass: out of memory");
     }
     for (int64_t o = 0; o < C; o++) gam[o] = m * (s->q[o] * s->wn[o]);
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < g.ngroups; k++) {
-        int tid = cpu_thread_id();
-        float *x = work + (size_t)tid * (size_t)(3 * len), *xh = x + len, *dy = xh + len;
-        float *pw = part + (size_t)tid * (size_t)(2 * C), *pb = pw + C;
-        int64_t c0, r0 = group_row(&g, C, k, &c0);
-        for (int64_t r = 0; r < g.nrows; r++) {
-            cpu_load(&xv, r0 + r, 0, g.ncols, T, x + r * g.ncols);
-            cpu_load(&dyv, r0 + r, 0, g.ncols, T, dy + r * g.ncols);
-        }
-        if (c->dy0 && !delta)   /* DELTA_ONLY: dy0 = 0, written after the pass */
-            for (int64_t r = 0; r < g.nrows; r++) cpu_store(&dy0v, r0 + r, 0, g.ncols, dy + r * g.ncols);
-        float mu, rstd;
-        stats(x, len, eps, xh, &mu, &rstd);
-        for (int64_t i = 0; i < len; i++) xh[i] *= rstd;
-        /* parameter partials, and mean(h), mean(h·x̂) with h = dy·γ' */
-        float a[2] = {0.0f, 0.0f};
-        for (int64_t r = 0; r < g.nrows; r++) {
-            const float *dr = dy + r * g.ncols, *hr = xh + r * g.ncols;
-            if (g.group) {
-                int64_t ch = c0 + r;
-                float sw, sb;
-                dot_sum8(dr, hr, g.ncols, &sw, &sb);
-                pw[ch] += sw;
-                pb[ch] += sb;
-                a[0] += gam[ch] * sb;
-                a[1] += gam[ch] * sw;
-            } else {
-                ln_partials(dr, hr, gam, g.ncols, pw, pb, a);
-            }
-        }
-        if (!c->dx) continue;
-        float mh = a[0] / (float)len, mhx = a[1] / (float)len;
-        for (int64_t r = 0; r < g.nrows; r++) {
-            float *out = x + r * g.ncols;   /* x is no longer needed */
-            const float *dr = dy + r * g.ncols, *hr = xh + r * g.ncols;
-            for (int64_t j = 0; j < g.ncols; j++) {
-                float gm = g.group ? gam[c0 + r] : gam[j];
-                out[j] = rstd * (dr[j] * gm - mh - hr[j] * mhx);
-            }
-            cpu_store(&dxv, r0 + r, 0, g.ncols, out);
-        }
+    b.gam = gam;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int run = 0; run < runs; run++) {
+        float *scratch = work + (size_t)cpu_thread_id() * (size_t)(3 * b.len);
+        float *pw = part + (size_t)run * (size_t)(2 * C), *pb = pw + C;
+        for (int64_t k = cpu_run_start(b.g.ngroups, runs, run); k < cpu_run_start(b.g.ngroups, runs, run + 1); k++)
+            bwd_group(&b, k, scratch, pw, pb);
     }
     lyco_status st = LYCO_OK;
-    if (c->dy0 && delta) st = copy_or_zero(c->dy0, NULL, T);
-    for (int t = 1; t < nth; t++)
+    if (c->dy0 && b.delta) st = copy_or_zero(c->dy0, NULL, T);
+    for (int t = 1; t < runs; t++)
         for (int64_t i = 0; i < 2 * C; i++) part[i] += part[(size_t)t * (size_t)(2 * C) + i];
     for (int64_t o = 0; o < C; o++) {
         float mq = m * s->q[o];
