@@ -13,7 +13,9 @@
  *             dtype like the eager chain. Backward per tile: g = dy·s·m·σs; ∂ax = g·W, ∂hb = g·B1,
  *             ∂ha = ∂ax·A1 (masked); G_B1 += gᵀhb, G_A1 += ∂axᵀha, G_A2 += ∂haᵀx, G_B2 += ∂hbᵀx,
  *             dx = ∂ha·A2 + ∂hb·B2. Conv bypass and σs's bypass gradient take the eager twin.
- * Extra memory: per thread the row-block scratch of the driver and r·(I·K) + I·r gradient partials.
+ * Extra memory: per thread the row-block scratch of the driver; per slot (max(threads, runs): merge
+ * backward's partials belong to the driver's fixed runs, so they do not depend on the thread count;
+ * the bypass backward's to the threads) r·(I·K) + 2·I·r + O·r gradient partials.
  */
 #include <stdio.h>
 #include <math.h>
@@ -27,9 +29,11 @@ typedef struct {
     const lyco_call *c;
     int64_t O, I, K, r, IK;
     float *A1, *A2, *B1, *B2;     /* I×r, r×I, O×r, r×IK (rounded to the compute dtype) */
-    float *gB2, *gA2, *gA1;       /* per-thread partials */
-    float *gB1;                   /* O×r per thread (merge: rows owned, slot 0; bypass: partials) */
+    float *gB2, *gA2, *gA1;       /* partials per slot (merge: the driver's run; bypass: the thread) */
+    float *gB1;                   /* O×r per slot (merge: rows owned, slot 0; bypass: partials) */
     int nt;
+    int runs;                     /* merge backward: the driver's fixed runs (cpu_delta.groups) */
+    int np;                       /* partial slots: max(nt, runs) */
 } glora_t;
 
 static void glora_free(glora_t *g) {
@@ -60,7 +64,12 @@ static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads) {
     cpu_load_all(c->a->tensor[LYCO_GLORA_B1], T, g->B1);
     cpu_load_all(c->a->tensor[LYCO_GLORA_B2], T, g->B2);
     if (grads) {
-        size_t nt = (size_t)g->nt;
+        /* merge backward: partials per fixed run of the driver (independent of the thread count),
+           at most 2^24 floats of them; the bypass backward's per thread */
+        int64_t per_run = g->r * (g->IK + 2 * g->I), cap = ((int64_t)1 << 24) / (per_run > 0 ? per_run : 1);
+        g->runs = cpu_runs(CPU_RUNS, cap < CPU_RUNS ? cap : CPU_RUNS);
+        g->np = g->nt > g->runs ? g->nt : g->runs;
+        size_t nt = (size_t)g->np;
         g->gB2 = calloc(nt * (size_t)(g->r * g->IK) + 1, sizeof(float));
         g->gA2 = calloc(nt * (size_t)(g->r * g->I) + 1, sizeof(float));
         g->gA1 = calloc(nt * (size_t)(g->I * g->r) + 1, sizeof(float));
@@ -145,10 +154,10 @@ static void reduce(float *p, int nt, size_t n) {
 
 static lyco_status store(const glora_t *g) {
     const lyco_call *c = g->c;
-    reduce(g->gB1, g->nt, (size_t)(g->O * g->r));
-    reduce(g->gB2, g->nt, (size_t)(g->r * g->IK));
-    reduce(g->gA2, g->nt, (size_t)(g->r * g->I));
-    reduce(g->gA1, g->nt, (size_t)(g->I * g->r));
+    reduce(g->gB1, g->np, (size_t)(g->O * g->r));
+    reduce(g->gB2, g->np, (size_t)(g->r * g->IK));
+    reduce(g->gA2, g->np, (size_t)(g->r * g->I));
+    reduce(g->gA1, g->np, (size_t)(g->I * g->r));
     if (c->g->grad[LYCO_GLORA_B1]) cpu_store_all(c->g->grad[LYCO_GLORA_B1], g->gB1);
     if (c->g->grad[LYCO_GLORA_B2]) cpu_store_all(c->g->grad[LYCO_GLORA_B2], g->gB2);
     if (c->g->grad[LYCO_GLORA_A2]) cpu_store_all(c->g->grad[LYCO_GLORA_A2], g->gA2);
@@ -189,8 +198,12 @@ static lyco_status bypass(const lyco_call *c, glora_t *g) {
         if (c->dy0) cpu_view_init(&dy0v, c->dy0, c->dy0->ndim - 1);
     }
     int64_t nblocks = (N + TB - 1) / TB;
+    /* backward partials per fixed run of token blocks (slot = run): independent of the thread count;
+       forward: one run per block */
+    const int runs = fwd ? cpu_runs(nblocks, nblocks) : cpu_runs(nblocks, g->runs);
 #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblocks; blk++) {
+    for (int run = 0; run < runs; run++)
+    for (int64_t blk = cpu_run_start(nblocks, runs, run); blk < cpu_run_start(nblocks, runs, run + 1); blk++) {
         int tid = cpu_thread_id();
         float *x = work + (size_t)tid * per, *ax = x + TB * I, *gx = ax + TB * I, *y = gx + TB * I, *wy = y + TB * O;
         float *ha = wy + TB * O, *hb = ha + TB * r, *gha = hb + TB * r, *ghb = gha + TB * r;
@@ -221,10 +234,10 @@ static lyco_status bypass(const lyco_call *c, glora_t *g) {
         cpu_gemm_nn(nt, r, I, gx, I, g->A1, r, gha, r, false);     /* ∂L/∂ha */
         for (int64_t t = 0; t < nt; t++)
             for (int64_t i = 0; i < r; i++) gha[t * r + i] *= qa[i], ghb[t * r + i] *= qb[i];
-        cpu_gemm_tn(O, r, nt, y, O, hb, r, g->gB1 + (size_t)tid * (size_t)(O * r), r, true);
-        cpu_gemm_tn(I, r, nt, gx, I, ha, r, g->gA1 + (size_t)tid * (size_t)(I * r), r, true);
-        cpu_gemm_tn(r, I, nt, gha, r, x, I, g->gA2 + (size_t)tid * (size_t)(r * I), I, true);
-        cpu_gemm_tn(r, I, nt, ghb, r, x, I, g->gB2 + (size_t)tid * (size_t)(r * I), I, true);
+        cpu_gemm_tn(O, r, nt, y, O, hb, r, g->gB1 + (size_t)run * (size_t)(O * r), r, true);
+        cpu_gemm_tn(I, r, nt, gx, I, ha, r, g->gA1 + (size_t)run * (size_t)(I * r), r, true);
+        cpu_gemm_tn(r, I, nt, gha, r, x, I, g->gA2 + (size_t)run * (size_t)(r * I), I, true);
+        cpu_gemm_tn(r, I, nt, ghb, r, x, I, g->gB2 + (size_t)run * (size_t)(r * I), I, true);
         if (c->dx) {
             cpu_gemm_nn(nt, I, r, gha, r, g->A2, I, ax, I, false);
             cpu_gemm_nn(nt, I, r, ghb, r, g->B2, I, ax, I, true);
@@ -248,7 +261,8 @@ lyco_status cpu_glora(const lyco_call *c, char *why, size_t why_len) {
     glora_t g;
     lyco_status st = glora_prepare(c, &g, c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD);
     if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &g, .needs_w = true, .uses_sigma = true};
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &g, .needs_w = true, .uses_sigma = true,
+                        .groups = g.runs};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;

@@ -21,7 +21,9 @@
  * merge bwd : G = ∂L/∂(ΔW̄ rows); per RMAX × CW chunk: R_1, R_2 recomputed (fp32 GEMMs, cpu_gemm_*),
  *             G_R1 = G·ρ ⊙ R_2,
  *             G_R2 = G·ρ ⊙ R_1; G_Ā_t rows += G_Rt · B̄_tᵀ (rows owned by the block),
- *             G_B̄_t += Ā_t[rows]ᵀ · G_Rt (per-thread partials, reduced in thread order).
+ *             G_B̄_t += Ā_t[rows]ᵀ · G_Rt (partials per fixed run of row blocks — the driver's groups,
+ *             at most CPU_RUNS — reduced in run order: independent of the thread count; the bypass
+ *             backward's likewise per fixed run of row blocks).
  *             Tucker (the correct adjoint): G_A_t = (G_Ā_t)ᵀ, G_P_t = G_B̄_t,
  *             G_B_t[j,c] = Σ_{i,κ} T_t[i,j,κ]·G_P_t[i,c·K+κ], G_T_t[i,j,κ] = Σ_c G_P_t[i,c·K+κ]·B_t[j,c].
  * bypass fwd (linear): LoHa has no cheap factorised form here, so ΔW tiles are generated on the fly:
@@ -43,7 +45,7 @@
  *
  * Extra memory: Ā_t, B̄_t (O·(r_1+r_2) + (r_1+r_2)·IK floats; Tucker also B_t, T_t), ρ (O);
  * per thread 4·(r_1+r_2) generator doubles; bwd: 3·RMAX·CW floats per thread, G_Ā_t (O·(r_1+r_2))
- * and per-thread G_B̄_t partials (nt·(r_1+r_2)·IK); bypass per thread OB·I + TB·(I + OB) (fwd and
+ * and G_B̄_t partials (max(nt, runs)·(r_1+r_2)·IK); bypass per thread OB·I + TB·(I + OB) (fwd and
  * pass 1), pass 2 O·CB + TB·(O + CB).
  */
 #include <stdio.h>
@@ -75,10 +77,12 @@ typedef struct {
     term_t t[2];
     float *rho;     /* O: s'·q_o */
     double *rhod;   /* O: s'·q_o in fp64 */
-    float *scr;     /* nt × 3·RMAX·CW (merge bwd) */
+    float *scr;     /* np × 3·RMAX·CW (merge bwd) */
     double *dscr;   /* nt × dscr_n: the fp64 generator's coefficients 4·(r_1 + r_2) */
     int64_t dscr_n;
     int nt;
+    int runs;       /* merge backward: the driver's fixed runs of row blocks (cpu_delta.groups) */
+    int np;         /* gradient partial and scratch slots: max(nt, runs) */
 } loha_t;
 
 static float mask_at(const lyco_call *c, int64_t i) {
@@ -116,11 +120,16 @@ static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
     s->K = d->K;
     s->IK = d->I * d->K;
     s->nt = cpu_threads();
+    /* merge backward's G_B̄ partials per fixed run (independent of the thread count), at most
+       2^24 floats of them */
+    int64_t per_run = (d->r + (d->r2 > 0 ? d->r2 : d->r)) * s->IK, cap = ((int64_t)1 << 24) / (per_run > 0 ? per_run : 1);
+    s->runs = cpu_runs(CPU_RUNS, cap < CPU_RUNS ? cap : CPU_RUNS);
+    s->np = s->nt > s->runs ? s->nt : s->runs;
     s->rho = alloc_f(s->O);
     s->rhod = calloc((size_t)s->O + 1, sizeof(double));
     s->dscr_n = 4 * (d->r + (d->r2 > 0 ? d->r2 : d->r));
     s->dscr = calloc((size_t)s->nt * (size_t)s->dscr_n + 1, sizeof(double));
-    s->scr = alloc_f((int64_t)s->nt * 3 * RMAX * CW);
+    s->scr = alloc_f((int64_t)s->np * 3 * RMAX * CW);
     if (!s->rho || !s->rhod || !s->dscr || !s->scr) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
     for (int w = 0; w < 2; w++) {
         term_t *t = &s->t[w];
@@ -161,7 +170,7 @@ static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
         }
         if (grads) {
             t->gA = alloc_f(s->O * r);
-            t->gB = alloc_f((int64_t)s->nt * r * s->IK);
+            t->gB = alloc_f((int64_t)s->np * r * s->IK);
             if (!t->gA || !t->gB) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory for gradient partials");
         }
     }
@@ -209,7 +218,8 @@ static double dot_rows_d(const loha_t *s, int64_t o0, int64_t nr, const float *G
     return dot_rows_d_base(s, o0, nr, G);
 }
 
-/* G (nr × IK) = ∂L/∂(ΔW̄ rows o0…); G_Ā rows (owned) and this thread's G_B̄ partials. */
+/* G (nr × IK) = ∂L/∂(ΔW̄ rows o0…); G_Ā rows (owned) and the G_B̄ partials of slot `tid` (merge: the
+   driver's run; bypass: the thread). */
 CPU_HOT
 static void grad_rows(const loha_t *s, int64_t o0, int64_t nr, const float *G, int tid) {
     const term_t *t1 = &s->t[0], *t2 = &s->t[1];
@@ -245,7 +255,7 @@ static void grad_rows(const loha_t *s, int64_t o0, int64_t nr, const float *G, i
     }
 }
 
-/* Reduces the G_B̄ partials in thread order, chains (Tucker) and stores every wanted gradient. */
+/* Reduces the G_B̄ partials in slot order, chains (Tucker) and stores every wanted gradient. */
 static lyco_status store_grads(const loha_t *s) {
     const lyco_call *c = s->c;
     if (!c->g) return LYCO_OK;
@@ -254,7 +264,7 @@ static lyco_status store_grads(const loha_t *s) {
         const term_t *t = &s->t[w];
         int64_t r = t->r, nB = r * IK;
         float *gB = t->gB;
-        for (int th = 1; th < s->nt; th++)
+        for (int th = 1; th < s->np; th++)
             for (int64_t n = 0; n < nB; n++) gB[n] += t->gB[(size_t)th * (size_t)nB + n];
         if (!c->dims.tucker) {
             if (c->g->grad[t->sa]) cpu_store_all(c->g->grad[t->sa], t->gA);
@@ -371,17 +381,22 @@ static lyco_status bypass_bwd(const lyco_call *c, loha_t *s) {
     /* pass 1: parameter gradients, per block of output rows */
     if (wants_any(c)) {
         bool want_sig = c->g->grad[LYCO_SCALAR] != NULL;
-        int64_t ob = row_block(O, nth), nblocks = (O + ob - 1) / ob;
+        /* blocks and runs fixed by the shape (row_block for 16 nominal threads: OB rows from O ≥
+           16·OB = 512, as up to 16 threads gave before), partials per run: G_B̄ and G_σs do not
+           depend on the thread count */
+        int64_t ob = row_block(O, 16), nblocks = (O + ob - 1) / ob;
+        const int runs = cpu_runs(nblocks, s->runs);
         size_t per = (size_t)(ob * I + TB * I + TB * ob);
         float *work = alloc_f((int64_t)nth * (int64_t)per);
-        double *gsig = calloc((size_t)nth, sizeof(double));
+        double *gsig = calloc((size_t)runs, sizeof(double));
         if (!work || !gsig) {
             free(work);
             free(gsig);
             return lyco_fail(LYCO_ERR_NOMEM, "cpu loha bypass: out of memory");
         }
 #pragma omp parallel for schedule(static)
-        for (int64_t blk = 0; blk < nblocks; blk++) {
+        for (int run = 0; run < runs; run++)
+        for (int64_t blk = cpu_run_start(nblocks, runs, run); blk < cpu_run_start(nblocks, runs, run + 1); blk++) {
             int tid = cpu_thread_id();
             float *GE = work + (size_t)tid * per, *x = GE + ob * I, *gy = x + TB * I;
             int64_t o0 = blk * ob, nr = O - o0 < ob ? O - o0 : ob;
@@ -396,16 +411,16 @@ static lyco_status bypass_bwd(const lyco_call *c, loha_t *s) {
             }
             if (want_sig) { /* G_σs = m·⟨G_E, ΔW̄ rows⟩ with the rows in fp64 (their fp32 rounding would
                                dominate a cancelling sum), summed in fp64 */
-                gsig[tid] += dot_rows_d(s, o0, nr, GE);
+                gsig[run] += dot_rows_d(s, o0, nr, GE);
             }
             /* ∂L/∂ΔW̄ rows = m·σs·G_E */
             for (int64_t n = 0; n < nr * I; n++) GE[n] *= f;
-            grad_rows(s, o0, nr, GE, tid);
+            grad_rows(s, o0, nr, GE, run);
         }
         st = store_grads(s);
         if (st == LYCO_OK && want_sig) {
             double sum = 0.0;
-            for (int th = 0; th < nth; th++) sum += gsig[th];
+            for (int th = 0; th < runs; th++) sum += gsig[th];
             float tot = (float)(sum * c->m);
             cpu_store_all(c->g->grad[LYCO_SCALAR], &tot);
         }
@@ -498,7 +513,8 @@ lyco_status cpu_loha(const lyco_call *c, char *why, size_t why_len) {
     loha_t s;
     lyco_status st = loha_prepare(c, &s, grads);
     if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true};
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true,
+                        .groups = s.runs};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;

@@ -33,9 +33,11 @@
  * Conv bypass and DoRA bypass take the eager twin (the path report says why).
  *
  * Extra memory: fp64 factors and halves (2·(a·c + b·dK) + r·(a + c + b + 2·dK) + r²K doubles),
- * fp32 W1, W2; per thread the gradient partials (a·c doubles + b·dK floats) and 2·c floats;
+ * fp32 W1, W2; per slot (max(threads, runs): the backward's partials belong to fixed runs — the
+ * merge driver's groups, or runs of token blocks — so they do not depend on the thread count) the
+ * gradient partials (a·c doubles + b·dK floats) and 2·c floats;
  * bypass per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 2·c·b + O) + a·c (bwd) floats;
- * G_σs: d·b + 3·b per thread doubles.
+ * G_σs: d·b + 3·b doubles per run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,11 +55,14 @@ typedef struct {
     double *t2, *P;                 /* Tucker: t2 (r×r×K), P (r × dK) */
     double *rho;                    /* O: s'·q_o */
     float *W1, *W2;                 /* rnd(W1), rnd(W2) */
-    double *gW1;                    /* per-thread partials nt × (a·c) */
-    float *gW2;                     /* per-thread partials nt × (b·dK) */
-    float *scr;                     /* per thread: 2·c (merge bwd) or a·c (bypass bwd) floats */
+    double *gW1;                    /* partials np × (a·c) */
+    float *gW2;                     /* partials np × (b·dK) */
+    float *scr;                     /* per slot: 2·c (merge bwd) or a·c (bypass bwd) floats */
     int64_t scr_n;
     int nt;
+    int runs;                       /* merge backward: the driver's fixed runs (cpu_delta.groups) */
+    int np;                         /* partial / scratch slots: max(nt, runs), one per run in use
+                                       (so the sums do not depend on the thread count) */
 } lokr_t;
 
 static float mask_at(const lyco_call *c, int64_t i) {
@@ -177,16 +182,19 @@ static lyco_status lokr_prepare(const lyco_call *c, lokr_t *s, bool grads) {
     double sp = compat ? c->s * c->s : c->s;
     for (int64_t o = 0; o < s->O; o++) s->rho[o] = sp * (bypass ? 1.0 : (double)mask_at(c, o));
     if (grads) {
-        s->gW1 = alloc_d((int64_t)s->nt * a * cc);
-        s->gW2 = alloc_f((int64_t)s->nt * b * dK);
+        int64_t per_run = 2 * a * cc + b * dK, cap = ((int64_t)1 << 24) / (per_run > 0 ? per_run : 1);
+        s->runs = cpu_runs(CPU_RUNS, cap < CPU_RUNS ? cap : CPU_RUNS);
+        s->np = s->nt > s->runs ? s->nt : s->runs;
+        s->gW1 = alloc_d((int64_t)s->np * a * cc);
+        s->gW2 = alloc_f((int64_t)s->np * b * dK);
         s->scr_n = bypass ? a * cc : 2 * cc;
-        s->scr = alloc_f((int64_t)s->nt * s->scr_n);
+        s->scr = alloc_f((int64_t)s->np * s->scr_n);
         if (!s->gW1 || !s->gW2 || !s->scr) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory for gradient partials");
     }
     return LYCO_OK;
 }
 
-/* Reduces the partials in thread order (fp64) and chains G_W1 (a × c, scaled by g1) and G_W2
+/* Reduces the partials in slot order (fp64) and chains G_W1 (a × c, scaled by g1) and G_W2
    (b × dK) into the factors' gradients, stored once in their leaf dtypes. */
 static lyco_status store_grads(const lokr_t *s, double g1) {
     const lyco_call *c = s->c;
@@ -203,7 +211,7 @@ static lyco_status store_grads(const lokr_t *s, double g1) {
         free(stage);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
     }
-    for (int th = 0; th < s->nt; th++) {
+    for (int th = 0; th < s->np; th++) {
         for (int64_t n = 0; n < n1; n++) G1[n] += s->gW1[(size_t)th * (size_t)n1 + n];
         for (int64_t n = 0; n < n2; n++) G2[n] += s->gW2[(size_t)th * (size_t)n2 + n];
     }
@@ -373,7 +381,10 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
     float *W1s = alloc_f(a * cc), *zero = alloc_f(O);
     size_t per = (size_t)(TB * (2 * I + 2 * cc * b + O));
     float *work = alloc_f((int64_t)s->nt * (int64_t)per);
-    double *sd = want_sig ? alloc_d((int64_t)s->nt * 3 * b) : NULL, *W2T = want_sig ? alloc_d(d * b) : NULL;
+    /* partials (G_W1, G_W2, G_σs lanes) per fixed run of token blocks: independent of the thread count */
+    const int64_t nblocks = (N + TB - 1) / TB;
+    const int runs = cpu_runs(nblocks, s->runs);
+    double *sd = want_sig ? alloc_d((int64_t)runs * 3 * b) : NULL, *W2T = want_sig ? alloc_d(d * b) : NULL;
     if (!W1s || !zero || !work || (want_sig && (!sd || !W2T))) {
         free(W1s);
         free(zero);
@@ -386,13 +397,13 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
     if (want_sig)
         for (int64_t q = 0; q < d; q++)
             for (int64_t jj = 0; jj < b; jj++) W2T[q * b + jj] = s->W2d[jj * d + q];
-    int64_t nblocks = (N + TB - 1) / TB;
 #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblocks; blk++) {
+    for (int run = 0; run < runs; run++)
+    for (int64_t blk = cpu_run_start(nblocks, runs, run); blk < cpu_run_start(nblocks, runs, run + 1); blk++) {
         int tid = cpu_thread_id();
         float *x = work + (size_t)tid * per, *dx = x + TB * I, *H = dx + TB * I, *GH = H + TB * cc * b, *dy = GH + TB * cc * b;
-        float *g1 = s->scr + (size_t)tid * (size_t)s->scr_n, *gW2 = s->gW2 + (size_t)tid * (size_t)(b * d);
-        double *gW1 = s->gW1 + (size_t)tid * (size_t)(a * cc);
+        float *g1 = s->scr + (size_t)run * (size_t)s->scr_n, *gW2 = s->gW2 + (size_t)run * (size_t)(b * d);
+        double *gW1 = s->gW1 + (size_t)run * (size_t)(a * cc);
         int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
         for (int64_t t = 0; t < nt; t++) {
             cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
@@ -408,7 +419,7 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
         }
         cpu_gemm_tn(b, d, nt * cc, GH, b, x, d, gW2, d, true);                                  /* G_W2 += G_Hᵀ·X_g */
         if (want_sig) { /* G_σs = s·m·Σ_{t,p,j} (W1ᵀ·dy_t)[p,j]·(X_g·W2ᵀ)[t,p,j], all in fp64 */
-            double *hd = sd + (size_t)tid * (size_t)(3 * b), *gd = hd + b, *av = gd + b;
+            double *hd = sd + (size_t)run * (size_t)(3 * b), *gd = hd + b, *av = gd + b;
             for (int64_t t = 0; t < nt; t++)
                 for (int64_t p = 0; p < cc; p++) {
                     const float *xr = x + t * I + p * d, *dr = dy + t * O;
@@ -433,8 +444,8 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
     }
     lyco_status st = LYCO_OK;
     if (want_sig) {
-        double sum = 0.0; /* per-thread lane sums, in thread order */
-        for (int th = 0; th < s->nt; th++)
+        double sum = 0.0; /* per-run lane sums, in run order */
+        for (int th = 0; th < runs; th++)
             for (int64_t jj = 0; jj < b; jj++) sum += sd[(size_t)th * (size_t)(3 * b) + 2 * b + jj];
         float tot = (float)(sum * c->s * c->m);
         cpu_store_all(c->g->grad[LYCO_SCALAR], &tot);
@@ -497,7 +508,8 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
     lokr_t s;
     lyco_status st = lokr_prepare(c, &s, grads);
     if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true};
+        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &s, .uses_sigma = true,
+                        .groups = s.runs};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
