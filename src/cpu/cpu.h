@@ -72,6 +72,10 @@ int cpu_thread_id(void);
    by one thread into its own partial; the partials are then added in run order. Run k covers
    [cpu_run_start(units, runs, k), cpu_run_start(units, runs, k + 1)). */
 #define CPU_RUNS 64
+/* runs for partials of matrix size (r·IK and the like): each run costs its own zeroed partial and one
+   more term in the final reduction — 64 made LoHa's / GLoRA's merge backward 3–4× slower on 2 cores */
+#define CPU_RUNS_BIG 8
+#define CPU_RUN_FLOATS ((int64_t)1 << 22)   /* and at most this many partial floats in all */
 static inline int cpu_runs(int64_t units, int64_t cap) {
     int64_t n = units < cap ? units : cap;
     return n < 1 ? 1 : (int)n;

@@ -65,9 +65,9 @@ static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads) {
     cpu_load_all(c->a->tensor[LYCO_GLORA_B2], T, g->B2);
     if (grads) {
         /* merge backward: partials per fixed run of the driver (independent of the thread count),
-           at most 2^24 floats of them; the bypass backward's per thread */
-        int64_t per_run = g->r * (g->IK + 2 * g->I), cap = ((int64_t)1 << 24) / (per_run > 0 ? per_run : 1);
-        g->runs = cpu_runs(CPU_RUNS, cap < CPU_RUNS ? cap : CPU_RUNS);
+           at most CPU_RUN_FLOATS floats of them; the bypass backward's per thread */
+        int64_t per_run = g->r * (g->IK + 2 * g->I), cap = CPU_RUN_FLOATS / (per_run > 0 ? per_run : 1);
+        g->runs = cpu_runs(CPU_RUNS_BIG, cap < CPU_RUNS_BIG ? cap : CPU_RUNS_BIG);
         g->np = g->nt > g->runs ? g->nt : g->runs;
         size_t nt = (size_t)g->np;
         g->gB2 = calloc(nt * (size_t)(g->r * g->IK) + 1, sizeof(float));

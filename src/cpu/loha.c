@@ -22,7 +22,7 @@
  *             G_R1 = G·ρ ⊙ R_2,
  *             G_R2 = G·ρ ⊙ R_1; G_Ā_t rows += G_Rt · B̄_tᵀ (rows owned by the block),
  *             G_B̄_t += Ā_t[rows]ᵀ · G_Rt (partials per fixed run of row blocks — the driver's groups,
- *             at most CPU_RUNS — reduced in run order: independent of the thread count; the bypass
+ *             at most CPU_RUNS_BIG — reduced in run order: independent of the thread count; the bypass
  *             backward's likewise per fixed run of row blocks).
  *             Tucker (the correct adjoint): G_A_t = (G_Ā_t)ᵀ, G_P_t = G_B̄_t,
  *             G_B_t[j,c] = Σ_{i,κ} T_t[i,j,κ]·G_P_t[i,c·K+κ], G_T_t[i,j,κ] = Σ_c G_P_t[i,c·K+κ]·B_t[j,c].
@@ -122,8 +122,8 @@ static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
     s->nt = cpu_threads();
     /* merge backward's G_B̄ partials per fixed run (independent of the thread count), at most
        2^24 floats of them */
-    int64_t per_run = (d->r + (d->r2 > 0 ? d->r2 : d->r)) * s->IK, cap = ((int64_t)1 << 24) / (per_run > 0 ? per_run : 1);
-    s->runs = cpu_runs(CPU_RUNS, cap < CPU_RUNS ? cap : CPU_RUNS);
+    int64_t per_run = (d->r + (d->r2 > 0 ? d->r2 : d->r)) * s->IK, cap = CPU_RUN_FLOATS / (per_run > 0 ? per_run : 1);
+    s->runs = cpu_runs(CPU_RUNS_BIG, cap < CPU_RUNS_BIG ? cap : CPU_RUNS_BIG);
     s->np = s->nt > s->runs ? s->nt : s->runs;
     s->rho = alloc_f(s->O);
     s->rhod = calloc((size_t)s->O + 1, sizeof(double));

@@ -182,8 +182,8 @@ static lyco_status lokr_prepare(const lyco_call *c, lokr_t *s, bool grads) {
     double sp = compat ? c->s * c->s : c->s;
     for (int64_t o = 0; o < s->O; o++) s->rho[o] = sp * (bypass ? 1.0 : (double)mask_at(c, o));
     if (grads) {
-        int64_t per_run = 2 * a * cc + b * dK, cap = ((int64_t)1 << 24) / (per_run > 0 ? per_run : 1);
-        s->runs = cpu_runs(CPU_RUNS, cap < CPU_RUNS ? cap : CPU_RUNS);
+        int64_t per_run = 2 * a * cc + b * dK, cap = CPU_RUN_FLOATS / (per_run > 0 ? per_run : 1);
+        s->runs = cpu_runs(CPU_RUNS_BIG, cap < CPU_RUNS_BIG ? cap : CPU_RUNS_BIG);
         s->np = s->nt > s->runs ? s->nt : s->runs;
         s->gW1 = alloc_d((int64_t)s->np * a * cc);
         s->gW2 = alloc_f((int64_t)s->np * b * dK);
