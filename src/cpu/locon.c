@@ -43,7 +43,7 @@
 /* Gradient partials: at most GROUPS fixed runs of row blocks (merge) or token tiles (bypass), each
    run summed in order by one thread, the runs combined in run order — set by the shape alone, so
    the gradients do not depend on the thread count. PART_FLOATS bounds the partials' memory. */
-#define GROUPS 8
+#define GROUPS CPU_RUNS_BIG
 #define PART_FLOATS ((int64_t)1 << 24)
 /* merge backward: rows per block (G_P += Ūᵀ·Γ then takes K = this many rows per pass over G_P) */
 #define MERGE_BWD_ROWS 32
@@ -78,9 +78,8 @@ static float mask_at(const lyco_call *c, int64_t i) {
 
 /* number of fixed runs for `units` blocks/tiles whose partials take `per` floats each (≥ 1) */
 static int parts_of(int64_t units, int64_t per) {
-    int64_t n = units < GROUPS ? units : GROUPS, cap = PART_FLOATS / (per > 0 ? per : 1);
-    if (n > cap) n = cap;
-    return n < 1 ? 1 : (int)n;
+    int64_t cap = PART_FLOATS / (per > 0 ? per : 1);
+    return cpu_runs(units, cap < GROUPS ? cap : GROUPS);
 }
 
 /* merge backward: rows per block — MERGE_BWD_ROWS, fewer for long rows (the driver's scratch is
