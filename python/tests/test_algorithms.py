@@ -115,6 +115,22 @@ def test_y0_gradient_without_copy(seed, algo, extra, dtype, monkeypatch):
     assert (fast.data_ptr() == g.data_ptr()) == shortcut, "the shortcut was (not) taken"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_norm_y0_gradient_without_copy(seed, dtype, monkeypatch):
+    """Norm's bypass adds to y0 too: its y0 gradient is dy itself, bit for bit the op's dy0."""
+    from lyco import ops
+    C = 12
+    x = torch.randn(5, C).to(dtype).requires_grad_()
+    wn, bn = torch.randn(C).to(dtype).requires_grad_(), torch.randn(C).to(dtype).requires_grad_()
+    y0 = torch.randn(5, C).to(dtype).requires_grad_()
+    y = lyco.bypass(x, {"w_norm": wn, "b_norm": bn}, lyco.norm(C, "layer", 0, 1e-5), algo="norm", y0=y0)
+    g = torch.randn_like(y)
+    (fast,) = torch.autograd.grad(y, [y0], g, retain_graph=True)
+    monkeypatch.setattr(ops, "_dy0_is_dy", lambda *a: False)
+    (slow,) = torch.autograd.grad(y, [y0], g)
+    assert torch.equal(fast, slow) and fast.data_ptr() == g.data_ptr()
+
+
 def test_norm_bypass_and_merge(seed):
     C = 12
     x = _t(5, C, scale=1.0)
