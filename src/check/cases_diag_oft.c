@@ -1,6 +1,6 @@
 /*
  * cases_diag_oft.c — Diag-OFT rows of the case table and their builder (ALGORITHMS.md §2.4):
- * linear, conv1d/conv2d, block sizes 2..8, rescale, multiplier ≠ 1, the norm constraint off,
+ * linear, conv1d/conv2d, block sizes 2..8, 16 and 32, rescale, multiplier ≠ 1, the norm constraint off,
  * active and inactive, the rank-dropout mask (merge only), module dropout, strided and unaligned
  * operands, and one realistic tier-1 size.
  *
@@ -36,6 +36,12 @@ const lyco_case lyco_cases_diag_oft[] = {
      .multiplier = 0.9, .opts = CASE_RESCALE | CASE_NONCONTIG | CASE_UNALIGNED},
     {.name = "diag_oft_linear_module_drop", .algo = LYCO_ALGO_DIAG_OFT, .O = 8, .I = 5, .rank = 4, .tokens = 2,
      .opts = CASE_MODULE_DROP | CASE_RESCALE},
+    /* the CUDA column kernels' block sizes (16, 32): several column groups, a partial pass,
+       strided + unaligned operands, the constraint active (‖Q0‖ ≈ 6.6 > 0.5) */
+    {.name = "diag_oft_linear_bs32_rescale_mult", .algo = LYCO_ALGO_DIAG_OFT, .O = 64, .I = 300, .rank = 32,
+     .tokens = 45, .multiplier = 0.9, .opts = CASE_RESCALE},
+    {.name = "diag_oft_linear_bs16_strided_unaligned_active", .algo = LYCO_ALGO_DIAG_OFT, .O = 48, .I = 19, .rank = 16,
+     .tokens = 133, .constraint = 0.5, .opts = CASE_RESCALE | CASE_NONCONTIG | CASE_UNALIGNED},
     {.name = "diag_oft_linear_4096_bs16", .algo = LYCO_ALGO_DIAG_OFT, .O = 4096, .I = 4096, .rank = 16, .tokens = 64,
      .opts = CASE_RESCALE, .tier = 1},
 };

@@ -30,6 +30,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/oft.cuh"
@@ -80,7 +81,7 @@ struct cay_scale {
 };
 __device__ __forceinline__ cay_scale cay_scale_of(const double *stat, double kc) {
     cay_scale c;
-    c.q0norm = sqrt(stat[0]);
+    c.q0norm = kc > 0.0 ? sqrt(stat[0]) : 0.0;   /* stat[0] is computed only under a constraint */
     c.nu = c.q0norm + 1e-8;
     c.active = kc > 0.0 && c.nu > kc;
     c.scale = c.active ? (float)(kc / c.nu) : 1.0f;
@@ -101,55 +102,76 @@ __device__ void cay_refine(int n, const float *A, const float *E, float *T, floa
     __syncthreads();
 }
 
-/* One CUDA block per OFT block k: A = (I − Q)^{-1}, R − I, and the family's operators. */
-__global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, lk_view mask) {
+/* One CUDA block per OFT block k: A = (I − Q)^{-1}, R − I, and the family's operators. Without a
+   constraint (κc ≤ 0) Q0 = B − Bᵀ is formed here (and stored for the adjoint) instead of by
+   k_cay_part, whose norm only the constraint needs. */
+__global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, lk_view mask, lk_blk B, int ct) {
     extern __shared__ float sm[];
     const int n = (int)s.n, nn = n * n;
     float *Q = sm, *X = Q + nn, *A = X + nn, *Rk = A + nn, *T = Rk + nn, *f = T + nn;
     __shared__ int piv_s;
+    __shared__ float inv_s;
     const i64 k = blockIdx.x;
     const cay_scale cs = cay_scale_of(s.stat, s.kc);
     const float *Q0k = s.Q0 + k * nn;
+    const bool form_q0 = !(s.kc > 0.0);
     for (int e = threadIdx.x; e < nn; e += NT) {
         int a = e / n, b = e % n;
-        float q = cs.active ? Q0k[e] * cs.scale : Q0k[e];
+        float q;
+        if (form_q0) {
+            q = blk_ct(B, s.nb, k, a, b, ct) - blk_ct(B, s.nb, k, b, a, ct);
+            s.Q0[k * nn + e] = q;
+        } else {
+            q = cs.active ? Q0k[e] * cs.scale : Q0k[e];
+        }
         Q[e] = q;
         X[e] = (a == b ? 1.0f : 0.0f) - q;
         A[e] = a == b ? 1.0f : 0.0f;
     }
     __syncthreads();
-    /* Gauss–Jordan with partial pivoting on X = I − Q, A ← X^{-1} */
+    /* Gauss–Jordan with partial pivoting on X = I − Q, A ← X^{-1}; three barriers per column:
+       (1) warp 0 finds the pivot (the first row of largest |X[r][col]|, as a serial scan would)
+       and its reciprocal; (2) the swap of rows col and piv fused with the scaling of the new
+       pivot row, and the elimination factors f[r] (read before anything is written); (3) the
+       elimination. Every value is the one the plain sequence swap → scale → eliminate gives. */
     for (int col = 0; col < n; col++) {
-        if (threadIdx.x == 0) {
-            int piv = col;
-            for (int r = col + 1; r < n; r++)
-                if (fabsf(X[r * n + col]) > fabsf(X[piv * n + col])) piv = r;
-            piv_s = piv;
+        if (threadIdx.x < 32) {
+            float best = -1.0f;
+            int bi = n;
+            for (int r = col + (int)threadIdx.x; r < n; r += 32) {
+                const float v = fabsf(X[r * n + col]);
+                if (v > best) { best = v; bi = r; }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+            }
+            if (threadIdx.x == 0) {
+                const int piv = bi < n ? bi : col;   /* NaN column: keep col, as the serial scan */
+                piv_s = piv;
+                inv_s = 1.0f / X[piv * n + col];
+            }
         }
         __syncthreads();
         const int piv = piv_s;
-        if (piv != col)
-            for (int c = threadIdx.x; c < n; c += NT) {
-                float t = X[col * n + c];
-                X[col * n + c] = X[piv * n + c];
-                X[piv * n + c] = t;
-                t = A[col * n + c];
-                A[col * n + c] = A[piv * n + c];
-                A[piv * n + c] = t;
-            }
-        __syncthreads();
-        const float inv = 1.0f / X[col * n + col];
-        __syncthreads();
+        const float inv = inv_s;
         for (int c = threadIdx.x; c < n; c += NT) {
-            X[col * n + c] *= inv;
-            A[col * n + c] *= inv;
+            const float xc = X[col * n + c], xp = X[piv * n + c], ac = A[col * n + c], ap = A[piv * n + c];
+            X[piv * n + c] = xc;
+            A[piv * n + c] = ac;   /* piv == col: both pairs of writes hit one element; the second wins */
+            X[col * n + c] = xp * inv;
+            A[col * n + c] = ap * inv;
+            if (c == col) f[piv] = piv == col ? 0.0f : xc;
         }
-        __syncthreads();
-        for (int r = threadIdx.x; r < n; r += NT) f[r] = r == col ? 0.0f : X[r * n + col];
+        for (int r = threadIdx.x; r < n; r += NT)
+            if (r != col && r != piv) f[r] = X[r * n + col];
+        if (threadIdx.x == 0 && piv != col) f[col] = 0.0f;
         __syncthreads();
         for (int e = threadIdx.x; e < nn; e += NT) {
-            int r = e / n, c = e % n;
-            float fr = f[r];
+            const int r = e / n, c = e % n;
+            const float fr = f[r];
             if (fr == 0.0f) continue;
             X[e] = fmaf(-fr, X[col * n + c], X[e]);
             A[e] = fmaf(-fr, A[col * n + c], A[e]);
@@ -203,23 +225,25 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
     }
 }
 
-/* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ (double) and dot[k] = ⟨G_Q_k, Q0_k⟩. Shared: A, G_R (float), T (double). */
+/* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ (double) and dot[k] = ⟨G_Q_k, Q0_k⟩. Shared: T (double), G_R (float)
+   and A (float, row pitch n + 1: the second product reads A[b][j] with b along the lanes, which
+   at pitch n would put a warp's 32 reads in one bank). */
 __global__ __launch_bounds__(NT) void k_cay_bwd1(oft_cay s, const float *GR, double *GQ, double *dot) {
     extern __shared__ double smd[];
-    const int n = (int)s.n, nn = n * n;
+    const int n = (int)s.n, nn = n * n, pa = n + 1;
     double *T = smd;
-    float *A = (float *)(T + nn), *G = A + nn;
+    float *G = (float *)(T + nn), *A = G + nn;
     __shared__ double red[NT];
     const i64 k = blockIdx.x;
     for (int e = threadIdx.x; e < nn; e += NT) {
-        A[e] = s.A[k * nn + e];
+        A[(e / n) * pa + e % n] = s.A[k * nn + e];
         G[e] = GR[k * nn + e];
     }
     __syncthreads();
     for (int e = threadIdx.x; e < nn; e += NT) { /* T = Aᵀ·G_R */
         int a = e / n, b = e % n;
         double acc = 0.0;
-        for (int j = 0; j < n; j++) acc += (double)A[j * n + a] * (double)G[j * n + b];
+        for (int j = 0; j < n; j++) acc += (double)A[j * pa + a] * (double)G[j * n + b];
         T[e] = acc;
     }
     __syncthreads();
@@ -227,7 +251,7 @@ __global__ __launch_bounds__(NT) void k_cay_bwd1(oft_cay s, const float *GR, dou
     for (int e = threadIdx.x; e < nn; e += NT) { /* G_Q = 2·T·Aᵀ */
         int a = e / n, b = e % n;
         double acc = 0.0;
-        for (int j = 0; j < n; j++) acc += T[a * n + j] * (double)A[b * n + j];
+        for (int j = 0; j < n; j++) acc += T[a * n + j] * (double)A[b * pa + j];
         GQ[k * nn + e] = 2.0 * acc;
         d += 2.0 * acc * (double)s.Q0[k * nn + e];
     }
@@ -286,14 +310,16 @@ int oft_cay_fwd(oft_cay *s, const lk_oft_args *a, int family, cudaStream_t st) {
     s->Op1 = s->Rm1 + all;
     s->Op2 = s->Op1 + all;
     s->part = s->Op2 + all;
-    k_cay_part<<<(unsigned)s->nblk, NT, 0, st>>>(a->B, a->ct, s->nb, s->n, s->Q0, s->part);
-    LK_LAUNCHED("oft cayley partial norms");
-    k_sum_f2d<<<1, NT, 0, st>>>(s->part, s->nblk, s->stat);
-    LK_LAUNCHED("oft cayley norm");
+    if (s->kc > 0.0) {
+        k_cay_part<<<(unsigned)s->nblk, NT, 0, st>>>(a->B, a->ct, s->nb, s->n, s->Q0, s->part);
+        LK_LAUNCHED("oft cayley partial norms");
+        k_sum_f2d<<<1, NT, 0, st>>>(s->part, s->nblk, s->stat);
+        LK_LAUNCHED("oft cayley norm");
+    }
     const int smem = (int)(sizeof(float) * (size_t)(5 * s->nn + s->n));
     LK_CHECK(cudaFuncSetAttribute(k_cay_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     lk_view mask = family == OFT_FAM_DIAG ? a->mask : lk_view{};
-    k_cay_fwd<<<(unsigned)s->nblk, NT, smem, st>>>(*s, family, (float)a->m, mask);
+    k_cay_fwd<<<(unsigned)s->nblk, NT, smem, st>>>(*s, family, (float)a->m, mask, a->B, a->ct);
     LK_LAUNCHED("oft cayley transform");
     return LYCO_OK;
 }
@@ -304,7 +330,7 @@ int oft_cay_bwd(const oft_cay *s, const lk_oft_args *a, const float *GR, cudaStr
     int rc = lk_scratch_alloc(&mem, sizeof(double) * (size_t)(all + s->nblk), st);
     if (rc) return rc;
     double *GQ = (double *)mem, *dot = GQ + all;
-    const int smem = (int)(sizeof(double) * (size_t)s->nn + 2 * sizeof(float) * (size_t)s->nn);
+    const int smem = (int)(sizeof(double) * (size_t)s->nn + sizeof(float) * (size_t)(2 * s->nn + s->n));
     cudaError_t e = cudaFuncSetAttribute(k_cay_bwd1, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e == cudaSuccess) {
         k_cay_bwd1<<<(unsigned)s->nblk, NT, smem, st>>>(*s, GR, GQ, dot);
@@ -443,6 +469,230 @@ __global__ __launch_bounds__(NT) void k_doft_fwd(doft_k P) {
     tile_out(Xs, a.Y, t.o0, t.nr, j0, w);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Column kernels (bs ∈ {8, 16, 32}): a thread owns one column j of one block k and keeps the
+ * block's bs inputs and bs outputs in registers; the block's operator (bs×bs fp32) sits in shared
+ * memory and is read as warp-wide broadcast float4s (every lane of a CUDA block works on the same
+ * block k). Per output the same ν-ordered fmaf chain and epilogue as k_doft_fwd (bitwise equal).
+ * No tile staging: the loads are per element (lanes along j: coalesced for row-major W; for the
+ * channel-fast y0 each thread reads bs contiguous channels), so every layout takes the same code.
+ * ------------------------------------------------------------------------------------------- */
+#define DC_NT 128        /* threads (columns) of a column-kernel block */
+
+/* columns per CUDA block: DC_NT × passes, passes chosen for ≥ ~4 blocks per SM */
+static i64 doft_col_passes(i64 ncol, i64 nb, int sms) {
+    i64 want = 4 * (i64)(sms > 0 ? sms : 132);
+    i64 p = ncol * nb / (DC_NT * (want > 0 ? want : 1));
+    return p < 1 ? 1 : p > 8 ? 8 : p;
+}
+
+/* x[ν] = RN_CT(v(k·B + ν, j)) */
+template <int B> __device__ __forceinline__ void col_in(float (&x)[B], const lk_rows &v, i64 o0, i64 j, int ct) {
+    const char *p = rows_addr(v, o0, j);
+    const i64 step = v.sc * (i64)dt_size(v.dt);
+    const bool un = v.flags & LK_UNALIGNED;
+#pragma unroll
+    for (int nu = 0; nu < B; nu++) x[nu] = round_to(ld_elem(p + nu * step, v.dt, un), ct);
+}
+
+/* acc[μ] = Σ_ν Op[ν][μ]·x[ν] (ν ascending, fmaf from 0); Op row-major B×B in shared memory */
+template <int B> __device__ __forceinline__ void col_apply(float (&acc)[B], const float *Op, const float (&x)[B]) {
+#pragma unroll
+    for (int mu = 0; mu < B; mu++) acc[mu] = 0.0f;
+#pragma unroll
+    for (int nu = 0; nu < B; nu++) {
+        const float4 *row = (const float4 *)(Op + nu * B);
+#pragma unroll
+        for (int q = 0; q < B / 4; q++) {
+            const float4 c = row[q];
+            acc[4 * q] = fmaf(c.x, x[nu], acc[4 * q]);
+            acc[4 * q + 1] = fmaf(c.y, x[nu], acc[4 * q + 1]);
+            acc[4 * q + 2] = fmaf(c.z, x[nu], acc[4 * q + 2]);
+            acc[4 * q + 3] = fmaf(c.w, x[nu], acc[4 * q + 3]);
+        }
+    }
+}
+
+/* Forward; grid (column groups of DC_NT·passes, blocks k) */
+template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes) {
+    __shared__ __align__(16) float Ops[B * B];
+    __shared__ float rs[B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B;
+    const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
+    for (int e = threadIdx.x; e < B * B; e += DC_NT) Ops[e] = Op[e];
+    for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
+    __syncthreads();
+    const char *ybase = NULL;
+    for (int ps = 0; ps < passes; ps++) {
+        const i64 j = ((i64)blockIdx.x * passes + ps) * DC_NT + threadIdx.x;
+        if (j >= a.ncol) return;
+        float x[B], acc[B];
+        col_in<B>(x, a.X, o0, j, a.ct);
+        col_apply<B>(acc, Ops, x);
+        ybase = (const char *)rows_addr(a.Y, o0, j);
+        const i64 step = a.Y.sc * (i64)dt_size(a.Y.dt);
+        const bool un = a.Y.flags & LK_UNALIGNED;
+#pragma unroll
+        for (int mu = 0; mu < B; mu++) {
+            const float pr = rs[mu];
+            const float y = a.delta ? fmaf(pr, acc[mu], (pr - 1.0f) * x[mu]) : (a.rho.p ? pr * acc[mu] : acc[mu]);
+            st_elem((char *)ybase + mu * step, a.Y.dt, un, y);
+        }
+    }
+}
+
+template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    const i64 passes = doft_col_passes(P->a.ncol, P->a.nb, dev ? dev->sms : 0);
+    const i64 gx = cdiv(P->a.ncol, DC_NT * passes);
+    k_doft_fwd_cols<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)passes);
+    LK_LAUNCHED("diag-oft forward (column kernel)");
+    return LYCO_OK;
+}
+
+/* The column kernels' range: bs 8, 16 or 32, nb within the grid's y, columns within its x. */
+static bool doft_cols_take(const lk_oft_args *a) {
+    static int generic = -1;
+    if (generic < 0) {
+        const char *e = getenv("LYCO_CUDA_OFT_GENERIC");
+        generic = e && *e && strcmp(e, "0") != 0;
+    }
+    return !generic && (a->bs == 8 || a->bs == 16 || a->bs == 32) && a->nb <= 65535 && a->ncol / DC_NT < 0x7fffffff;
+}
+
+/* acc[ν] = Σ_μ Op[ν][μ]·g[μ] (μ ascending, fmaf from 0) */
+template <int B> __device__ __forceinline__ float col_dot(const float *Op, int nu, const float (&g)[B]) {
+    const float4 *row = (const float4 *)(Op + nu * B);
+    float v = 0.0f;
+#pragma unroll
+    for (int q = 0; q < B / 4; q++) {
+        const float4 c = row[q];
+        v = fmaf(c.x, g[4 * q], v);
+        v = fmaf(c.y, g[4 * q + 1], v);
+        v = fmaf(c.z, g[4 * q + 2], v);
+        v = fmaf(c.w, g[4 * q + 3], v);
+    }
+    return v;
+}
+
+/* Backward; grid (S column groups of DC_NT·passes, blocks k). Per thread and column, with
+   G'' = ρ ⊙ GY: z = MᵀX and G_ρ[μ] += GY[μ]·z[μ] (registers, summed over the block's threads in
+   order at the end); GX[ν] = Σ_μ Op[ν][μ]·G''[μ] (+ (ρ − 1)·GY, delta); and, for G_M, X and G''
+   staged per pass in shared memory ([column][row], pitch B + 4) where threads own 8 outputs
+   (ν, μ0..μ0+7) of G_M over one of H = 1024/B² column groups, summed over the passes in
+   registers and over the groups in order at the end. gpart: S × nb·B², rpart: S × O. */
+template <int B>
+__global__ __launch_bounds__(DC_NT) void k_doft_bwd_cols(doft_k P, int passes, int want_b, int want_rho, float *gpart,
+                                                       float *rpart) {
+    constexpr int XP = B + 4, NO = B * B / 8, H = DC_NT / NO, CH = DC_NT / H;
+    __shared__ __align__(16) float Om[B * B], Oc[B * B], Xs[DC_NT * XP], Gs[DC_NT * XP];
+    __shared__ float rs[B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B;
+    const int t = threadIdx.x;
+    const bool want_gx = a.GX.p != NULL;
+    for (int e = t; e < B * B; e += DC_NT) {
+        Om[e] = P.Mf[k * B * B + e];
+        Oc[e] = (a.delta ? P.Mm : P.Mf)[k * B * B + e];
+    }
+    for (int r = t; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
+    __syncthreads();
+    const int gh = t / NO, gw = t % NO, gnu = gw / (B / 8), gmu = (gw % (B / 8)) * 8;
+    float racc[B], gacc[8];
+#pragma unroll
+    for (int mu = 0; mu < B; mu++) racc[mu] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; q++) gacc[q] = 0.0f;
+    for (int ps = 0; ps < passes; ps++) {
+        const i64 j = ((i64)blockIdx.x * passes + ps) * DC_NT + t;
+        float g[B];
+        if (j < a.ncol) {
+            float z[B];
+            if (want_b || want_rho) {
+                float x[B];
+                col_in<B>(x, a.X, o0, j, a.ct);
+                if (want_b)
+#pragma unroll
+                    for (int q = 0; q < B / 4; q++)
+                        *(float4 *)(Xs + t * XP + 4 * q) = make_float4(x[4 * q], x[4 * q + 1], x[4 * q + 2], x[4 * q + 3]);
+                if (want_rho) col_apply<B>(z, Om, x);
+            }
+            col_in<B>(g, a.GY, o0, j, a.ct);
+#pragma unroll
+            for (int mu = 0; mu < B; mu++) {
+                if (want_rho) racc[mu] = fmaf(g[mu], z[mu], racc[mu]);
+                g[mu] = rs[mu] * g[mu];
+            }
+            if (want_b)
+#pragma unroll
+                for (int q = 0; q < B / 4; q++)
+                    *(float4 *)(Gs + t * XP + 4 * q) = make_float4(g[4 * q], g[4 * q + 1], g[4 * q + 2], g[4 * q + 3]);
+            if (want_gx) {
+                char *gxp = (char *)rows_addr(a.GX, o0, j);
+                const char *gyp = rows_addr(a.GY, o0, j);
+                const i64 gxs = a.GX.sc * (i64)dt_size(a.GX.dt), gys = a.GY.sc * (i64)dt_size(a.GY.dt);
+                const bool gxu = a.GX.flags & LK_UNALIGNED, gyu = a.GY.flags & LK_UNALIGNED;
+#pragma unroll
+                for (int nu = 0; nu < B; nu++) {
+                    float v = col_dot<B>(Oc, nu, g);
+                    if (a.delta) v = fmaf(rs[nu] - 1.0f, round_to(ld_elem(gyp + nu * gys, a.GY.dt, gyu), a.ct), v);
+                    st_elem(gxp + nu * gxs, a.GX.dt, gxu, v);
+                }
+            }
+        } else if (want_b) {
+#pragma unroll
+            for (int q = 0; q < B / 4; q++) {
+                *(float4 *)(Xs + t * XP + 4 * q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                *(float4 *)(Gs + t * XP + 4 * q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+        if (want_b) {   /* G_M[ν][μ] += Σ_c X[ν][c]·G''[μ][c] over this pass's columns of group gh */
+            __syncthreads();
+            for (int c = gh * CH; c < (gh + 1) * CH; c++) {
+                const float xv = Xs[c * XP + gnu];
+                const float4 g0 = *(const float4 *)(Gs + c * XP + gmu), g1 = *(const float4 *)(Gs + c * XP + gmu + 4);
+                gacc[0] = fmaf(xv, g0.x, gacc[0]);
+                gacc[1] = fmaf(xv, g0.y, gacc[1]);
+                gacc[2] = fmaf(xv, g0.z, gacc[2]);
+                gacc[3] = fmaf(xv, g0.w, gacc[3]);
+                gacc[4] = fmaf(xv, g1.x, gacc[4]);
+                gacc[5] = fmaf(xv, g1.y, gacc[5]);
+                gacc[6] = fmaf(xv, g1.z, gacc[6]);
+                gacc[7] = fmaf(xv, g1.w, gacc[7]);
+            }
+            __syncthreads();
+        }
+    }
+    if (want_rho) {   /* Σ over the block's threads, in thread order */
+#pragma unroll
+        for (int mu = 0; mu < B; mu++) Xs[t * XP + mu] = racc[mu];
+        __syncthreads();
+        if (t < B) {
+            float v = 0.0f;
+            for (int u = 0; u < DC_NT; u++) v += Xs[u * XP + t];
+            rpart[blockIdx.x * a.O + o0 + t] = v;
+        }
+        __syncthreads();
+    }
+    if (want_b) {     /* Σ over the H column groups, in order */
+        float *gp = gpart + (i64)blockIdx.x * a.nb * B * B + k * B * B;
+        if (H == 1) {
+#pragma unroll
+            for (int q = 0; q < 8; q++) gp[gnu * B + gmu + q] = gacc[q];
+        } else {
+#pragma unroll
+            for (int q = 0; q < 8; q++) Gs[t * 8 + q] = gacc[q];
+            __syncthreads();
+            for (int e = t; e < NO * 8; e += DC_NT) {
+                float v = 0.0f;
+                for (int h = 0; h < H; h++) v += Gs[(h * NO) * 8 + e];
+                const int w = e / 8, q = e % 8;
+                gp[(w / (B / 8)) * B + (w % (B / 8)) * 8 + q] = v;
+            }
+        }
+    }
+}
+
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
 __global__ __launch_bounds__(NT) void k_doft_bwd(doft_k P, int want_b, int want_rho, float *gpart, float *rpart) {
     extern __shared__ float sm[];
@@ -565,7 +815,6 @@ static int doft_check(const lk_oft_args *a) {
 }
 
 extern "C" int lk_diag_oft_fwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
-    (void)dev;
     cudaStream_t st = (cudaStream_t)stream;
     int rc = doft_check(a);
     if (rc || a->ncol == 0) return rc;
@@ -576,6 +825,13 @@ extern "C" int lk_diag_oft_fwd(const lk_oft_args *a, const lk_device *dev, void 
     }
     doft_k P;
     doft_setup(&P, a, &cy);
+    if (doft_cols_take(a)) {
+        rc = a->bs == 8 ? doft_fwd_cols_launch<8>(&P, dev, st)
+           : a->bs == 16 ? doft_fwd_cols_launch<16>(&P, dev, st)
+                        : doft_fwd_cols_launch<32>(&P, dev, st);
+        int rc2 = oft_cay_free(&cy, st);
+        return rc ? rc : rc2;
+    }
     const i64 nrt = cdiv(a->nb, P.g);
     if (nrt > 65535 || P.ntc > 0x7fffffff) {
         oft_cay_free(&cy, st);
@@ -595,10 +851,32 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
     doft_k P;
     doft_setup(&P, a, cy);
     const i64 nrt = cdiv(a->nb, P.g), nn = a->bs * a->bs, all = a->nb * nn;
+    const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
+    if (doft_cols_take(a)) {   /* column kernels: S = column groups, partials within 8M floats */
+        i64 passes = doft_col_passes(a->ncol, a->nb, dev ? dev->sms : 0);
+        const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024, need = cdiv(a->ncol, DC_NT * (smax > 0 ? smax : 1));
+        if (passes < need) passes = need;
+        if (passes > 0x7fffffff / DC_NT) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld columns exceed the column kernel", (long long)a->ncol);
+        const i64 S = cdiv(a->ncol, DC_NT * passes);
+        const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
+        int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
+        if (rc) return rc;
+        float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
+        const dim3 grid((unsigned)S, (unsigned)a->nb);
+        if (a->bs == 8) k_doft_bwd_cols<8><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart);
+        else if (a->bs == 16) k_doft_bwd_cols<16><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart);
+        else k_doft_bwd_cols<32><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart);
+        LK_LAUNCHED("diag-oft backward (column kernel)");
+        if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
+        if (want_b) {
+            if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
+            if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
+        }
+        return LYCO_OK;
+    }
     if (nrt > 65535) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld row tiles exceed the grid", (long long)nrt);
     /* splits: about 2 blocks per SM, partials within 8M floats, at most one split per column tile */
     i64 S = cdiv(2 * (i64)(dev->sms > 0 ? dev->sms : 1), nrt);
-    const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
     if (per > 0 && S > (8 << 20) / per) S = (8 << 20) / per;
     if (S > P.ntc) S = P.ntc;
     if (S > 1024) S = 1024;
