@@ -29,6 +29,7 @@
  * Extra memory: the Cayley state (oft.cuh) + S·(nb·bs² + O) floats of partials (backward).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,13 +487,66 @@ static i64 doft_col_passes(i64 ncol, i64 nb, int sms) {
     return p < 1 ? 1 : p > 8 ? 8 : p;
 }
 
-/* x[ν] = RN_CT(v(k·B + ν, j)) */
-template <int B> __device__ __forceinline__ void col_in(float (&x)[B], const lk_rows &v, i64 o0, i64 j, int ct) {
+/* True when v's B channels of every column are contiguous and 16-byte aligned (the channel-fast
+   y0 / dy of a linear bypass): the column kernels then move them as 16-byte vectors. */
+__host__ __device__ static inline bool col_vec_ok(const lk_rows &v, int B) {
+    if (!v.p || v.sc != 1 || v.SP != 1 || (v.flags & LK_UNALIGNED)) return false;
+    const long long es = v.dt == DT_F32 ? 4 : 2;
+    return ((unsigned long long)(uintptr_t)v.p % 16 == 0) && (v.sn * es) % 16 == 0 && (B * es) % 16 == 0;
+}
+
+/* x[ν] = RN_CT(v(o0 + ν, j)); vec: col_vec_ok(v) */
+template <int B>
+__device__ __forceinline__ void col_in(float (&x)[B], const lk_rows &v, i64 o0, i64 j, int ct, bool vec) {
     const char *p = rows_addr(v, o0, j);
-    const i64 step = v.sc * (i64)dt_size(v.dt);
-    const bool un = v.flags & LK_UNALIGNED;
+    if (vec && v.dt == DT_F32) {
 #pragma unroll
-    for (int nu = 0; nu < B; nu++) x[nu] = round_to(ld_elem(p + nu * step, v.dt, un), ct);
+        for (int q = 0; q < B / 4; q++) {
+            const float4 f = ((const float4 *)p)[q];
+            x[4 * q] = round_to(f.x, ct);
+            x[4 * q + 1] = round_to(f.y, ct);
+            x[4 * q + 2] = round_to(f.z, ct);
+            x[4 * q + 3] = round_to(f.w, ct);
+        }
+    } else if (vec) {
+#pragma unroll
+        for (int q = 0; q < B / 8; q++) {
+            const uint4 u = ((const uint4 *)p)[q];
+            const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                x[8 * q + 2 * h] = round_to(bits16_to_f(w[h] & 0xffffu, v.dt), ct);
+                x[8 * q + 2 * h + 1] = round_to(bits16_to_f(w[h] >> 16, v.dt), ct);
+            }
+        }
+    } else {
+        const i64 step = v.sc * (i64)dt_size(v.dt);
+        const bool un = v.flags & LK_UNALIGNED;
+#pragma unroll
+        for (int nu = 0; nu < B; nu++) x[nu] = round_to(ld_elem(p + nu * step, v.dt, un), ct);
+    }
+}
+
+/* v(o0 + μ, j) = RN_dt(y[μ]); vec: col_vec_ok(v) */
+template <int B> __device__ __forceinline__ void col_out(const lk_rows &v, i64 o0, i64 j, const float (&y)[B], bool vec) {
+    char *p = (char *)rows_addr(v, o0, j);
+    if (vec && v.dt == DT_F32) {
+#pragma unroll
+        for (int q = 0; q < B / 4; q++) ((float4 *)p)[q] = make_float4(y[4 * q], y[4 * q + 1], y[4 * q + 2], y[4 * q + 3]);
+    } else if (vec) {
+#pragma unroll
+        for (int q = 0; q < B / 8; q++) {
+            unsigned w[4];
+#pragma unroll
+            for (int h = 0; h < 4; h++) w[h] = f_to_bits(y[8 * q + 2 * h], v.dt) | (f_to_bits(y[8 * q + 2 * h + 1], v.dt) << 16);
+            ((uint4 *)p)[q] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    } else {
+        const i64 step = v.sc * (i64)dt_size(v.dt);
+        const bool un = v.flags & LK_UNALIGNED;
+#pragma unroll
+        for (int mu = 0; mu < B; mu++) st_elem(p + mu * step, v.dt, un, y[mu]);
+    }
 }
 
 /* acc[μ] = Σ_ν Op[ν][μ]·x[ν] (ν ascending, fmaf from 0); Op row-major B×B in shared memory */
@@ -513,8 +567,33 @@ template <int B> __device__ __forceinline__ void col_apply(float (&acc)[B], cons
     }
 }
 
-/* Forward; grid (column groups of DC_NT·passes, blocks k) */
-template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes) {
+/* acc[c][μ] = Σ_ν Op[ν][μ]·x[c][ν] for NJ columns at once (each Op float4 serves NJ columns) */
+template <int B, int NJ>
+__device__ __forceinline__ void col_apply_n(float (&acc)[NJ][B], const float *Op, const float (&x)[NJ][B]) {
+#pragma unroll
+    for (int c = 0; c < NJ; c++)
+#pragma unroll
+        for (int mu = 0; mu < B; mu++) acc[c][mu] = 0.0f;
+#pragma unroll
+    for (int nu = 0; nu < B; nu++) {
+        const float4 *row = (const float4 *)(Op + nu * B);
+#pragma unroll
+        for (int q = 0; q < B / 4; q++) {
+            const float4 o = row[q];
+#pragma unroll
+            for (int c = 0; c < NJ; c++) {
+                acc[c][4 * q] = fmaf(o.x, x[c][nu], acc[c][4 * q]);
+                acc[c][4 * q + 1] = fmaf(o.y, x[c][nu], acc[c][4 * q + 1]);
+                acc[c][4 * q + 2] = fmaf(o.z, x[c][nu], acc[c][4 * q + 2]);
+                acc[c][4 * q + 3] = fmaf(o.w, x[c][nu], acc[c][4 * q + 3]);
+            }
+        }
+    }
+}
+
+/* Forward; grid (column groups of DC_NT·NJ·passes, blocks k); a thread owns NJ columns
+   (j, j + DC_NT, …: lanes stay on consecutive columns) of one block. */
+template <int B, int NJ> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes, int vin, int vout) {
     __shared__ __align__(16) float Ops[B * B];
     __shared__ float rs[B];
     const lk_oft_args &a = P.a;
@@ -523,29 +602,39 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k
     for (int e = threadIdx.x; e < B * B; e += DC_NT) Ops[e] = Op[e];
     for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
     __syncthreads();
-    const char *ybase = NULL;
     for (int ps = 0; ps < passes; ps++) {
-        const i64 j = ((i64)blockIdx.x * passes + ps) * DC_NT + threadIdx.x;
-        if (j >= a.ncol) return;
-        float x[B], acc[B];
-        col_in<B>(x, a.X, o0, j, a.ct);
-        col_apply<B>(acc, Ops, x);
-        ybase = (const char *)rows_addr(a.Y, o0, j);
-        const i64 step = a.Y.sc * (i64)dt_size(a.Y.dt);
-        const bool un = a.Y.flags & LK_UNALIGNED;
+        const i64 j0 = ((i64)blockIdx.x * passes + ps) * DC_NT * NJ + threadIdx.x;
+        if (j0 >= a.ncol) return;
+        float x[NJ][B], acc[NJ][B];
 #pragma unroll
-        for (int mu = 0; mu < B; mu++) {
-            const float pr = rs[mu];
-            const float y = a.delta ? fmaf(pr, acc[mu], (pr - 1.0f) * x[mu]) : (a.rho.p ? pr * acc[mu] : acc[mu]);
-            st_elem((char *)ybase + mu * step, a.Y.dt, un, y);
+        for (int c = 0; c < NJ; c++) {
+            const i64 j = j0 + c * DC_NT;
+            if (j < a.ncol) col_in<B>(x[c], a.X, o0, j, a.ct, vin);
+            else
+#pragma unroll
+                for (int nu = 0; nu < B; nu++) x[c][nu] = 0.0f;
+        }
+        col_apply_n<B, NJ>(acc, Ops, x);
+#pragma unroll
+        for (int c = 0; c < NJ; c++) {
+            const i64 j = j0 + c * DC_NT;
+            if (j >= a.ncol) break;
+#pragma unroll
+            for (int mu = 0; mu < B; mu++) {
+                const float pr = rs[mu];
+                acc[c][mu] = a.delta ? fmaf(pr, acc[c][mu], (pr - 1.0f) * x[c][mu]) : (a.rho.p ? pr * acc[c][mu] : acc[c][mu]);
+            }
+            col_out<B>(a.Y, o0, j, acc[c], vout);
         }
     }
 }
 
+#define DC_NJ 2   /* columns per thread of the forward column kernel */
 template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    const i64 passes = doft_col_passes(P->a.ncol, P->a.nb, dev ? dev->sms : 0);
-    const i64 gx = cdiv(P->a.ncol, DC_NT * passes);
-    k_doft_fwd_cols<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)passes);
+    const i64 passes = doft_col_passes(cdiv(P->a.ncol, DC_NJ), P->a.nb, dev ? dev->sms : 0);
+    const i64 gx = cdiv(P->a.ncol, DC_NT * DC_NJ * passes);
+    k_doft_fwd_cols<B, DC_NJ><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)passes, col_vec_ok(P->a.X, B),
+                                                                                     col_vec_ok(P->a.Y, B));
     LK_LAUNCHED("diag-oft forward (column kernel)");
     return LYCO_OK;
 }
@@ -583,7 +672,7 @@ template <int B> __device__ __forceinline__ float col_dot(const float *Op, int n
    registers and over the groups in order at the end. gpart: S × nb·B², rpart: S × O. */
 template <int B>
 __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cols(doft_k P, int passes, int want_b, int want_rho, float *gpart,
-                                                       float *rpart) {
+                                                       float *rpart, int vx, int vgy, int vgx) {
     constexpr int XP = B + 4, NO = B * B / 8, H = DC_NT / NO, CH = DC_NT / H;
     __shared__ __align__(16) float Om[B * B], Oc[B * B], Xs[DC_NT * XP], Gs[DC_NT * XP];
     __shared__ float rs[B];
@@ -610,14 +699,14 @@ __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cols(doft_k P, int passes, i
             float z[B];
             if (want_b || want_rho) {
                 float x[B];
-                col_in<B>(x, a.X, o0, j, a.ct);
+                col_in<B>(x, a.X, o0, j, a.ct, vx);
                 if (want_b)
 #pragma unroll
                     for (int q = 0; q < B / 4; q++)
                         *(float4 *)(Xs + t * XP + 4 * q) = make_float4(x[4 * q], x[4 * q + 1], x[4 * q + 2], x[4 * q + 3]);
                 if (want_rho) col_apply<B>(z, Om, x);
             }
-            col_in<B>(g, a.GY, o0, j, a.ct);
+            col_in<B>(g, a.GY, o0, j, a.ct, vgy);
 #pragma unroll
             for (int mu = 0; mu < B; mu++) {
                 if (want_rho) racc[mu] = fmaf(g[mu], z[mu], racc[mu]);
@@ -627,18 +716,20 @@ __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cols(doft_k P, int passes, i
 #pragma unroll
                 for (int q = 0; q < B / 4; q++)
                     *(float4 *)(Gs + t * XP + 4 * q) = make_float4(g[4 * q], g[4 * q + 1], g[4 * q + 2], g[4 * q + 3]);
-            if (want_gx) {
-                char *gxp = (char *)rows_addr(a.GX, o0, j);
-                const char *gyp = rows_addr(a.GY, o0, j);
-                const i64 gxs = a.GX.sc * (i64)dt_size(a.GX.dt), gys = a.GY.sc * (i64)dt_size(a.GY.dt);
-                const bool gxu = a.GX.flags & LK_UNALIGNED, gyu = a.GY.flags & LK_UNALIGNED;
+            if (want_gx)   /* eight rows at a time (registers) */
 #pragma unroll
-                for (int nu = 0; nu < B; nu++) {
-                    float v = col_dot<B>(Oc, nu, g);
-                    if (a.delta) v = fmaf(rs[nu] - 1.0f, round_to(ld_elem(gyp + nu * gys, a.GY.dt, gyu), a.ct), v);
-                    st_elem(gxp + nu * gxs, a.GX.dt, gxu, v);
+                for (int q = 0; q < B / 8; q++) {
+                    float gx[8];
+#pragma unroll
+                    for (int e = 0; e < 8; e++) gx[e] = col_dot<B>(Oc, 8 * q + e, g);
+                    if (a.delta) {
+                        float gy[8];
+                        col_in<8>(gy, a.GY, o0 + 8 * q, j, a.ct, vgy);
+#pragma unroll
+                        for (int e = 0; e < 8; e++) gx[e] = fmaf(rs[8 * q + e] - 1.0f, gy[e], gx[e]);
+                    }
+                    col_out<8>(a.GX, o0 + 8 * q, j, gx, vgx);
                 }
-            }
         } else if (want_b) {
 #pragma unroll
             for (int q = 0; q < B / 4; q++) {
@@ -863,9 +954,10 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
         if (rc) return rc;
         float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
         const dim3 grid((unsigned)S, (unsigned)a->nb);
-        if (a->bs == 8) k_doft_bwd_cols<8><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart);
-        else if (a->bs == 16) k_doft_bwd_cols<16><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart);
-        else k_doft_bwd_cols<32><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart);
+        const int vx = col_vec_ok(a->X, (int)a->bs), vgy = col_vec_ok(a->GY, (int)a->bs), vgx = col_vec_ok(a->GX, (int)a->bs);
+        if (a->bs == 8) k_doft_bwd_cols<8><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
+        else if (a->bs == 16) k_doft_bwd_cols<16><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
+        else k_doft_bwd_cols<32><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
         LK_LAUNCHED("diag-oft backward (column kernel)");
         if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
         if (want_b) {
