@@ -12,7 +12,8 @@
  * 15035 µs those merges took at 16 threads on the H200 host. (On the 2-vCPU dev box two threads
  * give no gain — each block then takes ~30 µs instead of ~14 — so the 16-core effect is still to
  * be measured.)
- * Extra memory: 3·nblk·n² floats (state) + 3·n² per thread (scratch).
+ * Extra memory: 3·nblk·n² floats (state) + 3·n² floats and 2·n² + n doubles per thread (forward
+ * scratch); backward (nblk + 3·nthreads)·n² doubles.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -62,15 +63,71 @@ static void invert(int64_t n, float *M, float *X) {
     }
 }
 
+/* The n×n products below go row by row: for row a, t[b] starts at its initial value and takes
+   the terms j = 0, 1, …, n−1 in order, so every element sees exactly the operations of the
+   dot-product form (the same bits), while the inner loop runs over contiguous b, 8 columns at a
+   time in registers (vectorised). The dot form was one latency-bound chain per element: ~1.2 ms
+   of Cayley per call for 80 blocks of 16. No FMA can appear: this file is compiled for the
+   baseline ISA (no CPU_HOT), so a·b + c rounds twice, as before. */
+#define RW 8
+
+/* t[b] += Σ_j x[j]·B[j·n + b], j in order (fp32) */
+static void rowmul_f(int64_t n, const float *x, const float *B, float *restrict t) {
+    int64_t b0 = 0;
+    for (; b0 + RW <= n; b0 += RW) {
+        float acc[RW];
+        for (int l = 0; l < RW; l++) acc[l] = t[b0 + l];
+        for (int64_t j = 0; j < n; j++)
+            for (int l = 0; l < RW; l++) acc[l] += x[j] * B[j * n + b0 + l];
+        for (int l = 0; l < RW; l++) t[b0 + l] = acc[l];
+    }
+    for (int64_t b = b0; b < n; b++)
+        for (int64_t j = 0; j < n; j++) t[b] += x[j] * B[j * n + b];
+}
+
+/* the same in double */
+static void rowmul_d(int64_t n, const double *x, const double *B, double *restrict t) {
+    int64_t b0 = 0;
+    for (; b0 + RW <= n; b0 += RW) {
+        double acc[RW];
+        for (int l = 0; l < RW; l++) acc[l] = t[b0 + l];
+        for (int64_t j = 0; j < n; j++)
+            for (int l = 0; l < RW; l++) acc[l] += x[j] * B[j * n + b0 + l];
+        for (int l = 0; l < RW; l++) t[b0 + l] = acc[l];
+    }
+    for (int64_t b = b0; b < n; b++)
+        for (int64_t j = 0; j < n; j++) t[b] += x[j] * B[j * n + b];
+}
+
+/* T = A·B (fp32, from 0). */
+static void product(int64_t n, const float *A, const float *B, float *restrict T) {
+    for (int64_t a = 0; a < n; a++) {
+        for (int64_t b = 0; b < n; b++) T[a * n + b] = 0.0f;
+        rowmul_f(n, A + a * n, B, T + a * n);
+    }
+}
+
 /* Y += A·E (n×n, fp32; Y may be A): T = A·E first (the refinement correction). */
 static void refine(int64_t n, const float *A, const float *E, float *T, float *Y) {
-    for (int64_t a = 0; a < n; a++)
-        for (int64_t b = 0; b < n; b++) {
-            float s = 0.0f;
-            for (int64_t j = 0; j < n; j++) s += A[a * n + j] * E[j * n + b];
-            T[a * n + b] = s;
-        }
+    product(n, A, E, T);
     for (int64_t i = 0; i < n * n; i++) Y[i] += T[i];
+}
+
+/* Out = rnd_f32(base − X + Q·X) in double, base = I (two_q false) or 2Q (two_q): the refinement
+   residuals I − (I − Q)·A = I − A + Q·A (X = A) and 2Q − (I − Q)·(R − I) (X = R − I).
+   d: 2·nn + n doubles of scratch (X and Q in double, one row). */
+static void residual(int64_t n, const float *Q, const float *X, bool two_q, double *restrict d, float *restrict Out) {
+    int64_t nn = n * n;
+    double *Xd = d, *Qd = d + nn, *acc = Qd + nn;
+    for (int64_t i = 0; i < nn; i++) {
+        Xd[i] = (double)X[i];
+        Qd[i] = (double)Q[i];
+    }
+    for (int64_t a = 0; a < n; a++) {
+        for (int64_t b = 0; b < n; b++) acc[b] = (two_q ? 2.0 * Qd[a * n + b] : (a == b ? 1.0 : 0.0)) - Xd[a * n + b];
+        rowmul_d(n, Qd + a * n, Xd, acc);
+        for (int64_t b = 0; b < n; b++) Out[a * n + b] = (float)acc[b];
+    }
 }
 
 lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t n, double kc) {
@@ -83,7 +140,9 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     cy->A = malloc(sizeof(float) * (size_t)(all + 1));
     cy->Rm1 = malloc(sizeof(float) * (size_t)(all + 1));
     const int nt = cpu_threads();
-    float *scratch = malloc(sizeof(float) * (size_t)(3 * nn * nt + 1));
+    /* per thread: 3·nn floats, then 2·nn + n doubles (at an even float offset: 8-byte aligned) */
+    const int64_t per = (3 * nn + 1) & ~(int64_t)1, per_all = per + 2 * (2 * nn + n);
+    float *scratch = malloc(sizeof(float) * (size_t)(per_all * nt + 1));
     if (!cy->Q0 || !cy->A || !cy->Rm1 || !scratch) {
         free(scratch);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
@@ -107,7 +166,8 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     cy->scale = cy->active ? (float)(kc / nu) : 1.0f;
 #pragma omp parallel for schedule(static) if (nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < nblk; k++) {
-        float *M = scratch + (size_t)cpu_thread_id() * (size_t)(3 * nn), *Q = M + nn, *Tm = Q + nn;
+        float *M = scratch + (size_t)cpu_thread_id() * (size_t)per_all, *Q = M + nn, *Tm = Q + nn;
+        double *dsc = (double *)(void *)(M + per);
         const float *Q0k = cy->Q0 + k * nn;
         float *Ak = cy->A + k * nn, *Rk = cy->Rm1 + k * nn;
         for (int64_t i = 0; i < nn; i++) Q[i] = cy->active ? Q0k[i] * cy->scale : Q0k[i];
@@ -115,26 +175,12 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
             for (int64_t b = 0; b < n; b++) M[a * n + b] = (a == b ? 1.0f : 0.0f) - Q[a * n + b];
         invert(n, M, Ak);
         /* one refinement step: E = I − (I − Q)·A = I − A + Q·A, A ← A + A·E */
-        for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) {
-                double r = (a == b ? 1.0 : 0.0) - (double)Ak[a * n + b];
-                for (int64_t j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Ak[j * n + b];
-                M[a * n + b] = (float)r;
-            }
+        residual(n, Q, Ak, false, dsc, M);
         refine(n, Ak, M, Tm, Ak);
         /* R − I = 2·A·Q, refined: r = 2Q − (I − Q)·(R − I), (R − I) ← (R − I) + A·r */
-        for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) {
-                float s = 0.0f;
-                for (int64_t j = 0; j < n; j++) s += Ak[a * n + j] * Q[j * n + b];
-                Rk[a * n + b] = 2.0f * s;
-            }
-        for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) {
-                double r = 2.0 * (double)Q[a * n + b] - (double)Rk[a * n + b];
-                for (int64_t j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Rk[j * n + b];
-                M[a * n + b] = (float)r;
-            }
+        product(n, Ak, Q, Rk);
+        for (int64_t i = 0; i < nn; i++) Rk[i] *= 2.0f;
+        residual(n, Q, Rk, true, dsc, M);
         refine(n, Ak, M, Tm, Rk);
     }
     free(scratch);
@@ -144,29 +190,35 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
 lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
     int64_t n = cy->n, nn = n * n, all = cy->nblk * nn;
     const int nt = cpu_threads();
-    double *GQ = malloc(sizeof(double) * (size_t)(all + nn * nt + 1));
+    /* G_Q for every block, then per thread T, Aᵀ and G_R in double (nn each) */
+    const int64_t per = 3 * nn;
+    double *GQ = malloc(sizeof(double) * (size_t)(all + per * nt + 1));
     if (!GQ) return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory");
     /* G_Q_k = 2·A_kᵀ·G_R_k·A_kᵀ, then the constraint and G_B = G_Q0 − G_Q0ᵀ, all in double and
        rounded once: G_B keeps only the skew part of G_Q (and the constraint subtracts a multiple
        of Q0), which can be much smaller than G_Q, so roundings on the way are amplified there
-       (fp32 sums gave 23 ulp on a BOFT gradient row, 15 this way). */
+       (fp32 sums gave 23 ulp on a BOFT gradient row, 15 this way). Row by row as in the
+       forward: each element's terms in the dot form's order. */
 #pragma omp parallel for schedule(static) if (cy->nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < cy->nblk; k++) {
-        double *T = GQ + all + (size_t)cpu_thread_id() * (size_t)nn;
+        double *T = GQ + all + (size_t)cpu_thread_id() * (size_t)per, *At = T + nn, *Gd = At + nn;
         const float *Ak = cy->A + k * nn, *Gk = GR + k * nn;
         double *Ok = GQ + k * nn;
-        for (int64_t a = 0; a < n; a++)          /* T = Aᵀ·G_R */
+        for (int64_t a = 0; a < n; a++)
             for (int64_t b = 0; b < n; b++) {
-                double s = 0.0;
-                for (int64_t j = 0; j < n; j++) s += (double)Ak[j * n + a] * (double)Gk[j * n + b];
-                T[a * n + b] = s;
+                At[a * n + b] = (double)Ak[b * n + a];
+                Gd[a * n + b] = (double)Gk[a * n + b];
             }
-        for (int64_t a = 0; a < n; a++)          /* G_Q = 2·T·Aᵀ */
-            for (int64_t b = 0; b < n; b++) {
-                double s = 0.0;
-                for (int64_t j = 0; j < n; j++) s += T[a * n + j] * (double)Ak[b * n + j];
-                Ok[a * n + b] = 2.0 * s;
-            }
+        for (int64_t a = 0; a < n; a++) {        /* T = Aᵀ·G_R */
+            for (int64_t b = 0; b < n; b++) T[a * n + b] = 0.0;
+            rowmul_d(n, At + a * n, Gd, T + a * n);
+        }
+        for (int64_t a = 0; a < n; a++) {        /* G_Q = 2·T·Aᵀ */
+            double *o = Ok + a * n;
+            for (int64_t b = 0; b < n; b++) o[b] = 0.0;
+            rowmul_d(n, T + a * n, At, o);
+            for (int64_t b = 0; b < n; b++) o[b] *= 2.0;
+        }
     }
     /* through the constraint Q = κc·Q0/ν, ν = ‖Q0‖ + 1e-8 */
     if (cy->active) {

@@ -14,9 +14,9 @@
  *             row: for every p, the run rnd(ρ_o·W1[i,p])·W2[j,:] (one multiply per element) —
  *             ΔW is never formed whole; the driver (merge.c) applies m, σs, DoRA and the modes,
  *             one pass over W and W''.
- * merge bwd : per row o of G = ∂L/∂ΔW̄ (viewed as c × dK): v = G_o·W2[j,:]ᵀ (c dots, cpu_gemm_nt),
- *             G_W1[i,:] += ρ_o·v (fp64 per-thread partial, a·c); G_W2[j,:] += (ρ_o·W1[i,:])·G_o
- *             (cpu_gemm_tn, fp32 per-thread partial, b·dK); partials reduced in thread order, then
+ * merge bwd : per row o of G = ∂L/∂ΔW̄ (viewed as c × dK), in one pass over the row in L1 (row_bwd):
+ *             v = G_o·W2[j,:]ᵀ (c dots), G_W1[i,:] += ρ_o·v (fp64 partial, a·c);
+ *             G_W2[j,:] += (ρ_o·W1[i,:])·G_o (fp32 partial, b·dK); partials per fixed run, reduced in run order, then
  *             chained into the factors in fp64:
  *             G_w1a = G_W1·w1_bᵀ, G_w1b = w1_aᵀ·G_W1; G_w2a = G_W2·w2_bᵀ, G_w2b = w2_aᵀ·G_W2;
  *             Tucker: G_w2a = P·G_W2ᵀ, G_P = w2_a·G_W2, G_w2b[l,q] = Σ_{i,κ} t2[i,l,κ]·G_P[i,q·K+κ],
@@ -73,15 +73,40 @@ static float mask_at(const lyco_call *c, int64_t i) {
 static float *alloc_f(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(float)); }
 static double *alloc_d(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(double)); }
 
-/* C[M×N] = Σ_k A[i·ai + k·ak] · B[k·bk + j·bj]   (fp64, small matrices only) */
+/* C[M×N] = Σ_k A[i·ai + k·ak] · B[k·bk + j·bj]   (fp64, small matrices only; C aliases neither).
+   Row by row: C's row i starts at 0 and takes the terms k = 0, 1, … in order — each element the
+   operations of the dot form, bit for bit — with the inner loop over contiguous j (vectorised,
+   independent lanes; the dot form was one latency-bound chain per element, ~18% of a LoKr merge
+   backward at 1280²). B with bj ≠ 1 is first copied to k-major rows (the dot form when that copy
+   cannot be allocated). No FMA: this function is compiled for the baseline ISA. */
 static void dmm(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, int64_t ak, const double *B, int64_t bk,
-                int64_t bj, double *C) {
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            double acc = 0.0;
-            for (int64_t k = 0; k < Kd; k++) acc += A[i * ai + k * ak] * B[k * bk + j * bj];
-            C[i * N + j] = acc;
+                int64_t bj, double *restrict C) {
+    double *Bt = bj == 1 ? NULL : malloc(sizeof(double) * (size_t)(Kd * N + 1));
+    if (bj != 1 && !Bt) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < Kd; k++) acc += A[i * ai + k * ak] * B[k * bk + j * bj];
+                C[i * N + j] = acc;
+            }
+        return;
+    }
+    if (Bt) {
+        for (int64_t k = 0; k < Kd; k++)
+            for (int64_t j = 0; j < N; j++) Bt[k * N + j] = B[k * bk + j * bj];
+        B = Bt;
+        bk = N;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        double *c = C + i * N;
+        for (int64_t j = 0; j < N; j++) c[j] = 0.0;
+        for (int64_t k = 0; k < Kd; k++) {
+            double f = A[i * ai + k * ak];
+            const double *b = B + k * bk;
+            for (int64_t j = 0; j < N; j++) c[j] += f * b[j];
         }
+    }
+    free(Bt);
 }
 
 /* A tensor through the compute dtype into fp64 (NULL on allocation failure). */
@@ -295,18 +320,77 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     }
 }
 
-/* ΔW̄[o, j0 .. j0+n) for the streaming driver: the products of rows(), run by run of one p */
+/* ΔW̄[o, j0 .. j0+n) for the streaming driver: the products of rows(), run by run of one p
+   (multiplies only, so the ISA clones give the same bits) */
+CPU_HOT
 static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
     (void)W;
     const lokr_t *s = dl->state;
     int64_t cc = s->cc, dK = s->dK, i = o / s->b, j = o % s->b;
     const float *w2 = s->W2 + j * dK;
-    for (int64_t q = 0; q < n;) {
-        int64_t p = (j0 + q) / dK, n0 = (j0 + q) - p * dK, len = dK - n0;
+    int64_t p = j0 / dK, n0 = j0 - p * dK;   /* one division per span (one per run was ~20% of it) */
+    for (int64_t q = 0; q < n; p++, n0 = 0) {
+        int64_t len = dK - n0 < n - q ? dK - n0 : n - q;
         float w = (float)(s->rho[o] * s->W1d[i * cc + p]);
-        if (len > n - q) len = n - q;
         for (int64_t k = 0; k < len; k++) out[q + k] = w * w2[n0 + k];
         q += len;
+    }
+}
+
+/* One row of the merge backward, in L1 (g: the row of G as c × dK; w2 = W2[j,:]; w[p] = ρ_o·W1[i,p]):
+   v[p] = ⟨g_p, w2⟩ and G_W2[j,:] += Σ_p w[p]·g_p, in the summation orders of dense.c's nt and tn
+   paths (8 k-lanes, fixed tree, chained tail; a chain over p from 0, then + the partial) — the
+   two tiny GEMM calls per row this replaces cost ~40% of the call in their per-call overhead.
+   The v3/v4 clones contract the vector a·b + c into FMAs (-ffp-contract=fast) as dense.c's v3
+   kernels do explicitly; the scalar tails say fmaf (GCC left them uncontracted): bitwise the
+   GEMM calls' results on FMA machines (the baseline clone rounds its vector products twice). */
+typedef float lk_v8 __attribute__((vector_size(32)));
+
+CPU_HOT
+static void row_bwd(int64_t cc, int64_t dK, const float *restrict g, const float *restrict w2, const float *restrict w,
+                    float *restrict v, float *restrict gw2) {
+    int64_t K8 = dK & ~(int64_t)7;
+    /* dots, up to 4 rows g_p at a time: independent 8-lane chains (one chain was FMA-latency bound) */
+    for (int64_t p0 = 0; p0 < cc; p0 += 4) {
+        int np = cc - p0 < 4 ? (int)(cc - p0) : 4;
+        lk_v8 l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, x, y;
+        const float *g0 = g + p0 * dK, *g1 = np > 1 ? g0 + dK : g0, *g2 = np > 2 ? g0 + 2 * dK : g0, *g3 = np > 3 ? g0 + 3 * dK : g0;
+        for (int64_t k = 0; k < K8; k += 8) {
+            memcpy(&y, w2 + k, sizeof y);
+            memcpy(&x, g0 + k, sizeof x);
+            l0 += x * y;
+            memcpy(&x, g1 + k, sizeof x);
+            l1 += x * y;
+            memcpy(&x, g2 + k, sizeof x);
+            l2 += x * y;
+            memcpy(&x, g3 + k, sizeof x);
+            l3 += x * y;
+        }
+        lk_v8 ls[4] = {l0, l1, l2, l3};
+        for (int xi = 0; xi < np; xi++) {
+            const float *gp = g + (p0 + xi) * dK;
+            lk_v8 a = ls[xi];
+            float t = 0.0f;
+            for (int64_t k = K8; k < dK; k++) t = __builtin_fmaf(gp[k], w2[k], t);
+            v[p0 + xi] = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) + t;
+        }
+    }
+    /* G_W2 row: 8 columns at a time in a register, the chain over p, then + the partial */
+    int64_t n0 = 0;
+    for (; n0 < K8; n0 += 8) {
+        lk_v8 a = {0}, x, c;
+        for (int64_t p = 0; p < cc; p++) {
+            memcpy(&x, g + p * dK + n0, sizeof x);
+            a += w[p] * x;
+        }
+        memcpy(&c, gw2 + n0, sizeof c);
+        c += a;
+        memcpy(gw2 + n0, &c, sizeof c);
+    }
+    for (; n0 < dK; n0++) {
+        float a = 0.0f;
+        for (int64_t p = 0; p < cc; p++) a = __builtin_fmaf(w[p], g[p * dK + n0], a);
+        gw2[n0] += a;
     }
 }
 
@@ -318,13 +402,9 @@ static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W
     float *gW2 = s->gW2 + (size_t)tid * (size_t)(b * dK), *v = s->scr + (size_t)tid * (size_t)s->scr_n, *w = v + cc;
     for (int64_t rr = 0; rr < nr; rr++) {
         int64_t o = o0 + rr, i = o / b, j = o % b;
-        const float *g = G + rr * IK;
-        cpu_gemm_nt(cc, 1, dK, g, dK, s->W2 + j * dK, dK, v, 1, false);         /* v[p] = ⟨G[o, p·dK:], W2[j,:]⟩ */
-        for (int64_t p = 0; p < cc; p++) {
-            gW1[i * cc + p] += s->rho[o] * (double)v[p];
-            w[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
-        }
-        cpu_gemm_tn(1, dK, cc, w, 1, g, dK, gW2 + j * dK, dK, true);             /* G_W2[j,:] += w·G_o */
+        for (int64_t p = 0; p < cc; p++) w[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
+        row_bwd(cc, dK, G + rr * IK, s->W2 + j * dK, w, v, gW2 + j * dK);
+        for (int64_t p = 0; p < cc; p++) gW1[i * cc + p] += s->rho[o] * (double)v[p];
     }
 }
 
