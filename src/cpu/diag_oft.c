@@ -18,11 +18,15 @@
  * Tiling: a tile is a group of whole blocks (≥ 16 rows) × a column range (merge: W's columns;
  * bypass: tokens, or positions of one image for conv), ≤ 16K floats per buffer. Each output
  * tile depends only on its own input tile: X is streamed once and Y written once (in place is
- * fine: W → out, y0 → y). Tiles are spread over threads (static); the gradients of M and ρ go
- * to per-thread partials, combined in thread order after the pass.
+ * fine: W → out, y0 → y). Tiles are spread over threads (static). Backward: the gradients of M
+ * and ρ are sums over a group's tiles, taken in fixed runs of tiles per group (a function of the
+ * shape only), one partial per run, added in run order: independent of the thread count
+ * (oft_backward). The linear bypass's dy0 multiplies by the transposed blocks (Mᵀ, built once).
  *
  * Extra memory: the Cayley state and M, M − I (5·nb·bs² floats), ρ (O); per thread 4 tile
- * buffers (≤ 64K floats) and, backward, the partials (nb·bs² + O floats).
+ * buffers (≤ 64K floats); backward, G_M and G_ρ (nb·bs² + O floats), the run partials
+ * (runs·gl·(bs² + bs) floats, runs ≤ CPU_RUNS and ≤ CPU_RUN_FLOATS floats in all; gl blocks per
+ * group) and, linear bypass with dy0, the transposed blocks (nb·bs² floats).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +44,7 @@ typedef struct {
     float *rho;         /* ρ (O) or NULL (= 1) */
     float *D;           /* merge dropout mask (nb·bs·bs) or NULL */
     int nt;
-    float *gM, *grho;   /* per-thread partials: nt × nb·bs·bs, nt × O */
+    float *gM, *grho;   /* the gradients of M (nb·bs·bs) and ρ (O), before the Cayley adjoint */
     int64_t g, tw;      /* blocks per row group, tile width */
     float *work;        /* per-thread tile buffers */
     int64_t wsz;        /* floats per thread in work */
@@ -103,8 +107,8 @@ static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
         cpu_load_all(c->a->tensor[LYCO_RESCALE], T, s->rho);
     }
     if (grads) {
-        s->gM = calloc((size_t)s->nt * (size_t)all + 1, sizeof(float));
-        s->grho = calloc((size_t)s->nt * (size_t)s->O + 1, sizeof(float));
+        s->gM = calloc((size_t)all + 1, sizeof(float));
+        s->grho = calloc((size_t)s->O + 1, sizeof(float));
         if (!s->gM || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for gradient partials");
     }
     s->g = s->bs >= ROWS_MIN ? 1 : (ROWS_MIN + s->bs - 1) / s->bs;
@@ -121,17 +125,25 @@ static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
 
 static float rho_at(const oft_t *s, int64_t o) { return s->rho ? s->rho[o] : 1.0f; }
 
+/* Token-major tiles: groups of gl blocks spanning ≥ 256 channels where the layer has them, tw
+   tokens per tile (≤ TILE_FLOATS floats). */
+static void token_geometry(const oft_t *s, int64_t *gl, int64_t *tw) {
+    int64_t g = (256 + s->bs - 1) / s->bs;
+    if (g < s->g) g = s->g;
+    if (g > s->nb) g = s->nb;
+    *gl = g;
+    *tw = TILE_FLOATS / (g * s->bs);
+    if (*tw < 1) *tw = 1;
+}
+
 /* Linear bypass, token-major: a token's channels are contiguous in y0, and block k maps a token's
    row x_k (1 × bs) to x_k·M_k (the transpose of M_kᵀ x_k) — so a tile of w tokens × a group of
    blocks is loaded as it lies, multiplied block by block (w × bs times bs × bs) and stored as it
    lies: no transposition. Groups span ≥ 256 channels where the layer has them. */
 static void oft_forward_tokens(oft_t *s, const cpu_oft_io *in, const cpu_oft_io *out, bool delta) {
     lyco_dtype T = s->c->dt.compute;
-    int64_t gl = (256 + s->bs - 1) / s->bs;
-    if (gl < s->g) gl = s->g;
-    if (gl > s->nb) gl = s->nb;
-    int64_t ncw = gl * s->bs, tw = TILE_FLOATS / ncw;
-    if (tw < 1) tw = 1;
+    int64_t gl, tw;
+    token_geometry(s, &gl, &tw);
     int64_t ngroups = (s->nb + gl - 1) / gl, ntt = (in->n + tw - 1) / tw, total = ngroups * ntt;
     const float *Op = delta ? s->Mm : s->M;
 #pragma omp parallel for schedule(static)
@@ -189,111 +201,151 @@ static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta
     }
 }
 
-/* Gradients from GY = ∂L/∂rows(X); GX (may be NULL) = ∂L/∂X (delta: minus GY). */
-/* Backward of oft_forward_tokens (linear bypass, token-major tiles of w tokens × a group of
-   blocks): with G'' = ρ ⊙ GY,  G_ρ[o] += Σ_t GY[t,o]·(x·M)[t,o];  G_M_k += X_kᵀ·G''_k (bs × bs);
-   dy0_k = G''_k·(M_k)ᵀ (delta: (M_k − I)ᵀ form plus (ρ − 1) ⊙ GY) — the transposes of the
-   channel-major formulas, on tiles as they lie. Partials per thread, as in oft_backward. */
-static void backward_tokens(oft_t *s, const cpu_oft_io *xin, const cpu_oft_io *gin, const cpu_oft_io *gout, bool delta,
-                            bool want_rho, bool want_b) {
+/* ---- backward ----
+   Tiles are numbered group-major (group of gl blocks, then column/token tile). The gradients of M
+   and ρ are sums over a group's tiles: each group's tiles are cut into R fixed runs (R from the
+   shape only: at most CPU_RUNS units and CPU_RUN_FLOATS partial floats in all), a run is walked in
+   order by one thread into its own partial (its group's gl·bs² + gl·bs floats), and the partials
+   are added in run order — the gradients do not depend on the thread count (cpu.h, cpu_runs). */
+typedef struct {
+    const cpu_oft_io *xin, *gin, *gout;
+    bool delta, want_rho, want_b, token;
+    const float *Op;        /* M, or M − I (delta) */
+    const float *OpT;       /* token-major dy0: Op's blocks transposed (NULL otherwise) */
+    int64_t gl, nct, tw;    /* blocks per group, tiles per group, tile width (columns / tokens) */
+} bwd_geo;
+
+/* One token-major tile (w tokens × the group's channels, as they lie): with G'' = ρ ⊙ GY,
+   G_ρ[o] += Σ_t GY[t,o]·(x·M)[t,o];  G_M_k += X_kᵀ·G''_k (bs × bs);  dy0_k = G''_k·(M_k)ᵀ
+   (delta: the (M_k − I) form plus (ρ − 1) ⊙ GY) — the transposes of the channel-major formulas. */
+static void tile_bwd_tokens(const oft_t *s, const bwd_geo *q, int64_t grp, int64_t tile, float *pM, float *pR) {
     lyco_dtype T = s->c->dt.compute;
-    int64_t gl = (256 + s->bs - 1) / s->bs;
-    if (gl < s->g) gl = s->g;
-    if (gl > s->nb) gl = s->nb;
-    int64_t ncw = gl * s->bs, tw = TILE_FLOATS / ncw;
-    if (tw < 1) tw = 1;
-    int64_t ngroups = (s->nb + gl - 1) / gl, ntt = (xin->n + tw - 1) / tw, total = ngroups * ntt, all = s->nb * s->nn;
-    const float *Op = delta ? s->Mm : s->M;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < total; b++) {
-        int tid = cpu_thread_id();
-        float *X = s->work + (size_t)tid * (size_t)s->wsz, *GY = X + TILE_FLOATS, *G2 = GY + TILE_FLOATS, *Z = G2 + TILE_FLOATS;
-        float *gM = s->gM + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)s->O;
-        int64_t k0 = (b / ntt) * gl, kb = s->nb - k0 < gl ? s->nb - k0 : gl, o0 = k0 * s->bs, nc = kb * s->bs;
-        int64_t t0 = (b % ntt) * tw, w = xin->n - t0 < tw ? xin->n - t0 : tw;
-        for (int64_t t = 0; t < w; t++) cpu_load(&gin->v, t0 + t, o0, nc, T, GY + t * nc);
-        if (want_rho || want_b)
-            for (int64_t t = 0; t < w; t++) cpu_load(&xin->v, t0 + t, o0, nc, T, X + t * nc);
-        if (want_rho) {
-            for (int64_t kk = 0; kk < kb; kk++)
-                cpu_gemm_nn(w, s->bs, s->bs, X + kk * s->bs, nc, s->M + (k0 + kk) * s->nn, s->bs, Z + kk * s->bs, nc, false);
-            for (int64_t t = 0; t < w; t++)
-                for (int64_t r = 0; r < nc; r++) grho[o0 + r] += GY[t * nc + r] * Z[t * nc + r];
-        }
+    float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *GY = X + TILE_FLOATS, *G2 = GY + TILE_FLOATS, *Z = G2 + TILE_FLOATS;
+    int64_t bs = s->bs, k0 = grp * q->gl, kb = s->nb - k0 < q->gl ? s->nb - k0 : q->gl, o0 = k0 * bs, nc = kb * bs;
+    int64_t t0 = tile * q->tw, w = q->xin->n - t0 < q->tw ? q->xin->n - t0 : q->tw;
+    for (int64_t t = 0; t < w; t++) cpu_load(&q->gin->v, t0 + t, o0, nc, T, GY + t * nc);
+    if (q->want_rho || q->want_b)
+        for (int64_t t = 0; t < w; t++) cpu_load(&q->xin->v, t0 + t, o0, nc, T, X + t * nc);
+    if (q->want_rho) {
+        for (int64_t kk = 0; kk < kb; kk++)
+            cpu_gemm_nn(w, bs, bs, X + kk * bs, nc, s->M + (k0 + kk) * s->nn, bs, Z + kk * bs, nc, false);
         for (int64_t t = 0; t < w; t++)
-            for (int64_t r = 0; r < nc; r++) G2[t * nc + r] = rho_at(s, o0 + r) * GY[t * nc + r];
-        if (want_b)
-            for (int64_t kk = 0; kk < kb; kk++)
-                cpu_gemm_tn(s->bs, s->bs, w, X + kk * s->bs, nc, G2 + kk * s->bs, nc, gM + (k0 + kk) * s->nn, s->bs, true);
-        if (gout) {
-            for (int64_t kk = 0; kk < kb; kk++)
-                cpu_gemm_nt(w, s->bs, s->bs, G2 + kk * s->bs, nc, Op + (k0 + kk) * s->nn, s->bs, Z + kk * s->bs, nc, false);
-            if (delta)
-                for (int64_t t = 0; t < w; t++)
-                    for (int64_t r = 0; r < nc; r++) Z[t * nc + r] += (rho_at(s, o0 + r) - 1.0f) * GY[t * nc + r];
-            for (int64_t t = 0; t < w; t++) cpu_store(&gout->v, t0 + t, o0, nc, Z + t * nc);
-        }
+            for (int64_t r = 0; r < nc; r++) pR[r] += GY[t * nc + r] * Z[t * nc + r];
+    }
+    for (int64_t t = 0; t < w; t++)
+        for (int64_t r = 0; r < nc; r++) G2[t * nc + r] = rho_at(s, o0 + r) * GY[t * nc + r];
+    if (q->want_b)
+        for (int64_t kk = 0; kk < kb; kk++) cpu_gemm_tn(bs, bs, w, X + kk * bs, nc, G2 + kk * bs, nc, pM + kk * s->nn, bs, true);
+    if (q->gout) {
+        /* G''_k·Op_kᵀ as plain products with the transposed blocks (the nt form took dot products
+           of length bs per element: ~40% of the call at 640², block 16), over k in chunks of 8
+           (each a chain from 0, then added: about the accuracy of the nt form's 8 lanes; one
+           chain of 32 doubled the fp32 rows' ULP at block 32) */
+        for (int64_t kk = 0; kk < kb; kk++)
+            for (int64_t k = 0; k < bs; k += 8)
+                cpu_gemm_nn(w, bs, bs - k < 8 ? bs - k : 8, G2 + kk * bs + k, nc, q->OpT + (k0 + kk) * s->nn + k * bs, bs,
+                            Z + kk * bs, nc, k > 0);
+        if (q->delta)
+            for (int64_t t = 0; t < w; t++)
+                for (int64_t r = 0; r < nc; r++) Z[t * nc + r] += (rho_at(s, o0 + r) - 1.0f) * GY[t * nc + r];
+        for (int64_t t = 0; t < w; t++) cpu_store(&q->gout->v, t0 + t, o0, nc, Z + t * nc);
     }
 }
 
+/* One channel-major tile (the group's rows × a column range): the formulas of the file header. */
+static void tile_bwd_rows(const oft_t *s, const bwd_geo *q, int64_t grp, int64_t tile, float *pM, float *pR) {
+    lyco_dtype T = s->c->dt.compute;
+    int64_t bs = s->bs, k0 = grp * q->gl, kb = s->nb - k0 < q->gl ? s->nb - k0 : q->gl, o0 = k0 * bs, nr = kb * bs, j0, w;
+    int64_t tsz = q->gl * bs * q->tw;
+    float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *GY = X + tsz, *G2 = GY + tsz, *Z = G2 + tsz, *tmp = Z + tsz;
+    cpu_oft_tile(q->xin, q->tw, tile, &j0, &w);
+    cpu_oft_load(q->gin, o0, nr, j0, w, T, GY, tmp);
+    if (q->want_rho || q->want_b) cpu_oft_load(q->xin, o0, nr, j0, w, T, X, tmp);
+    if (q->want_rho) {
+        for (int64_t kk = 0; kk < kb; kk++)
+            cpu_gemm_tn(bs, w, bs, s->M + (k0 + kk) * s->nn, bs, X + kk * bs * w, w, Z + kk * bs * w, w, false);
+        for (int64_t r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < w; j++) acc += GY[r * w + j] * Z[r * w + j];
+            pR[r] += acc;
+        }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        float p = rho_at(s, o0 + r);
+        for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
+    }
+    if (q->want_b)
+        for (int64_t kk = 0; kk < kb; kk++) cpu_gemm_nt(bs, bs, w, X + kk * bs * w, w, G2 + kk * bs * w, w, pM + kk * s->nn, bs, true);
+    if (q->gout) {
+        for (int64_t kk = 0; kk < kb; kk++)
+            cpu_gemm_nn(bs, w, bs, q->Op + (k0 + kk) * s->nn, bs, G2 + kk * bs * w, w, Z + kk * bs * w, w, false);
+        if (q->delta)
+            for (int64_t r = 0; r < nr; r++) {
+                float p1 = rho_at(s, o0 + r) - 1.0f;
+                for (int64_t j = 0; j < w; j++) Z[r * w + j] += p1 * GY[r * w + j];
+            }
+        cpu_oft_store(q->gout, o0, nr, j0, w, Z, tmp);
+    }
+}
+
+/* Gradients from GY = ∂L/∂rows(X); GX (may be NULL) = ∂L/∂X (delta: minus GY). */
 static lyco_status oft_backward(oft_t *s, const DLTensor *Xt, const DLTensor *GYt, DLTensor *GXt, bool delta) {
     const lyco_call *c = s->c;
-    lyco_dtype T = c->dt.compute;
-    bool want_rho = s->rho && lyco_call_wants(c, LYCO_RESCALE), want_b = lyco_call_wants(c, LYCO_OFT_BLOCKS);
     cpu_oft_io xin, gin, gout;
     cpu_oft_io_init(&xin, c, Xt);
     cpu_oft_io_init(&gin, c, GYt);
     if (GXt) cpu_oft_io_init(&gout, c, GXt);
-    int64_t ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&xin, s->tw), total = ngroups * nct;
-    int64_t all = s->nb * s->nn, tile = s->g * s->bs * s->tw;
-    const float *Op = delta ? s->Mm : s->M;
-    if (xin.kind == CPU_OFT_LINEAR && s->wsz >= 4 * TILE_FLOATS) {
-        backward_tokens(s, &xin, &gin, GXt ? &gout : NULL, delta, want_rho, want_b);
+    int64_t all = s->nb * s->nn;
+    bwd_geo q = {.xin = &xin, .gin = &gin, .gout = GXt ? &gout : NULL, .delta = delta,
+                 .want_rho = s->rho && lyco_call_wants(c, LYCO_RESCALE), .want_b = lyco_call_wants(c, LYCO_OFT_BLOCKS),
+                 .token = xin.kind == CPU_OFT_LINEAR && s->wsz >= 4 * TILE_FLOATS, .Op = delta ? s->Mm : s->M};
+    if (q.token) {
+        token_geometry(s, &q.gl, &q.tw);
+        q.nct = (xin.n + q.tw - 1) / q.tw;
     } else {
-    #pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < total; b++) {
-            int tid = cpu_thread_id();
-            float *X = s->work + (size_t)tid * (size_t)s->wsz, *GY = X + tile, *G2 = GY + tile, *Z = G2 + tile, *tmp = Z + tile;
-            float *gM = s->gM + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)s->O;
-            int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * s->bs, nr = kb * s->bs, j0, w;
-            cpu_oft_tile(&xin, s->tw, b % nct, &j0, &w);
-            cpu_oft_load(&gin, o0, nr, j0, w, T, GY, tmp);
-            if (want_rho || want_b) cpu_oft_load(&xin, o0, nr, j0, w, T, X, tmp);
-            if (want_rho) {
-                for (int64_t kk = 0; kk < kb; kk++)
-                    cpu_gemm_tn(s->bs, w, s->bs, s->M + (k0 + kk) * s->nn, s->bs, X + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
-                for (int64_t r = 0; r < nr; r++) {
-                    float acc = 0.0f;
-                    for (int64_t j = 0; j < w; j++) acc += GY[r * w + j] * Z[r * w + j];
-                    grho[o0 + r] += acc;
-                }
-            }
-            for (int64_t r = 0; r < nr; r++) {
-                float p = rho_at(s, o0 + r);
-                for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
-            }
-            if (want_b)
-                for (int64_t kk = 0; kk < kb; kk++)
-                    cpu_gemm_nt(s->bs, s->bs, w, X + kk * s->bs * w, w, G2 + kk * s->bs * w, w, gM + (k0 + kk) * s->nn, s->bs, true);
-            if (GXt) {
-                for (int64_t kk = 0; kk < kb; kk++)
-                    cpu_gemm_nn(s->bs, w, s->bs, Op + (k0 + kk) * s->nn, s->bs, G2 + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
-                if (delta)
-                    for (int64_t r = 0; r < nr; r++) {
-                        float p1 = rho_at(s, o0 + r) - 1.0f;
-                        for (int64_t j = 0; j < w; j++) Z[r * w + j] += p1 * GY[r * w + j];
-                    }
-                cpu_oft_store(&gout, o0, nr, j0, w, Z, tmp);
-            }
+        q.gl = s->g;
+        q.tw = s->tw;
+        q.nct = cpu_oft_ntiles(&xin, s->tw);
+    }
+    int64_t ngroups = (s->nb + q.gl - 1) / q.gl, slot = q.gl * s->nn + q.gl * s->bs;
+    int64_t cap = CPU_RUN_FLOATS / (ngroups * slot > 0 ? ngroups * slot : 1), R = CPU_RUNS / (ngroups > 0 ? ngroups : 1);
+    if (R > cap) R = cap;
+    R = cpu_runs(q.nct, R);   /* runs per group: 1 ≤ R ≤ tiles per group */
+    int64_t units = ngroups * R;
+    float *part = calloc((size_t)(units * slot) + 1, sizeof(float)), *OpT = NULL;
+    if (q.token && q.gout) OpT = malloc(sizeof(float) * (size_t)(all + 1));
+    if (!part || (q.token && q.gout && !OpT)) {
+        free(part);
+        free(OpT);
+        return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for gradient partials");
+    }
+    if (OpT)
+        for (int64_t k = 0; k < s->nb; k++)
+            for (int64_t a = 0; a < s->bs; a++)
+                for (int64_t b = 0; b < s->bs; b++) OpT[k * s->nn + b * s->bs + a] = q.Op[k * s->nn + a * s->bs + b];
+    q.OpT = OpT;
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < units; u++) {
+        int64_t grp = u / R, r = u % R;
+        float *pM = part + u * slot, *pR = pM + q.gl * s->nn;
+        for (int64_t t = cpu_run_start(q.nct, (int)R, (int)r); t < cpu_run_start(q.nct, (int)R, (int)r + 1); t++) {
+            if (q.token) tile_bwd_tokens(s, &q, grp, t, pM, pR);
+            else tile_bwd_rows(s, &q, grp, t, pM, pR);
         }
     }
-    /* combine the partials in thread order */
-    for (int t = 1; t < s->nt; t++) {
-        for (int64_t i = 0; i < all; i++) s->gM[i] += s->gM[(size_t)t * (size_t)all + i];
-        for (int64_t o = 0; o < s->O; o++) s->grho[o] += s->grho[(size_t)t * (size_t)s->O + o];
+    /* the partials of each group, in run order */
+    for (int64_t grp = 0; grp < ngroups; grp++) {
+        int64_t k0 = grp * q.gl, kb = s->nb - k0 < q.gl ? s->nb - k0 : q.gl;
+        for (int64_t r = 0; r < R; r++) {
+            const float *pM = part + (grp * R + r) * slot, *pR = pM + q.gl * s->nn;
+            for (int64_t i = 0; i < kb * s->nn; i++) s->gM[k0 * s->nn + i] += pM[i];
+            for (int64_t i = 0; i < kb * s->bs; i++) s->grho[k0 * s->bs + i] += pR[i];
+        }
     }
-    if (want_rho) cpu_store_all(c->g->grad[LYCO_RESCALE], s->grho);
-    if (want_b) {
+    free(part);
+    free(OpT);
+    if (q.want_rho) cpu_store_all(c->g->grad[LYCO_RESCALE], s->grho);
+    if (q.want_b) {
         float m = (float)c->m;
         for (int64_t i = 0; i < all; i++) s->gM[i] = s->D ? m * s->gM[i] * s->D[i] : m * s->gM[i];
         float *GB = malloc(sizeof(float) * (size_t)(all + 1));
