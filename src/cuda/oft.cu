@@ -103,6 +103,71 @@ __device__ void cay_refine(int n, const float *A, const float *E, float *T, floa
     __syncthreads();
 }
 
+/* Gauss–Jordan with partial pivoting for n ≤ 32 by one warp, rows in registers (lane r holds
+   row r of X and of A, padded to 32 with identity rows, which never win a pivot search and are
+   never modified). Pivoting is implicit: rows stay in their lanes, pos[lane] is the row's
+   position in the explicit algorithm (swapping positions col and piv), and the search takes the
+   lowest position among the largest |X[·][col]| of positions ≥ col — the explicit serial scan's
+   choice; at the end each row moves to its position. Every value equals the explicit
+   swap → scale → eliminate sequence's (k_cay_fwd's block loop), including skipped zero factors.
+   X, A: n×n row-major in shared memory; A is written, X is left reduced. */
+__device__ void cay_gj_warp(int n, float *X, float *A) {
+    const int lane = threadIdx.x & 31;
+    float x[32], a[32];
+#pragma unroll
+    for (int c = 0; c < 32; c++) {
+        x[c] = lane < n && c < n ? X[lane * n + c] : (c == lane ? 1.0f : 0.0f);
+        a[c] = c == lane ? 1.0f : 0.0f;
+    }
+    int pos = lane;
+#pragma unroll
+    for (int col = 0; col < 32; col++) {
+        if (col >= n) break;
+        const bool cand = pos >= col && lane < n && !isnan(x[col]);   /* NaN: never a pivot */
+        float best = cand ? fabsf(x[col]) : -1.0f;
+        int bp = cand ? pos : 64, bl = lane;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int op = __shfl_xor_sync(0xffffffffu, bp, o), ol = __shfl_xor_sync(0xffffffffu, bl, o);
+            if (ob > best || (ob == best && op < bp)) { best = ob; bp = op; bl = ol; }
+        }
+        /* bl: the pivot row's lane (all lanes agree: a total order); no candidate (NaNs): position col */
+        if (bp == 64) {
+            const unsigned at = __ballot_sync(0xffffffffu, pos == col);
+            bl = __ffs(at) - 1;
+        }
+        const int ppos = __shfl_sync(0xffffffffu, pos, bl);
+        if (pos == col) pos = ppos;
+        if (lane == bl) pos = col;
+        const float inv = 1.0f / __shfl_sync(0xffffffffu, x[col], bl);
+        if (lane == bl)
+#pragma unroll
+            for (int c = 0; c < 32; c++) {
+                x[c] *= inv;
+                a[c] *= inv;
+            }
+        const float f = lane == bl ? 0.0f : x[col];
+#pragma unroll
+        for (int c = 0; c < 32; c++) {
+            const float px = __shfl_sync(0xffffffffu, x[c], bl), pa = __shfl_sync(0xffffffffu, a[c], bl);
+            if (f != 0.0f) {
+                x[c] = fmaf(-f, px, x[c]);
+                a[c] = fmaf(-f, pa, a[c]);
+            }
+        }
+    }
+    /* row at position p goes to row p of X and A */
+    if (lane < n)
+#pragma unroll
+        for (int c = 0; c < 32; c++)
+            if (c < n) {
+                X[pos * n + c] = x[c];
+                A[pos * n + c] = a[c];
+            }
+    __syncwarp();
+}
+
 /* One CUDA block per OFT block k: A = (I − Q)^{-1}, R − I, and the family's operators. Without a
    constraint (κc ≤ 0) Q0 = B − Bᵀ is formed here (and stored for the adjoint) instead of by
    k_cay_part, whose norm only the constraint needs. */
@@ -135,7 +200,10 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
        and its reciprocal; (2) the swap of rows col and piv fused with the scaling of the new
        pivot row, and the elimination factors f[r] (read before anything is written); (3) the
        elimination. Every value is the one the plain sequence swap → scale → eliminate gives. */
-    for (int col = 0; col < n; col++) {
+    if (n <= 32) {   /* one warp, rows in registers */
+        if (threadIdx.x < 32) cay_gj_warp(n, X, A);
+        __syncthreads();
+    } else for (int col = 0; col < n; col++) {
         if (threadIdx.x < 32) {
             float best = -1.0f;
             int bi = n;
@@ -591,9 +659,36 @@ __device__ __forceinline__ void col_apply_n(float (&acc)[NJ][B], const float *Op
     }
 }
 
-/* Forward; grid (column groups of DC_NT·NJ·passes, blocks k); a thread owns NJ columns
-   (j, j + DC_NT, …: lanes stay on consecutive columns) of one block. */
-template <int B, int NJ> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes, int vin, int vout) {
+/* True when two adjacent columns of v are one aligned 32-bit word per row (row-major 16-bit W). */
+__host__ __device__ static inline bool col_pair_ok(const lk_rows &v) {
+    return v.p && v.sn == 1 && v.SP == 1 && v.dt != DT_F32 && !(v.flags & LK_UNALIGNED) &&
+           (unsigned long long)(uintptr_t)v.p % 4 == 0 && v.sc % 2 == 0;
+}
+
+/* x0[ν], x1[ν] = RN_CT(v(o0 + ν, j)), RN_CT(v(o0 + ν, j + 1)); col_pair_ok(v), j even */
+template <int B>
+__device__ __forceinline__ void col_in_pair(float (&x0)[B], float (&x1)[B], const lk_rows &v, i64 o0, i64 j, int ct) {
+    const char *p = rows_addr(v, o0, j);
+    const i64 step = v.sc * 2;
+#pragma unroll
+    for (int nu = 0; nu < B; nu++) {
+        const unsigned u = *(const unsigned *)(p + nu * step);
+        x0[nu] = round_to(bits16_to_f(u & 0xffffu, v.dt), ct);
+        x1[nu] = round_to(bits16_to_f(u >> 16, v.dt), ct);
+    }
+}
+template <int B> __device__ __forceinline__ void col_out_pair(const lk_rows &v, i64 o0, i64 j, const float (&y0)[B], const float (&y1)[B]) {
+    char *p = (char *)rows_addr(v, o0, j);
+    const i64 step = v.sc * 2;
+#pragma unroll
+    for (int mu = 0; mu < B; mu++) *(unsigned *)(p + mu * step) = f_to_bits(y0[mu], v.dt) | (f_to_bits(y1[mu], v.dt) << 16);
+}
+
+/* Forward; grid (column groups of DC_NT·NJ·passes, blocks k); a thread owns NJ columns of one
+   block: with pair (NJ = 2, X and Y col_pair_ok) the adjacent columns 2t, 2t + 1 of the pass
+   (one 32-bit word per row), otherwise t, t + DC_NT, … (lanes on consecutive columns). */
+template <int B, int NJ>
+__global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes, int vin, int vout, int pair) {
     __shared__ __align__(16) float Ops[B * B];
     __shared__ float rs[B];
     const lk_oft_args &a = P.a;
@@ -603,40 +698,61 @@ template <int B, int NJ> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_col
     for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
     __syncthreads();
     for (int ps = 0; ps < passes; ps++) {
-        const i64 j0 = ((i64)blockIdx.x * passes + ps) * DC_NT * NJ + threadIdx.x;
+        const i64 base = ((i64)blockIdx.x * passes + ps) * DC_NT * NJ;
+        const i64 j0 = pair ? base + 2 * (i64)threadIdx.x : base + threadIdx.x, dj = pair ? 1 : DC_NT;
         if (j0 >= a.ncol) return;
+        const bool both = NJ == 2 && pair && j0 + 1 < a.ncol;
         float x[NJ][B], acc[NJ][B];
+        if (both) {
+            col_in_pair<B>(x[0], x[NJ - 1], a.X, o0, j0, a.ct);
+        } else {
 #pragma unroll
-        for (int c = 0; c < NJ; c++) {
-            const i64 j = j0 + c * DC_NT;
-            if (j < a.ncol) col_in<B>(x[c], a.X, o0, j, a.ct, vin);
-            else
+            for (int c = 0; c < NJ; c++) {
+                const i64 j = j0 + c * dj;
+                if (j < a.ncol) col_in<B>(x[c], a.X, o0, j, a.ct, vin);
+                else
 #pragma unroll
-                for (int nu = 0; nu < B; nu++) x[c][nu] = 0.0f;
+                    for (int nu = 0; nu < B; nu++) x[c][nu] = 0.0f;
+            }
         }
         col_apply_n<B, NJ>(acc, Ops, x);
 #pragma unroll
-        for (int c = 0; c < NJ; c++) {
-            const i64 j = j0 + c * DC_NT;
-            if (j >= a.ncol) break;
+        for (int c = 0; c < NJ; c++)
 #pragma unroll
             for (int mu = 0; mu < B; mu++) {
                 const float pr = rs[mu];
                 acc[c][mu] = a.delta ? fmaf(pr, acc[c][mu], (pr - 1.0f) * x[c][mu]) : (a.rho.p ? pr * acc[c][mu] : acc[c][mu]);
             }
-            col_out<B>(a.Y, o0, j, acc[c], vout);
+        if (both) {
+            col_out_pair<B>(a.Y, o0, j0, acc[0], acc[NJ - 1]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < NJ; c++) {
+                const i64 j = j0 + c * dj;
+                if (j < a.ncol) col_out<B>(a.Y, o0, j, acc[c], vout);
+            }
         }
     }
 }
 
-#define DC_NJ 2   /* columns per thread of the forward column kernel */
-template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    const i64 passes = doft_col_passes(cdiv(P->a.ncol, DC_NJ), P->a.nb, dev ? dev->sms : 0);
-    const i64 gx = cdiv(P->a.ncol, DC_NT * DC_NJ * passes);
-    k_doft_fwd_cols<B, DC_NJ><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)passes, col_vec_ok(P->a.X, B),
-                                                                                     col_vec_ok(P->a.Y, B));
+static int doft_env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+template <int B, int NJ> static int doft_fwd_cols_nj(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    const int pair = NJ == 2 && col_pair_ok(P->a.X) && col_pair_ok(P->a.Y);
+    const i64 passes = doft_col_passes(cdiv(P->a.ncol, NJ), P->a.nb, dev ? dev->sms : 0);
+    const i64 gx = cdiv(P->a.ncol, DC_NT * NJ * passes);
+    k_doft_fwd_cols<B, NJ><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)passes, col_vec_ok(P->a.X, B),
+                                                                                  col_vec_ok(P->a.Y, B), pair);
     LK_LAUNCHED("diag-oft forward (column kernel)");
     return LYCO_OK;
+}
+
+/* columns per thread: 2 (LYCO_CUDA_OFT_NJ=1 selects 1, for A/B) */
+template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    return doft_env_int("LYCO_CUDA_OFT_NJ", 2) == 1 ? doft_fwd_cols_nj<B, 1>(P, dev, st) : doft_fwd_cols_nj<B, 2>(P, dev, st);
 }
 
 /* The column kernels' range: bs 8, 16 or 32, nb within the grid's y, columns within its x. */
