@@ -6,12 +6,12 @@
  * blocks are independent once the all-blocks norm is known, so they are spread over the threads
  * (each block computed by one thread exactly as before: results do not depend on the thread
  * count), when there is enough work to pay for the fork (CAYLEY_PAR_WORK n³-units). The norm and
- * the constraint's dot product stay single-threaded sums in a fixed order. Single-threaded the
- * forward took 1.1–1.3 ms for 80 blocks of 16 (Diag-OFT at 1280 channels) and 4.2–4.8 ms for
- * 1024 blocks of 10 (BOFT b10, 8 stages) on the dev box — a serial share of the 2155 µs and
- * 15035 µs those merges took at 16 threads on the H200 host. (On the 2-vCPU dev box two threads
- * give no gain — each block then takes ~30 µs instead of ~14 — so the 16-core effect is still to
- * be measured.)
+ * the constraint's dot product stay single-threaded sums in a fixed order. The per-block work is
+ * in cayley_kern.h (row-by-row products in vector registers, an AVX2 copy without FMA
+ * contraction: the same bits as the scalar dot-product loops it replaced, on every x86-64).
+ * Before that rewrite the forward took 1.1–1.3 ms single-threaded for 80 blocks of 16 (Diag-OFT
+ * at 1280 channels; ~30% of a 640² 1024-token Diag-OFT bypass forward); after it, ~19% of that
+ * bypass (perf, 1 thread, docs/bench-cpu.md "session 17").
  * Extra memory: 3·nblk·n² floats (state) + 3·n² floats and 2·n² + n doubles per thread (forward
  * scratch); backward (nblk + 3·nthreads)·n² doubles.
  */
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "cayley.h"
+#include "isa.h"
 
 #define CAYLEY_PAR_WORK 65536 /* Σ n³ over the blocks below which the loops stay single-threaded */
 
@@ -29,105 +30,41 @@ void cpu_cayley_free(cpu_cayley *cy) {
     cy->Q0 = cy->A = cy->Rm1 = NULL;
 }
 
-/* X = (I − Q)^{-1} by Gauss–Jordan with partial pivoting on M = I − Q (overwritten). */
-static void invert(int64_t n, float *M, float *X) {
-    for (int64_t a = 0; a < n; a++)
-        for (int64_t b = 0; b < n; b++) X[a * n + b] = a == b ? 1.0f : 0.0f;
-    for (int64_t col = 0; col < n; col++) {
-        int64_t piv = col;
-        for (int64_t r = col + 1; r < n; r++)
-            if (fabsf(M[r * n + col]) > fabsf(M[piv * n + col])) piv = r;
-        if (piv != col)
-            for (int64_t k = 0; k < n; k++) {
-                float t = M[col * n + k];
-                M[col * n + k] = M[piv * n + k];
-                M[piv * n + k] = t;
-                t = X[col * n + k];
-                X[col * n + k] = X[piv * n + k];
-                X[piv * n + k] = t;
-            }
-        float inv = 1.0f / M[col * n + col];
-        for (int64_t k = 0; k < n; k++) {
-            M[col * n + k] *= inv;
-            X[col * n + k] *= inv;
-        }
-        for (int64_t r = 0; r < n; r++) {
-            if (r == col) continue;
-            float f = M[r * n + col];
-            if (f == 0.0f) continue;
-            for (int64_t k = 0; k < n; k++) {
-                M[r * n + k] -= f * M[col * n + k];
-                X[r * n + k] -= f * X[col * n + k];
-            }
-        }
+/* ---- the per-block kernels, once per ISA (cayley_kern.h; the v3 copy without FMA contraction,
+   so both copies give the same bits) ---- */
+typedef float lk8f __attribute__((vector_size(32)));
+typedef double lk4d __attribute__((vector_size(32)));
+#ifdef CPU_V3
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v3")
+#pragma GCC optimize("fp-contract=off")
+#define KN(name) name##_v3
+#include "cayley_kern.h"
+#undef KN
+#pragma GCC pop_options
+#endif
+#define KN(name) name##_base
+#include "cayley_kern.h"
+#undef KN
+
+static void block_fwd(int64_t n, const float *Q, float *Ak, float *Rk, float *M, float *Tm, double *dsc) {
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        block_fwd_v3(n, Q, Ak, Rk, M, Tm, dsc);
+        return;
     }
+#endif
+    block_fwd_base(n, Q, Ak, Rk, M, Tm, dsc);
 }
 
-/* The n×n products below go row by row: for row a, t[b] starts at its initial value and takes
-   the terms j = 0, 1, …, n−1 in order, so every element sees exactly the operations of the
-   dot-product form (the same bits), while the inner loop runs over contiguous b, 8 columns at a
-   time in registers (vectorised). The dot form was one latency-bound chain per element: ~1.2 ms
-   of Cayley per call for 80 blocks of 16. No FMA can appear: this file is compiled for the
-   baseline ISA (no CPU_HOT), so a·b + c rounds twice, as before. */
-#define RW 8
-
-/* t[b] += Σ_j x[j]·B[j·n + b], j in order (fp32) */
-static void rowmul_f(int64_t n, const float *x, const float *B, float *restrict t) {
-    int64_t b0 = 0;
-    for (; b0 + RW <= n; b0 += RW) {
-        float acc[RW];
-        for (int l = 0; l < RW; l++) acc[l] = t[b0 + l];
-        for (int64_t j = 0; j < n; j++)
-            for (int l = 0; l < RW; l++) acc[l] += x[j] * B[j * n + b0 + l];
-        for (int l = 0; l < RW; l++) t[b0 + l] = acc[l];
+static void block_bwd(int64_t n, const float *Ak, const float *Gk, double *Ok, double *T, double *At, double *Gd) {
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        block_bwd_v3(n, Ak, Gk, Ok, T, At, Gd);
+        return;
     }
-    for (int64_t b = b0; b < n; b++)
-        for (int64_t j = 0; j < n; j++) t[b] += x[j] * B[j * n + b];
-}
-
-/* the same in double */
-static void rowmul_d(int64_t n, const double *x, const double *B, double *restrict t) {
-    int64_t b0 = 0;
-    for (; b0 + RW <= n; b0 += RW) {
-        double acc[RW];
-        for (int l = 0; l < RW; l++) acc[l] = t[b0 + l];
-        for (int64_t j = 0; j < n; j++)
-            for (int l = 0; l < RW; l++) acc[l] += x[j] * B[j * n + b0 + l];
-        for (int l = 0; l < RW; l++) t[b0 + l] = acc[l];
-    }
-    for (int64_t b = b0; b < n; b++)
-        for (int64_t j = 0; j < n; j++) t[b] += x[j] * B[j * n + b];
-}
-
-/* T = A·B (fp32, from 0). */
-static void product(int64_t n, const float *A, const float *B, float *restrict T) {
-    for (int64_t a = 0; a < n; a++) {
-        for (int64_t b = 0; b < n; b++) T[a * n + b] = 0.0f;
-        rowmul_f(n, A + a * n, B, T + a * n);
-    }
-}
-
-/* Y += A·E (n×n, fp32; Y may be A): T = A·E first (the refinement correction). */
-static void refine(int64_t n, const float *A, const float *E, float *T, float *Y) {
-    product(n, A, E, T);
-    for (int64_t i = 0; i < n * n; i++) Y[i] += T[i];
-}
-
-/* Out = rnd_f32(base − X + Q·X) in double, base = I (two_q false) or 2Q (two_q): the refinement
-   residuals I − (I − Q)·A = I − A + Q·A (X = A) and 2Q − (I − Q)·(R − I) (X = R − I).
-   d: 2·nn + n doubles of scratch (X and Q in double, one row). */
-static void residual(int64_t n, const float *Q, const float *X, bool two_q, double *restrict d, float *restrict Out) {
-    int64_t nn = n * n;
-    double *Xd = d, *Qd = d + nn, *acc = Qd + nn;
-    for (int64_t i = 0; i < nn; i++) {
-        Xd[i] = (double)X[i];
-        Qd[i] = (double)Q[i];
-    }
-    for (int64_t a = 0; a < n; a++) {
-        for (int64_t b = 0; b < n; b++) acc[b] = (two_q ? 2.0 * Qd[a * n + b] : (a == b ? 1.0 : 0.0)) - Xd[a * n + b];
-        rowmul_d(n, Qd + a * n, Xd, acc);
-        for (int64_t b = 0; b < n; b++) Out[a * n + b] = (float)acc[b];
-    }
+#endif
+    block_bwd_base(n, Ak, Gk, Ok, T, At, Gd);
 }
 
 lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t n, double kc) {
@@ -167,21 +104,9 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
 #pragma omp parallel for schedule(static) if (nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < nblk; k++) {
         float *M = scratch + (size_t)cpu_thread_id() * (size_t)per_all, *Q = M + nn, *Tm = Q + nn;
-        double *dsc = (double *)(void *)(M + per);
         const float *Q0k = cy->Q0 + k * nn;
-        float *Ak = cy->A + k * nn, *Rk = cy->Rm1 + k * nn;
         for (int64_t i = 0; i < nn; i++) Q[i] = cy->active ? Q0k[i] * cy->scale : Q0k[i];
-        for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) M[a * n + b] = (a == b ? 1.0f : 0.0f) - Q[a * n + b];
-        invert(n, M, Ak);
-        /* one refinement step: E = I − (I − Q)·A = I − A + Q·A, A ← A + A·E */
-        residual(n, Q, Ak, false, dsc, M);
-        refine(n, Ak, M, Tm, Ak);
-        /* R − I = 2·A·Q, refined: r = 2Q − (I − Q)·(R − I), (R − I) ← (R − I) + A·r */
-        product(n, Ak, Q, Rk);
-        for (int64_t i = 0; i < nn; i++) Rk[i] *= 2.0f;
-        residual(n, Q, Rk, true, dsc, M);
-        refine(n, Ak, M, Tm, Rk);
+        block_fwd(n, Q, cy->A + k * nn, cy->Rm1 + k * nn, M, Tm, (double *)(void *)(M + per));
     }
     free(scratch);
     return LYCO_OK;
@@ -201,24 +126,8 @@ lyco_status cpu_cayley_bwd(const cpu_cayley *cy, const float *GR, float *GB) {
        forward: each element's terms in the dot form's order. */
 #pragma omp parallel for schedule(static) if (cy->nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < cy->nblk; k++) {
-        double *T = GQ + all + (size_t)cpu_thread_id() * (size_t)per, *At = T + nn, *Gd = At + nn;
-        const float *Ak = cy->A + k * nn, *Gk = GR + k * nn;
-        double *Ok = GQ + k * nn;
-        for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) {
-                At[a * n + b] = (double)Ak[b * n + a];
-                Gd[a * n + b] = (double)Gk[a * n + b];
-            }
-        for (int64_t a = 0; a < n; a++) {        /* T = Aᵀ·G_R */
-            for (int64_t b = 0; b < n; b++) T[a * n + b] = 0.0;
-            rowmul_d(n, At + a * n, Gd, T + a * n);
-        }
-        for (int64_t a = 0; a < n; a++) {        /* G_Q = 2·T·Aᵀ */
-            double *o = Ok + a * n;
-            for (int64_t b = 0; b < n; b++) o[b] = 0.0;
-            rowmul_d(n, T + a * n, At, o);
-            for (int64_t b = 0; b < n; b++) o[b] *= 2.0;
-        }
+        double *T = GQ + all + (size_t)cpu_thread_id() * (size_t)per;
+        block_bwd(n, cy->A + k * nn, GR + k * nn, GQ + k * nn, T, T + nn, T + 2 * nn);
     }
     /* through the constraint Q = κc·Q0/ν, ν = ‖Q0‖ + 1e-8 */
     if (cy->active) {
