@@ -22,10 +22,11 @@
  *             Tucker: G_w2a = P·G_W2ᵀ, G_P = w2_a·G_W2, G_w2b[l,q] = Σ_{i,κ} t2[i,l,κ]·G_P[i,q·K+κ],
  *             G_t2[i,l,κ] = Σ_q G_P[i,q·K+κ]·w2_b[l,q].
  * bypass fwd (linear, no ΔW): per tile of TB tokens, x viewed as (tokens·c) × d:
- *             H = X_g·W2ᵀ ((TB·c) × b, one GEMM), then per token Y_t = W̃1·H_t (a × b) with
+ *             H = X_g·W2ᵀ ((TB·c) × b, one plain GEMM with W2ᵀ built once: the nt form took
+ *             length-d dot products per element), then per token Y_t = W̃1·H_t (a × b) with
  *             W̃1 = rnd(s·m·σs·W1), which is exactly y's row (index i·b + j): y = y0 + Y.
  * bypass bwd (linear): per tile: H recomputed; G_W1raw += dy_t·H_tᵀ (per token, a × c, fp64
- *             partial); G_H_t = W̃1ᵀ·dy_t (c × b); G_W2 += G_Hᵀ·X_g (b × d); dx = G_H·W2.
+ *             partial; H_t transposed first, so a plain GEMM); G_H_t = W̃1ᵀ·dy_t (c × b); G_W2 += G_Hᵀ·X_g (b × d); dx = G_H·W2.
  *             Then G_W1 = s·m·σs·G_W1raw and the factor chain above. G_σs (only when asked) =
  *             s·m·Σ_{t,p,j} (W1ᵀ·dy_t)[p,j]·(X_g·W2ᵀ)[t,p,j] evaluated in fp64 from the fp64 halves
  *             (vectorised lanes over j): this sum cancels, and the fp32 rounding of W2 and of H
@@ -36,7 +37,8 @@
  * fp32 W1, W2; per slot (max(threads, runs): the backward's partials belong to fixed runs — the
  * merge driver's groups, or runs of token blocks — so they do not depend on the thread count) the
  * gradient partials (a·c doubles + b·dK floats) and 2·c floats;
- * bypass per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 2·c·b + O) + a·c (bwd) floats;
+ * bypass: W2ᵀ (b·dK floats); per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 3·c·b + O) (bwd)
+ * floats;
  * G_σs: d·b + 3·b doubles per run.
  */
 #include <stdio.h>
@@ -55,6 +57,7 @@ typedef struct {
     double *t2, *P;                 /* Tucker: t2 (r×r×K), P (r × dK) */
     double *rho;                    /* O: s'·q_o */
     float *W1, *W2;                 /* rnd(W1), rnd(W2) */
+    float *W2T;                     /* bypass: rnd(W2)ᵀ (dK × b) */
     double *gW1;                    /* partials np × (a·c) */
     float *gW2;                     /* partials np × (b·dK) */
     float *scr;                     /* per slot: 2·c (merge bwd) or a·c (bypass bwd) floats */
@@ -143,6 +146,7 @@ static void lokr_free(lokr_t *s) {
     free(s->rho);
     free(s->W1);
     free(s->W2);
+    free(s->W2T);
     free(s->gW1);
     free(s->gW2);
     free(s->scr);
@@ -204,6 +208,12 @@ static lyco_status lokr_prepare(const lyco_call *c, lokr_t *s, bool grads) {
     if (!s->W2d || (!dm->lk_w2_full && (!s->w2a || !s->w2b))) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
     for (int64_t n = 0; n < a * cc; n++) s->W1[n] = (float)s->W1d[n];
     for (int64_t n = 0; n < b * dK; n++) s->W2[n] = (float)s->W2d[n];
+    if (bypass) { /* H = X_g·W2ᵀ as a plain product (the nt form took length-d dot products per element) */
+        s->W2T = alloc_f(b * dK);
+        if (!s->W2T) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
+        for (int64_t j = 0; j < b; j++)
+            for (int64_t n = 0; n < dK; n++) s->W2T[n * b + j] = s->W2[j * dK + n];
+    }
     double sp = compat ? c->s * c->s : c->s;
     for (int64_t o = 0; o < s->O; o++) s->rho[o] = sp * (bypass ? 1.0 : (double)mask_at(c, o));
     if (grads) {
@@ -438,7 +448,7 @@ static lyco_status bypass_fwd(const lyco_call *c, lokr_t *s) {
         for (int64_t t = 0; t < nt; t++) cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
         if (add)
             for (int64_t t = 0; t < nt; t++) cpu_load(&y0v, t0 + t, 0, O, T, y + t * O);
-        cpu_gemm_nt(nt * cc, b, d, x, d, s->W2, d, H, b, false);                          /* H = X_g·W2ᵀ */
+        cpu_gemm_nn(nt * cc, b, d, x, d, s->W2T, b, H, b, false);                         /* H = X_g·W2ᵀ */
         for (int64_t t = 0; t < nt; t++) cpu_gemm_nn(a, b, cc, s->W1, cc, H + t * cc * b, b, y + t * O, b, add); /* Y = W̃1·H_t */
         for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, 0, O, y + t * O);
     }
@@ -459,7 +469,7 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
     bool want_sig = c->g && c->g->grad[LYCO_SCALAR];
     double f = c->s * c->m * (double)cpu_sigma(c);
     float *W1s = alloc_f(a * cc), *zero = alloc_f(O);
-    size_t per = (size_t)(TB * (2 * I + 2 * cc * b + O));
+    size_t per = (size_t)(TB * (2 * I + 3 * cc * b + O));
     float *work = alloc_f((int64_t)s->nt * (int64_t)per);
     /* partials (G_W1, G_W2, G_σs lanes) per fixed run of token blocks: independent of the thread count */
     const int64_t nblocks = (N + TB - 1) / TB;
@@ -482,6 +492,7 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
     for (int64_t blk = cpu_run_start(nblocks, runs, run); blk < cpu_run_start(nblocks, runs, run + 1); blk++) {
         int tid = cpu_thread_id();
         float *x = work + (size_t)tid * per, *dx = x + TB * I, *H = dx + TB * I, *GH = H + TB * cc * b, *dy = GH + TB * cc * b;
+        float *HT = dy + TB * O;   /* one token's H_tᵀ (b × c) */
         float *g1 = s->scr + (size_t)run * (size_t)s->scr_n, *gW2 = s->gW2 + (size_t)run * (size_t)(b * d);
         double *gW1 = s->gW1 + (size_t)run * (size_t)(a * cc);
         int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
@@ -491,9 +502,12 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
         }
         if (c->dy0) /* y = y0 + Δ: dy0 = dy; y = Δ alone: 0 */
             for (int64_t t = 0; t < nt; t++) cpu_store(&dy0v, t0 + t, 0, O, delta_only ? zero : dy + t * O);
-        cpu_gemm_nt(nt * cc, b, d, x, d, s->W2, d, H, b, false);                               /* H = X_g·W2ᵀ */
+        cpu_gemm_nn(nt * cc, b, d, x, d, s->W2T, b, H, b, false);                              /* H = X_g·W2ᵀ */
         for (int64_t t = 0; t < nt; t++) {
-            cpu_gemm_nt(a, cc, b, dy + t * O, b, H + t * cc * b, b, g1, cc, false);               /* dy_t·H_tᵀ */
+            const float *Ht = H + t * cc * b;                                                    /* dy_t·H_tᵀ, through */
+            for (int64_t p = 0; p < cc; p++)                                                     /* H_tᵀ: a plain product */
+                for (int64_t jj = 0; jj < b; jj++) HT[jj * cc + p] = Ht[p * b + jj];
+            cpu_gemm_nn(a, cc, b, dy + t * O, b, HT, cc, g1, cc, false);
             for (int64_t n = 0; n < a * cc; n++) gW1[n] += g1[n];
             cpu_gemm_tn(cc, b, a, W1s, cc, dy + t * O, b, GH + t * cc * b, b, false);            /* G_H_t = W̃1ᵀ·dy_t */
         }
