@@ -37,8 +37,8 @@
  * fp32 W1, W2; per slot (max(threads, runs): the backward's partials belong to fixed runs — the
  * merge driver's groups, or runs of token blocks — so they do not depend on the thread count) the
  * gradient partials (a·c doubles + b·dK floats) and 2·c floats;
- * bypass: W2ᵀ (b·dK floats); per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 3·c·b + O) (bwd)
- * floats;
+ * bypass: W2ᵀ (b·dK floats); per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 3·c·b + O)
+ * (bwd) floats, and 16·max(TB·c, a, b) floats for gemm16;
  * G_σs: d·b + 3·b doubles per run.
  */
 #include <stdio.h>
@@ -426,6 +426,30 @@ static lyco_status finish_bwd(const cpu_delta *dl) {
 
 /* ---- bypass, linear layers ---- */
 
+/* C (+)= op(A)·B through cpu_gemm_nn / cpu_gemm_tn, for N not a multiple of 16. dense.c runs a
+   partial last group of < 16 columns through one accumulator chain per row (FMA-latency bound:
+   ~40% of the GEMM time of the 640² bypass, b = d = 40). Here the last 16 columns go as one full
+   panel into tmp (M × 16 floats), overlapping the previous panel, and only the missing columns are
+   taken from it: every element is the same chain over k (dense.c: its order depends on K only),
+   then + C_old when accumulating — bitwise what the plain call gives. */
+static void gemm16(bool tn, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                   float *C, int64_t ldc, bool accumulate, float *tmp) {
+    void (*g)(int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, bool) =
+        tn ? cpu_gemm_tn : cpu_gemm_nn;
+    int64_t N16 = N & ~(int64_t)15;
+    if (N < 16 || N16 == N) {
+        g(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return;
+    }
+    g(M, N16, K, A, lda, B, ldb, C, ldc, accumulate);
+    g(M, 16, K, A, lda, B + (N - 16), ldb, tmp, 16, false);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = N16; j < N; j++) {
+            float v = tmp[i * 16 + j - (N - 16)];
+            C[i * ldc + j] = accumulate ? C[i * ldc + j] + v : v;
+        }
+}
+
 static lyco_status bypass_fwd(const lyco_call *c, lokr_t *s) {
     lyco_dtype T = c->dt.compute;
     const lyco_bypass_args *bp = c->bypass;
@@ -437,19 +461,20 @@ static lyco_status bypass_fwd(const lyco_call *c, lokr_t *s) {
     if (add) cpu_view_init(&y0v, bp->y0, bp->y0->ndim - 1);
     double f = c->s * c->m * (double)cpu_sigma(c);
     for (int64_t n = 0; n < a * cc; n++) s->W1[n] = (float)(s->W1d[n] * f); /* W̃1 */
-    size_t per = (size_t)(TB * (I + cc * b + O));
+    int64_t mmax = TB * cc > a ? TB * cc : a;   /* the most rows of a gemm16 call */
+    size_t per = (size_t)(TB * (I + cc * b + O) + 16 * mmax);
     float *work = alloc_f((int64_t)s->nt * (int64_t)per);
     if (!work) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr bypass: out of memory");
     int64_t nblocks = (N + TB - 1) / TB;
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblocks; blk++) {
-        float *x = work + (size_t)cpu_thread_id() * per, *H = x + TB * I, *y = H + TB * cc * b;
+        float *x = work + (size_t)cpu_thread_id() * per, *H = x + TB * I, *y = H + TB * cc * b, *t16 = y + TB * O;
         int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
         for (int64_t t = 0; t < nt; t++) cpu_load(&xv, t0 + t, 0, I, T, x + t * I);
         if (add)
             for (int64_t t = 0; t < nt; t++) cpu_load(&y0v, t0 + t, 0, O, T, y + t * O);
-        cpu_gemm_nn(nt * cc, b, d, x, d, s->W2T, b, H, b, false);                         /* H = X_g·W2ᵀ */
-        for (int64_t t = 0; t < nt; t++) cpu_gemm_nn(a, b, cc, s->W1, cc, H + t * cc * b, b, y + t * O, b, add); /* Y = W̃1·H_t */
+        gemm16(false, nt * cc, b, d, x, d, s->W2T, b, H, b, false, t16);                   /* H = X_g·W2ᵀ */
+        for (int64_t t = 0; t < nt; t++) gemm16(false, a, b, cc, s->W1, cc, H + t * cc * b, b, y + t * O, b, add, t16); /* Y = W̃1·H_t */
         for (int64_t t = 0; t < nt; t++) cpu_store(&yv, t0 + t, 0, O, y + t * O);
     }
     free(work);
@@ -469,7 +494,9 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
     bool want_sig = c->g && c->g->grad[LYCO_SCALAR];
     double f = c->s * c->m * (double)cpu_sigma(c);
     float *W1s = alloc_f(a * cc), *zero = alloc_f(O);
-    size_t per = (size_t)(TB * (2 * I + 3 * cc * b + O));
+    int64_t mmax = TB * cc > a ? TB * cc : a;   /* the most rows of a gemm16 call */
+    if (b > mmax) mmax = b;
+    size_t per = (size_t)(TB * (2 * I + 3 * cc * b + O) + 16 * mmax);
     float *work = alloc_f((int64_t)s->nt * (int64_t)per);
     /* partials (G_W1, G_W2, G_σs lanes) per fixed run of token blocks: independent of the thread count */
     const int64_t nblocks = (N + TB - 1) / TB;
@@ -493,6 +520,7 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
         int tid = cpu_thread_id();
         float *x = work + (size_t)tid * per, *dx = x + TB * I, *H = dx + TB * I, *GH = H + TB * cc * b, *dy = GH + TB * cc * b;
         float *HT = dy + TB * O;   /* one token's H_tᵀ (b × c) */
+        float *t16 = HT + TB * cc * b;   /* gemm16's M × 16 */
         float *g1 = s->scr + (size_t)run * (size_t)s->scr_n, *gW2 = s->gW2 + (size_t)run * (size_t)(b * d);
         double *gW1 = s->gW1 + (size_t)run * (size_t)(a * cc);
         int64_t t0 = blk * TB, nt = N - t0 < TB ? N - t0 : TB;
@@ -502,16 +530,16 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
         }
         if (c->dy0) /* y = y0 + Δ: dy0 = dy; y = Δ alone: 0 */
             for (int64_t t = 0; t < nt; t++) cpu_store(&dy0v, t0 + t, 0, O, delta_only ? zero : dy + t * O);
-        cpu_gemm_nn(nt * cc, b, d, x, d, s->W2T, b, H, b, false);                              /* H = X_g·W2ᵀ */
+        gemm16(false, nt * cc, b, d, x, d, s->W2T, b, H, b, false, t16);                        /* H = X_g·W2ᵀ */
         for (int64_t t = 0; t < nt; t++) {
             const float *Ht = H + t * cc * b;                                                    /* dy_t·H_tᵀ, through */
             for (int64_t p = 0; p < cc; p++)                                                     /* H_tᵀ: a plain product */
                 for (int64_t jj = 0; jj < b; jj++) HT[jj * cc + p] = Ht[p * b + jj];
-            cpu_gemm_nn(a, cc, b, dy + t * O, b, HT, cc, g1, cc, false);
+            gemm16(false, a, cc, b, dy + t * O, b, HT, cc, g1, cc, false, t16);
             for (int64_t n = 0; n < a * cc; n++) gW1[n] += g1[n];
-            cpu_gemm_tn(cc, b, a, W1s, cc, dy + t * O, b, GH + t * cc * b, b, false);            /* G_H_t = W̃1ᵀ·dy_t */
+            gemm16(true, cc, b, a, W1s, cc, dy + t * O, b, GH + t * cc * b, b, false, t16);      /* G_H_t = W̃1ᵀ·dy_t */
         }
-        cpu_gemm_tn(b, d, nt * cc, GH, b, x, d, gW2, d, true);                                  /* G_W2 += G_Hᵀ·X_g */
+        gemm16(true, b, d, nt * cc, GH, b, x, d, gW2, d, true, t16);                            /* G_W2 += G_Hᵀ·X_g */
         if (want_sig) { /* G_σs = s·m·Σ_{t,p,j} (W1ᵀ·dy_t)[p,j]·(X_g·W2ᵀ)[t,p,j], all in fp64 */
             double *hd = sd + (size_t)run * (size_t)(3 * b), *gd = hd + b, *av = gd + b;
             for (int64_t t = 0; t < nt; t++)
@@ -532,7 +560,7 @@ static lyco_status bypass_bwd(const lyco_call *c, lokr_t *s) {
                 }
         }
         if (c->dx) {
-            cpu_gemm_nn(nt * cc, d, b, GH, b, s->W2, d, dx, d, false);                          /* dx = G_H·W2 */
+            gemm16(false, nt * cc, d, b, GH, b, s->W2, d, dx, d, false, t16);                    /* dx = G_H·W2 */
             for (int64_t t = 0; t < nt; t++) cpu_store(&dxv, t0 + t, 0, I, dx + t * I);
         }
     }
