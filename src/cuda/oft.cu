@@ -120,11 +120,15 @@ __device__ void cay_gj_warp(int n, float *X, float *A) {
         a[c] = c == lane ? 1.0f : 0.0f;
     }
     int pos = lane;
+    /* the column loop stays rolled (fully unrolled it is ~20k instructions run once per block:
+       instruction-fetch bound, 96 µs), so x[col] is picked by a select chain */
+#pragma unroll 1
+    for (int col = 0; col < n; col++) {
+        float xc = x[0];
 #pragma unroll
-    for (int col = 0; col < 32; col++) {
-        if (col >= n) break;
-        const bool cand = pos >= col && lane < n && !isnan(x[col]);   /* NaN: never a pivot */
-        float best = cand ? fabsf(x[col]) : -1.0f;
+        for (int c = 1; c < 32; c++) xc = c == col ? x[c] : xc;
+        const bool cand = pos >= col && lane < n && !isnan(xc);   /* NaN: never a pivot */
+        float best = cand ? fabsf(xc) : -1.0f;
         int bp = cand ? pos : 64, bl = lane;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -140,14 +144,14 @@ __device__ void cay_gj_warp(int n, float *X, float *A) {
         const int ppos = __shfl_sync(0xffffffffu, pos, bl);
         if (pos == col) pos = ppos;
         if (lane == bl) pos = col;
-        const float inv = 1.0f / __shfl_sync(0xffffffffu, x[col], bl);
+        const float inv = 1.0f / __shfl_sync(0xffffffffu, xc, bl);
         if (lane == bl)
 #pragma unroll
             for (int c = 0; c < 32; c++) {
                 x[c] *= inv;
                 a[c] *= inv;
             }
-        const float f = lane == bl ? 0.0f : x[col];
+        const float f = lane == bl ? 0.0f : xc;
 #pragma unroll
         for (int c = 0; c < 32; c++) {
             const float px = __shfl_sync(0xffffffffu, x[c], bl), pa = __shfl_sync(0xffffffffu, a[c], bl);
@@ -751,8 +755,117 @@ template <int B, int NJ> static int doft_fwd_cols_nj(const doft_k *P, const lk_d
 }
 
 /* columns per thread: 2 (LYCO_CUDA_OFT_NJ=1 selects 1, for A/B) */
+/* ---------------------------------------------------------------------------------------------
+ * Staged forward for row-major 16-bit X with 16-byte aligned rows (merge's W̄): a CUDA block
+ * owns block k's B rows over a run of DS_TC-column tiles, fetched by cp.async into a two-stage
+ * ring (the next tile in flight while this one is computed); a thread owns the adjacent columns
+ * 2t, 2t + 1 of a tile, reads x[ν] as one 32-bit word per row from shared memory and keeps only
+ * its 2·B sums in registers (~100 registers: 4–5 blocks per SM, where the register-column kernel
+ * at 173 registers held 2 and waited on its loads). Same fmaf chains and epilogue (bitwise).
+ * Shared memory: 2·B·DS_TC 16-bit values + B² floats (36 KB at B = 32).
+ * ------------------------------------------------------------------------------------------- */
+#define DS_TC (2 * DC_NT)   /* columns of a staged tile */
+
+__host__ __device__ static inline bool doft_staged_ok(const lk_rows &v) {
+    return v.p && v.sn == 1 && v.SP == 1 && v.dt != DT_F32 && !(v.flags & LK_UNALIGNED) &&
+           (unsigned long long)(uintptr_t)v.p % 16 == 0 && (v.sc * 2) % 16 == 0;
+}
+
+/* tile (columns j0 ..) of rows o0 .. o0 + B − 1 into dst (B × DS_TC 16-bit), zero-filled past ncol */
+template <int B> __device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
+    constexpr int CH = DS_TC / 8, N = B * CH;   /* 16-byte chunks per row, per tile */
+#pragma unroll
+    for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
+        const int e = q * DC_NT + threadIdx.x;
+        if (N % DC_NT != 0 && e >= N) break;
+        const int r = e / CH, c = (e % CH) * 8;
+        const i64 j = j0 + c, left = ncol - j;
+        const int bytes = left >= 8 ? 16 : left > 0 ? (int)left * 2 : 0;
+        cp_async16(dst + r * DS_TC + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
+    }
+    cp_commit();
+}
+
+template <int B> __global__ __launch_bounds__(DC_NT, 4) void k_doft_fwd_staged(doft_k P, int tiles, int pair_out) {
+    __shared__ __align__(16) float Ops[B * B];
+    __shared__ __align__(16) unsigned short Xs[2][B * DS_TC];
+    __shared__ float rs[B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles;
+    const i64 nt = cdiv(a.ncol, DS_TC) - t0 < tiles ? cdiv(a.ncol, DS_TC) - t0 : tiles;
+    ds_issue<B>(Xs[0], a.X, o0, t0 * DS_TC, a.ncol);
+    const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
+    for (int e = threadIdx.x; e < B * B; e += DC_NT) Ops[e] = Op[e];
+    for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
+    const int dt = a.X.dt, ct = a.ct;
+    for (i64 it = 0; it < nt; it++) {
+        if (it + 1 < nt) {
+            ds_issue<B>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * DS_TC, a.ncol);
+            cp_wait(1);
+        } else {
+            cp_wait(0);
+        }
+        __syncthreads();
+        const unsigned short *xs = Xs[it & 1];
+        const int c0 = 2 * (int)threadIdx.x;
+        float acc[2][B];
+#pragma unroll
+        for (int mu = 0; mu < B; mu++) acc[0][mu] = acc[1][mu] = 0.0f;
+#pragma unroll 2
+        for (int nu = 0; nu < B; nu++) {
+            const unsigned u = *(const unsigned *)(xs + nu * DS_TC + c0);
+            const float x0 = round_to(bits16_to_f(u & 0xffffu, dt), ct), x1 = round_to(bits16_to_f(u >> 16, dt), ct);
+            const float4 *row = (const float4 *)(Ops + nu * B);
+#pragma unroll
+            for (int q = 0; q < B / 4; q++) {
+                const float4 o = row[q];
+                acc[0][4 * q] = fmaf(o.x, x0, acc[0][4 * q]);
+                acc[0][4 * q + 1] = fmaf(o.y, x0, acc[0][4 * q + 1]);
+                acc[0][4 * q + 2] = fmaf(o.z, x0, acc[0][4 * q + 2]);
+                acc[0][4 * q + 3] = fmaf(o.w, x0, acc[0][4 * q + 3]);
+                acc[1][4 * q] = fmaf(o.x, x1, acc[1][4 * q]);
+                acc[1][4 * q + 1] = fmaf(o.y, x1, acc[1][4 * q + 1]);
+                acc[1][4 * q + 2] = fmaf(o.z, x1, acc[1][4 * q + 2]);
+                acc[1][4 * q + 3] = fmaf(o.w, x1, acc[1][4 * q + 3]);
+            }
+        }
+#pragma unroll
+        for (int mu = 0; mu < B; mu++) {
+            const unsigned u = *(const unsigned *)(xs + mu * DS_TC + c0);
+            const float x0 = round_to(bits16_to_f(u & 0xffffu, dt), ct), x1 = round_to(bits16_to_f(u >> 16, dt), ct);
+            const float pr = rs[mu];
+            acc[0][mu] = a.delta ? fmaf(pr, acc[0][mu], (pr - 1.0f) * x0) : (a.rho.p ? pr * acc[0][mu] : acc[0][mu]);
+            acc[1][mu] = a.delta ? fmaf(pr, acc[1][mu], (pr - 1.0f) * x1) : (a.rho.p ? pr * acc[1][mu] : acc[1][mu]);
+        }
+        const i64 j = (t0 + it) * DS_TC + c0;
+        if (pair_out && j + 1 < a.ncol) {
+            col_out_pair<B>(a.Y, o0, j, acc[0], acc[1]);
+        } else {
+            if (j < a.ncol) col_out<B>(a.Y, o0, j, acc[0], false);
+            if (j + 1 < a.ncol) col_out<B>(a.Y, o0, j + 1, acc[1], false);
+        }
+        __syncthreads();   /* this stage is refilled by the next iteration's issue */
+    }
+}
+
+template <int B> static int doft_fwd_staged_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    const i64 ntile = cdiv(P->a.ncol, DS_TC);
+    const i64 tiles = doft_col_passes(cdiv(P->a.ncol, 2), P->a.nb, dev ? dev->sms : 0);
+    const i64 gx = cdiv(ntile, tiles);
+    k_doft_fwd_staged<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, col_pair_ok(P->a.Y));
+    LK_LAUNCHED("diag-oft forward (staged kernel)");
+    return LYCO_OK;
+}
+
+/* Row-major 16-bit aligned X: the staged kernel (LYCO_CUDA_OFT_STAGED=0: the register-column
+   kernel, for A/B); otherwise the register-column kernel, two adjacent columns per thread when X
+   and Y pair, else one (the channel-fast y0 of a bypass: measured faster at one, 140 vs 266 µs).
+   LYCO_CUDA_OFT_NJ=1/2 forces the columns per thread (A/B). */
 template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    return doft_env_int("LYCO_CUDA_OFT_NJ", 2) == 1 ? doft_fwd_cols_nj<B, 1>(P, dev, st) : doft_fwd_cols_nj<B, 2>(P, dev, st);
+    if (doft_staged_ok(P->a.X) && doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) return doft_fwd_staged_launch<B>(P, dev, st);
+    const int pair = col_pair_ok(P->a.X) && col_pair_ok(P->a.Y);
+    const int nj = doft_env_int("LYCO_CUDA_OFT_NJ", pair ? 2 : 1);
+    return nj == 1 ? doft_fwd_cols_nj<B, 1>(P, dev, st) : doft_fwd_cols_nj<B, 2>(P, dev, st);
 }
 
 /* The column kernels' range: bs 8, 16 or 32, nb within the grid's y, columns within its x. */
