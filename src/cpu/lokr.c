@@ -14,7 +14,9 @@
  *             row: for every p, the run rnd(ρ_o·W1[i,p])·W2[j,:] (one multiply per element) —
  *             ΔW is never formed whole; the driver (merge.c) applies m, σs, DoRA and the modes,
  *             one pass over W and W''.
- * merge bwd : per row o of G = ∂L/∂ΔW̄ (viewed as c × dK), in one pass over the row in L1 (row_bwd):
+ * merge bwd : without DoRA and without a σs gradient, LoKr's own loop (merge_bwd_rows: the driver's
+ *             runs and scaling, bitwise its results); else the driver with rows_bwd. Then
+ *             per row o of G = ∂L/∂ΔW̄ (viewed as c × dK), in one pass over the row in L1 (row_bwd):
  *             v = G_o·W2[j,:]ᵀ (c dots), G_W1[i,:] += ρ_o·v (fp64 partial, a·c);
  *             G_W2[j,:] += (ρ_o·W1[i,:])·G_o (fp32 partial, b·dK); partials per fixed run, reduced in run order, then
  *             chained into the factors in fp64:
@@ -36,7 +38,8 @@
  * Extra memory: fp64 factors and halves (2·(a·c + b·dK) + r·(a + c + b + 2·dK) + r²K doubles),
  * fp32 W1, W2; per slot (max(threads, runs): the backward's partials belong to fixed runs — the
  * merge driver's groups, or runs of token blocks — so they do not depend on the thread count) the
- * gradient partials (a·c doubles + b·dK floats) and 2·c floats;
+ * gradient partials (a·c doubles + b·dK floats) and 2·c floats; merge_bwd_rows one G row (I·K floats)
+ * per thread;
  * bypass: W2ᵀ (b·dK floats); per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 3·c·b + O)
  * (bwd) floats, and 16·max(TB·c, a, b) floats for gemm16;
  * G_σs: d·b + 3·b doubles per run.
@@ -404,24 +407,66 @@ static void row_bwd(int64_t cc, int64_t dK, const float *restrict g, const float
     }
 }
 
+/* Row o of G (IK floats, scaled as the driver scales it) into run `part`'s partials. */
+static void lokr_row_bwd(const lokr_t *s, int64_t o, const float *g, int part) {
+    int64_t b = s->b, cc = s->cc, dK = s->dK, i = o / b, j = o % b;
+    double *gW1 = s->gW1 + (size_t)part * (size_t)(s->a * cc);
+    float *gW2 = s->gW2 + (size_t)part * (size_t)(b * dK), *v = s->scr + (size_t)part * (size_t)s->scr_n, *w = v + cc;
+    for (int64_t p = 0; p < cc; p++) w[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
+    row_bwd(cc, dK, g, s->W2 + j * dK, w, v, gW2 + j * dK);
+    for (int64_t p = 0; p < cc; p++) gW1[i * cc + p] += s->rho[o] * (double)v[p];
+}
+
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
     (void)W;
     const lokr_t *s = dl->state;
-    int64_t b = s->b, cc = s->cc, dK = s->dK, IK = s->IK;
-    double *gW1 = s->gW1 + (size_t)tid * (size_t)(s->a * cc);
-    float *gW2 = s->gW2 + (size_t)tid * (size_t)(b * dK), *v = s->scr + (size_t)tid * (size_t)s->scr_n, *w = v + cc;
-    for (int64_t rr = 0; rr < nr; rr++) {
-        int64_t o = o0 + rr, i = o / b, j = o % b;
-        for (int64_t p = 0; p < cc; p++) w[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
-        row_bwd(cc, dK, G + rr * IK, s->W2 + j * dK, w, v, gW2 + j * dK);
-        for (int64_t p = 0; p < cc; p++) gW1[i * cc + p] += s->rho[o] * (double)v[p];
-    }
+    for (int64_t rr = 0; rr < nr; rr++) lokr_row_bwd(s, o0 + rr, G + rr * s->IK, tid);
 }
 
 static lyco_status finish_bwd(const cpu_delta *dl) {
     const lokr_t *s = dl->state;
     if (!s->c->g) return LYCO_OK;
     return store_grads(s, 1.0);
+}
+
+/* g[j] *= m, then *= σ when σ ≠ 1: the driver's scaling of a G row (merge.c bwd_block), as it
+   rounds it; a factor 1 is skipped (x·1 = x). */
+CPU_HOT
+static void scale_row(float *g, int64_t n, float m, float sig) {
+    if (m != 1.0f)
+        for (int64_t j = 0; j < n; j++) g[j] *= m;
+    if (sig != 1.0f)
+        for (int64_t j = 0; j < n; j++) g[j] *= sig;
+}
+
+#define LOKR_RB 4   /* merge.c's row block (RB): the same fixed runs of rows, so the same sums */
+
+/* Merge backward without DoRA and without a gradient for σs: merge.c's cpu_merge_bwd reduced to what
+   LoKr needs — per row, G loaded through the compute dtype, scaled by m (and σs), then row_bwd;
+   the runs of row blocks of the driver (cpu_delta.groups), so the partials and the outputs are
+   bitwise the driver's. Skips the driver's three per-thread row-block buffers and its
+   multiply-by-m pass over G when m = 1 (together ~30% of the call at 1280², 1 thread). */
+static lyco_status merge_bwd_rows(const lyco_call *c, lokr_t *s) {
+    bool compat = c->a->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE;
+    float m = (float)c->m, sig = compat ? 1.0f : cpu_sigma(c);
+    int64_t IK = s->IK, nblocks = (s->O + LOKR_RB - 1) / LOKR_RB;
+    int runs = s->runs;
+    cpu_view gv;
+    cpu_view_init(&gv, c->d_out, 1);
+    float *rowbuf = alloc_f((int64_t)s->nt * IK);
+    if (!rowbuf) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr merge_bwd: out of memory for %lld-column rows", (long long)IK);
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < runs; g++) {
+        float *grow = rowbuf + (size_t)cpu_thread_id() * (size_t)IK;
+        int64_t o1 = cpu_run_start(nblocks, runs, g + 1) * LOKR_RB;
+        for (int64_t o = cpu_run_start(nblocks, runs, g) * LOKR_RB; o < o1 && o < s->O; o++) {
+            cpu_load(&gv, o, 0, IK, c->dt.compute, grow);
+            scale_row(grow, IK, m, sig);
+            lokr_row_bwd(s, o, grow, g);
+        }
+    }
+    free(rowbuf);
+    return c->g ? store_grads(s, 1.0) : LYCO_OK;
 }
 
 /* ---- bypass, linear layers ---- */
@@ -634,7 +679,11 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
                         .groups = s.runs};
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
-        case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
+        case LYCO_DIR_MERGE_BWD: {
+            bool sig_grad = c->g && c->g->grad[LYCO_SCALAR];   /* the driver writes it (0 under compat) */
+            st = c->dims.dora || sig_grad || c->dropped ? cpu_merge_bwd(c, &dl) : merge_bwd_rows(c, &s);
+            break;
+        }
         case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
         default: st = bypass_bwd(c, &s); break;
         }
