@@ -48,6 +48,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "isa.h"
 #include "stream.h"
 
 #define TB 32   /* bypass: tokens per tile */
@@ -79,12 +80,26 @@ static float mask_at(const lyco_call *c, int64_t i) {
 static float *alloc_f(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(float)); }
 static double *alloc_d(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(double)); }
 
+/* ---- dmm's row products, once per ISA (lokr_kern.h; both copies without FMA: the same bits) ---- */
+typedef double lk4d __attribute__((vector_size(32)));
+#ifdef CPU_V3
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v3")
+#pragma GCC optimize("fp-contract=off")
+#define KN(name) name##_v3
+#include "lokr_kern.h"
+#undef KN
+#pragma GCC pop_options
+#endif
+#define KN(name) name##_base
+#include "lokr_kern.h"
+#undef KN
+
 /* C[M×N] = Σ_k A[i·ai + k·ak] · B[k·bk + j·bj]   (fp64, small matrices only; C aliases neither).
-   Row by row: C's row i starts at 0 and takes the terms k = 0, 1, … in order — each element the
-   operations of the dot form, bit for bit — with the inner loop over contiguous j (vectorised,
-   independent lanes; the dot form was one latency-bound chain per element, ~18% of a LoKr merge
-   backward at 1280²). B with bj ≠ 1 is first copied to k-major rows (the dot form when that copy
-   cannot be allocated). No FMA: this function is compiled for the baseline ISA. */
+   Row by row (lokr_kern.h): each element the operations of the dot form in its order, bit for
+   bit, the inner loop over contiguous j in vector registers (the dot form was one latency-bound
+   chain per element, ~18% of a LoKr merge backward at 1280²). B with bj ≠ 1 is first copied to
+   k-major rows (the dot form when that copy cannot be allocated). */
 static void dmm(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, int64_t ak, const double *B, int64_t bk,
                 int64_t bj, double *restrict C) {
     double *Bt = bj == 1 ? NULL : malloc(sizeof(double) * (size_t)(Kd * N + 1));
@@ -103,15 +118,11 @@ static void dmm(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, i
         B = Bt;
         bk = N;
     }
-    for (int64_t i = 0; i < M; i++) {
-        double *c = C + i * N;
-        for (int64_t j = 0; j < N; j++) c[j] = 0.0;
-        for (int64_t k = 0; k < Kd; k++) {
-            double f = A[i * ai + k * ak];
-            const double *b = B + k * bk;
-            for (int64_t j = 0; j < N; j++) c[j] += f * b[j];
-        }
-    }
+#ifdef CPU_V3
+    if (cpu_have_v3()) dmm_rows_v3(M, N, Kd, A, ai, ak, B, bk, C);
+    else
+#endif
+        dmm_rows_base(M, N, Kd, A, ai, ak, B, bk, C);
     free(Bt);
 }
 
