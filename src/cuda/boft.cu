@@ -14,7 +14,11 @@
  *   G_ρ[o] = Σ_j GY·X_M;  stages in reverse: Ĝ = G[t], Ŵ = X_i[t]:  G_N_{i,k} += Ĝ·Ŵᵀ,
  *   ΔG[t] += (N − I)ᵀ·Ĝ;  then G_R = m·G_N and the Cayley adjoint; GX = ΔG (+ GY unless delta).
  *
- * STAGE-PER-LAUNCH KERNELS (the default; k_bs_*). Columns are independent, so the columns go in
+ * STAGE-GROUP KERNELS (the default; boft_group.cu): several stages per launch in shared memory
+ * for block sizes 2, 4, 8, 16, 32, 64 (see that file). The kernels below run what they do not
+ * take (b 6, 10, …), and everything when LYCO_CUDA_BOFT_STAGEWISE=1 (A/B runs).
+ *
+ * STAGE-PER-LAUNCH KERNELS (k_bs_*; the fallback). Columns are independent, so the columns go in
  * chunks of CC (a multiple of BS_CT = 64) held as fp32 [O][CC] scratch buffers, and each stage is
  * ONE launch over the chunk (the launch boundary is the grid-wide barrier the stage's gather
  * needs). A CUDA block of a stage owns (block k: b rows t_0..t_{b−1}) × (64 columns): it gathers
@@ -69,7 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/oft.cuh"
+#include "cuda/boft_group.cuh"
 
 #define BTW_MAX 32       /* max columns per tile (shared buffers) */
 #define BTW_GLOBAL 8     /* columns per tile with global buffers */
@@ -826,11 +830,14 @@ static bool boft_legacy(void) {
     return e && e[0] == '1';
 }
 
+/* The stage-group kernels (boft_group.cu) take power-of-two block sizes whose shared memory fits;
+   everything else (b 6, 10, …; LYCO_CUDA_BOFT_STAGEWISE=1) runs the stage-per-launch kernels. */
 extern "C" int lk_boft_fwd(const lk_oft_args *a, const lk_device *dev, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     if (boft_legacy()) return boft_fwd_legacy(a, dev, st);
     int rc = boft_check(a);
     if (rc || a->ncol == 0) return rc;
+    if (bg_takes(a, dev, 0, NULL)) return bg_fwd(a, dev, st);
     return bs_fwd(a, st);
 }
 
