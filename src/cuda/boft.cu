@@ -847,5 +847,6 @@ extern "C" int lk_boft_bwd(const lk_oft_args *a, const lk_device *dev, void *str
     int rc = boft_check(a);
     if (rc) return rc;
     if (!a->gB.p && !(a->grho.p && a->rho.p) && !a->GX.p) return LYCO_OK;
+    if (bg_takes(a, dev, 1, NULL)) return bg_bwd(a, dev, st);
     return bs_bwd(a, st);
 }
