@@ -363,7 +363,8 @@ static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const fl
 
 /* One row of the merge backward, in L1 (g: the row of G as c × dK; w2 = W2[j,:]; w[p] = ρ_o·W1[i,p]):
    v[p] = ⟨g_p, w2⟩ and G_W2[j,:] += Σ_p w[p]·g_p, in the summation orders of dense.c's nt and tn
-   paths (8 k-lanes, fixed tree, chained tail; a chain over p from 0, then + the partial) — the
+   paths (8 k-lanes, fixed tree, chained tail; a chain over p from 0, then + the partial), 8 dots
+   and 16 columns at a time for independent FMA chains — the
    two tiny GEMM calls per row this replaces cost ~40% of the call in their per-call overhead.
    The v3/v4 clones contract the vector a·b + c into FMAs (-ffp-contract=fast) as dense.c's v3
    kernels do explicitly; the scalar tails say fmaf (GCC left them uncontracted): bitwise the
@@ -374,33 +375,46 @@ CPU_HOT
 static void row_bwd(int64_t cc, int64_t dK, const float *restrict g, const float *restrict w2, const float *restrict w,
                     float *restrict v, float *restrict gw2) {
     int64_t K8 = dK & ~(int64_t)7;
-    /* dots, up to 4 rows g_p at a time: independent 8-lane chains (one chain was FMA-latency bound) */
-    for (int64_t p0 = 0; p0 < cc; p0 += 4) {
-        int np = cc - p0 < 4 ? (int)(cc - p0) : 4;
-        lk_v8 l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, x, y;
-        const float *g0 = g + p0 * dK, *g1 = np > 1 ? g0 + dK : g0, *g2 = np > 2 ? g0 + 2 * dK : g0, *g3 = np > 3 ? g0 + 3 * dK : g0;
+    /* dots, up to 8 rows g_p at a time: independent 8-lane chains (one chain was FMA-latency bound) */
+    for (int64_t p0 = 0; p0 < cc; p0 += 8) {
+        int np = cc - p0 < 8 ? (int)(cc - p0) : 8;
+        lk_v8 l[8], x, y;
+        const float *gp[8];
+        for (int xi = 0; xi < 8; xi++) {
+            l[xi] = (lk_v8){0};
+            gp[xi] = g + (p0 + (xi < np ? xi : 0)) * dK;   /* rows past cc repeat row p0, unused */
+        }
         for (int64_t k = 0; k < K8; k += 8) {
             memcpy(&y, w2 + k, sizeof y);
-            memcpy(&x, g0 + k, sizeof x);
-            l0 += x * y;
-            memcpy(&x, g1 + k, sizeof x);
-            l1 += x * y;
-            memcpy(&x, g2 + k, sizeof x);
-            l2 += x * y;
-            memcpy(&x, g3 + k, sizeof x);
-            l3 += x * y;
+            for (int xi = 0; xi < 8; xi++) {
+                memcpy(&x, gp[xi] + k, sizeof x);
+                l[xi] += x * y;
+            }
         }
-        lk_v8 ls[4] = {l0, l1, l2, l3};
         for (int xi = 0; xi < np; xi++) {
-            const float *gp = g + (p0 + xi) * dK;
-            lk_v8 a = ls[xi];
+            lk_v8 a = l[xi];
             float t = 0.0f;
-            for (int64_t k = K8; k < dK; k++) t = __builtin_fmaf(gp[k], w2[k], t);
+            for (int64_t k = K8; k < dK; k++) t = __builtin_fmaf(gp[xi][k], w2[k], t);
             v[p0 + xi] = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) + t;
         }
     }
-    /* G_W2 row: 8 columns at a time in a register, the chain over p, then + the partial */
+    /* G_W2 row: 16 columns at a time in two registers, the chain over p, then + the partial */
     int64_t n0 = 0;
+    for (; n0 + 16 <= K8; n0 += 16) {
+        lk_v8 a0 = {0}, a1 = {0}, x0, x1, c0, c1;
+        for (int64_t p = 0; p < cc; p++) {
+            memcpy(&x0, g + p * dK + n0, sizeof x0);
+            memcpy(&x1, g + p * dK + n0 + 8, sizeof x1);
+            a0 += w[p] * x0;
+            a1 += w[p] * x1;
+        }
+        memcpy(&c0, gw2 + n0, sizeof c0);
+        memcpy(&c1, gw2 + n0 + 8, sizeof c1);
+        c0 += a0;
+        c1 += a1;
+        memcpy(gw2 + n0, &c0, sizeof c0);
+        memcpy(gw2 + n0 + 8, &c1, sizeof c1);
+    }
     for (; n0 < K8; n0 += 8) {
         lk_v8 a = {0}, x, c;
         for (int64_t p = 0; p < cc; p++) {
