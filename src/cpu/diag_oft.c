@@ -25,8 +25,8 @@
  *
  * Extra memory: the Cayley state and M, M − I (5·nb·bs² floats), ρ (O); per thread 4 tile
  * buffers (≤ 64K floats); backward, G_M and G_ρ (nb·bs² + O floats), the run partials
- * (runs·gl·(bs² + bs) floats, runs ≤ CPU_RUNS and ≤ CPU_RUN_FLOATS floats in all; gl blocks per
- * group) and, linear bypass with dy0, the transposed blocks (nb·bs² floats).
+ * (runs·gl·(bs² + bs) floats, runs ≤ CPU_RUNS, ≤ CPU_RUNS_BIG·(nb·bs² + O) and ≤ CPU_RUN_FLOATS
+ * floats in all; gl blocks per group) and, linear bypass with dy0, the transposed blocks (nb·bs² floats).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +205,8 @@ static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta
    Tiles are numbered group-major (group of gl blocks, then column/token tile). The gradients of M
    and ρ are sums over a group's tiles: each group's tiles are cut into R fixed runs (R from the
    shape only: at most CPU_RUNS units and CPU_RUN_FLOATS partial floats in all), a run is walked in
-   order by one thread into its own partial (its group's gl·bs² + gl·bs floats), and the partials
+   order by one thread into its own partial (its group's gl·bs² + gl·bs floats; all partials
+   together at most CPU_RUNS_BIG full-size gradients), and the partials
    are added in run order — the gradients do not depend on the thread count (cpu.h, cpu_runs). */
 typedef struct {
     const cpu_oft_io *xin, *gin, *gout;
@@ -308,7 +309,10 @@ static lyco_status oft_backward(oft_t *s, const DLTensor *Xt, const DLTensor *GY
         q.nct = cpu_oft_ntiles(&xin, s->tw);
     }
     int64_t ngroups = (s->nb + q.gl - 1) / q.gl, slot = q.gl * s->nn + q.gl * s->bs;
-    int64_t cap = CPU_RUN_FLOATS / (ngroups * slot > 0 ? ngroups * slot : 1), R = CPU_RUNS / (ngroups > 0 ? ngroups : 1);
+    /* partial floats in all ≤ CPU_RUNS_BIG full-size gradients and ≤ CPU_RUN_FLOATS (cpu.h's rule for
+       matrix-sized partials; 48 runs of 4352 floats at 640², block 16, cost ~3% of the call in memset) */
+    int64_t budget = CPU_RUNS_BIG * (all + s->O) < CPU_RUN_FLOATS ? CPU_RUNS_BIG * (all + s->O) : CPU_RUN_FLOATS;
+    int64_t cap = budget / (ngroups * slot > 0 ? ngroups * slot : 1), R = CPU_RUNS / (ngroups > 0 ? ngroups : 1);
     if (R > cap) R = cap;
     R = cpu_runs(q.nct, R);   /* runs per group: 1 ≤ R ≤ tiles per group */
     int64_t units = ngroups * R;
