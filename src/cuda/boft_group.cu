@@ -48,8 +48,10 @@
  *      next launch's start in scratch (the forward kernel with Din = the previous boundary);
  *   2. backward launches nL−1 … 0 (k_bg_bwd): load GY (RN_ct), ΔG (scratch; (ρ − 1)·GY in the
  *      first), X_{i0} (scratch boundary or RN_ct(X)); stages i1−1 … i0 in reverse, each: X_i by
- *      REPLAYING stages i0..i−1 from X_{i0} in a work buffer (s(s−1)/2 extra stage applications
- *      per launch instead of s shared buffers), the block-gradient partial G_N_{i,k} += Ĝ·Ŵᵀ
+ *      REPLAYING the forward from the nearest stored input at or below i — X_{i0}, or (s ≥ 3, when
+ *      a fifth buffer keeps 2 CUDA blocks per SM) the checkpoint X_cp, cp = i0 + ⌊s/2⌋, computed
+ *      once per tile — in a work buffer (s = 3: 2 extra stage applications, s = 5: 6, instead of
+ *      s(s−1)/2 = 3 / 10 without the checkpoint or s shared buffers), the block-gradient partial G_N_{i,k} += Ĝ·Ŵᵀ
  *      (Ĝ = GY + ΔG, Ŵ = X_i gathered; thread = an R1×R2 tile of one block's b² entries, the 32
  *      columns in order, fmaf from 0, then added to the CUDA block's own partial in global
  *      memory: gpart[(i·nb + k)·P + p][μ·b + ν], p = the column split) and the transposed stage
@@ -57,16 +59,18 @@
  *      delta). The launch ending at M also replays X_M and writes G_ρ's per-(row, 32 columns)
  *      partial Σ_c GY·X_M (fixed order).
  *   A CUDA block = (super-group, column split p of P) walks its column tiles p, p + P, … so the
- *   partials are P·M·nb·b² floats (read-modify-written in tile and chunk order; P ≈ 4·SMs /
- *   super-groups, capped by a 16M-float budget); then GR = m·Σ_p partial in double (fixed
+ *   partials are P·M·nb·b² floats (read-modify-written in tile and chunk order; P: one wave of
+ *   2 CUDA blocks per SM over the super-groups, reduced to the fewest splits with the same tiles
+ *   per block, capped by a 16M-float budget); then GR = m·Σ_p partial in double (fixed
  *   order), G_ρ = Σ over tiles in order (oft_sum_rho), the Cayley adjoint. Deterministic, no
- *   atomics. Shared memory 4·128·33·4 + 128·b·4 bytes (b 16: 74 KB).
- *   Cost ≈ forward plain pass (M stages) + per launch s(s−1)/2 replays + s transposed stages +
- *   s G_N partials (≈ 1.5× a stage): b 16 M 9 (lb 4, 3 launches of 3): ≈ 9 + 9 + 9 + 13.5 ≈ 40
- *   stage units vs the forward's 9 → merge bwd ≈ 1 ms, bypass (8192 tokens) ≈ 2 ms (estimates).
+ *   atomics. Shared memory (4 or 5)·128·33·4 + 128·b·4 bytes (b 16: 74 / 91 KB).
+ *   Cost ≈ the plain forward pass (the stages of launches 0..nL−2) + the replays + s transposed
+ *   stages + s G_N partials (≈ 1.5 stages) per launch: b 16 M 9 (lb 4, 3 launches of 3):
+ *   6 + 6 + 9 + 13.5 ≈ 35 stage units vs the forward's 9; b 8 M 10 (lb 5, 2 of 5): 5 + 12 + 10
+ *   + 15 ≈ 42 → merge bwd ≈ 0.6–1 ms, bypass (8192 tokens) about twice (estimates).
  *
  * Extra memory (stream-ordered): NF (and NB) M·nb·b² floats; forward Δ scratch O·CC floats
- * (nL > 1; CC: the columns within 16M floats); backward (nL − 1) boundaries + ΔG, O·CC floats
+ * (nL > 1; CC: the columns in the fewest chunks within 16M floats, split evenly); backward (nL − 1) boundaries + ΔG, O·CC floats
  * each (within 16M floats), P·M·nb·b² partials, ⌈ncol/32⌉·O G_ρ partials, M·nb·b² floats of GR.
  *
  * NOT TAKEN (boft.cu runs the stage-per-launch kernels): b not a power of two (6, 10, …),
@@ -380,12 +384,13 @@ __global__ __launch_bounds__(NT) void k_bg_prep(const float *Nm, float *NF, floa
 
 /* ---- backward ---- */
 
-/* W = X_{i0} advanced by stages [g.i0, upto) (plain form), from X0s. Ends synchronised when it
-   ran a stage; otherwise the caller's next barrier orders the copy. */
+/* W = src (the stage input X_from) advanced by stages [from, upto) (plain form). Ends
+   synchronised when it ran a stage; otherwise the caller's next barrier orders the copy. */
 template <int B>
-__device__ void bg_replay(float *W, const float *X0s, int upto, float *Ns, const bg_geo &g, const bg_blk &k, const bg_k &P) {
-    bg_copy(W, X0s, k);
-    for (int i = g.i0; i < upto; i++) {
+__device__ void bg_replay(float *W, const float *src, int from, int upto, float *Ns, const bg_geo &g, const bg_blk &k,
+                          const bg_k &P) {
+    bg_copy(W, src, k);
+    for (int i = from; i < upto; i++) {
         bg_fill_sync<B>(Ns, P.NF, g, k, i, P.nb);
         bg_stage<B, BG_GS_BWD, false>(Ns, NULL, W, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
     }
@@ -446,16 +451,20 @@ __device__ void bg_rho_part(const float *GYs, const float *XM, float *rpart, int
 /* One backward launch over stages [g.i0, g.i1) (see the header): CUDA block = (super-group,
    column split p of np) walking the tiles p, p + np, …. Xin: X_{i0} (NULL: RN_ct(X)); DGin: ΔG
    (NULL in the launch ending at M: (ρ − 1)·GY); DGout: ΔG out (NULL: GX epilogue when wanted).
-   Shared: GYs, DGs, X0s, Ws (GS × 33), Ns (GS·b). */
+   Stage inputs X_i (∂L/∂B) are replayed from X_{i0} (X0s) or, with use_cp (s ≥ 3), from the
+   checkpoint X_cp (Cs), cp = i0 + ⌊s/2⌋: s = 5 replays 6 stages instead of 10, s = 3 2 instead
+   of 3. Shared: GYs, DGs, X0s, Ws (GS × 33), Ns (GS·b), Cs (GS × 33, use_cp). */
 template <int B>
-__global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g, const float *Xin, const float *DGin, float *DGout,
-                                               float *gpart, int np, float *rpart, int want_b, int want_rho) {
+__global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g, const float *Xin, const float *DGin,
+                                                             float *DGout, float *gpart, int np, float *rpart, int want_b,
+                                                             int want_rho, int use_cp) {
     typedef bg_shape<B, BG_GS_BWD> S;
     extern __shared__ float sm[];
     float *GYs = sm, *DGs = GYs + BG_GS_BWD * BG_LD, *X0s = DGs + BG_GS_BWD * BG_LD, *Ws = X0s + BG_GS_BWD * BG_LD;
-    float *Ns = Ws + BG_GS_BWD * BG_LD;
+    float *Ns = Ws + BG_GS_BWD * BG_LD, *Cs = Ns + BG_GS_BWD * B;
     const int nsg = (int)(P.O >> g.lgs), sg = (int)(blockIdx.x % nsg), p = (int)(blockIdx.x / nsg);
     const bool last = g.i1 == P.M, rp = want_rho && last;
+    const int cp = use_cp ? g.i0 + (g.i1 - g.i0) / 2 : g.i0;
     for (int tile = p; tile < g.ntile; tile += np) {
         const bg_blk k = bg_block(g, sg, tile, P.cn);
         bg_ld_rows<S::LHB>(GYs, P.GY, g, k, P.j0, P.ct);
@@ -465,19 +474,11 @@ __global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g,
         }
         if (!last) bg_ld_scr<S::LHB>(DGs, DGin, P.ld, g, k);
         __syncthreads();
+        if (use_cp && (want_b || rp)) bg_replay<B>(Cs, X0s, g.i0, cp, Ns, g, k, P);
         if (rp) {   /* X_M into DGs (free until ΔG is initialised below), then G_ρ's partial */
-            if (want_b) {
-                bg_replay<B>(Ws, X0s, g.i1 - 1, Ns, g, k, P);
-                bg_copy(DGs, Ws, k);
-                bg_fill_sync<B>(Ns, P.NF, g, k, g.i1 - 1, P.nb);
-                bg_stage<B, BG_GS_BWD, false>(Ns, NULL, DGs, g.a + g.i1 - 1 - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
-            } else {
-                bg_replay<B>(DGs, X0s, g.i1, Ns, g, k, P);
-            }
+            bg_replay<B>(DGs, use_cp ? Cs : X0s, cp, g.i1, Ns, g, k, P);
             bg_rho_part<S::LHB>(GYs, DGs, rpart, tile, g, k, P);
             __syncthreads();
-        } else if (want_b) {
-            bg_replay<B>(Ws, X0s, g.i1 - 1, Ns, g, k, P);
         }
         if (last)
             for (int idx = threadIdx.x; idx < k.gsr * BG_LD; idx += NT) {
@@ -485,9 +486,18 @@ __global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g,
                 DGs[idx] = (rho_ct(P.rho, bg_row<S::LHB>(g, k.qfix, l), P.ct) - 1.0f) * GYs[idx];
             }
         for (int i = g.i1 - 1; i >= g.i0; i--) {
-            if (want_b && i < g.i1 - 1) bg_replay<B>(Ws, X0s, i, Ns, g, k, P);
+            const float *W = NULL;
+            if (want_b) {   /* X_i: the nearest stored input at or below i, advanced in Ws */
+                const bool fromc = use_cp && i >= cp;
+                const int from = fromc ? cp : g.i0;
+                W = fromc ? Cs : X0s;
+                if (i > from) {
+                    bg_replay<B>(Ws, W, from, i, Ns, g, k, P);
+                    W = Ws;
+                }
+            }
             bg_fill_sync<B>(Ns, P.NB, g, k, i, P.nb);
-            if (want_b) bg_gn<B>(GYs, DGs, Ws, i, gpart, np, p, g, k, P);
+            if (want_b) bg_gn<B>(GYs, DGs, W, i, gpart, np, p, g, k, P);
             bg_stage<B, BG_GS_BWD, true>(Ns, GYs, DGs, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
         }
         if (DGout) bg_st_scr<S::LHB>(DGout, DGs, P.ld, g, k);
@@ -521,8 +531,9 @@ static bool bg_stagewise_env(void) {
     return e && e[0] == '1';
 }
 
+/* bwd 2: the backward with the checkpoint buffer */
 static size_t bg_smem(int bwd, i64 b) {
-    return bwd ? sizeof(float) * (size_t)(4 * BG_GS_BWD * BG_LD + BG_GS_BWD * b)
+    return bwd ? sizeof(float) * (size_t)((bwd == 2 ? 5 : 4) * BG_GS_BWD * BG_LD + BG_GS_BWD * b)
                : sizeof(float) * (size_t)(2 * BG_GS_FWD * BG_LD + BG_GS_FWD * b);
 }
 
@@ -565,13 +576,15 @@ static int bg_grid(i64 blocks, unsigned *g) {
     return LYCO_OK;
 }
 
-/* Chunk width: a multiple of BG_CW with per_col·CC ≤ budget (at least BG_CW), at most ncol rounded up. */
+/* Chunk width: the columns in the fewest chunks with per_col·CC ≤ budget floats, split evenly
+   (a multiple of BG_CW, at least BG_CW). */
 static i64 bg_chunk(i64 ncol, i64 per_col, i64 budget) {
     const i64 all = cdiv(ncol, BG_CW) * BG_CW;
     if (per_col <= 0) return all;
     i64 cc = budget / per_col / BG_CW * BG_CW;
     if (cc < BG_CW) cc = BG_CW;
-    return cc < all ? cc : all;
+    if (cc >= all) return all;
+    return cdiv(cdiv(all, cdiv(all, cc)), BG_CW) * BG_CW;
 }
 
 static void bg_args(bg_k *P, const lk_oft_args *a, const float *NF, const float *NB, i64 CC) {
@@ -653,29 +666,31 @@ int bg_fwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
     return rc ? rc : rc2 ? rc2 : rc3;
 }
 
+/* use_cp: stage ranges of 3+ with X needed take the checkpoint buffer when it fits (cp_fits). */
 template <int B>
 static int bg_bwd_launch(const bg_k *P, const bg_geo *g, const float *Xin, const float *DGin, float *DGout, float *gpart,
-                         int np, float *rpart, int want_b, int want_rho, cudaStream_t st) {
+                         int np, float *rpart, int want_b, int want_rho, int cp_fits, cudaStream_t st) {
     const i64 nsg = P->O >> g->lgs;
     unsigned grid = 0;
     int rc = bg_grid(nsg * np, &grid);
     if (rc || grid == 0) return rc;
-    const size_t smem = bg_smem(1, B);
+    const int use_cp = cp_fits && g->i1 - g->i0 >= 3 && (want_b || (want_rho && g->i1 == P->M));
+    const size_t smem = bg_smem(use_cp ? 2 : 1, B);
     LK_CHECK(cudaFuncSetAttribute(k_bg_bwd<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    k_bg_bwd<B><<<grid, NT, smem, st>>>(*P, *g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho);
+    k_bg_bwd<B><<<grid, NT, smem, st>>>(*P, *g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, use_cp);
     LK_LAUNCHED("boft stage group (backward)");
     return LYCO_OK;
 }
 
 static int bg_bwd_any(i64 b, const bg_k *P, const bg_geo *g, const float *Xin, const float *DGin, float *DGout, float *gpart,
-                      int np, float *rpart, int want_b, int want_rho, cudaStream_t st) {
+                      int np, float *rpart, int want_b, int want_rho, int cp_fits, cudaStream_t st) {
     switch (b) {
-    case 2: return bg_bwd_launch<2>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, st);
-    case 4: return bg_bwd_launch<4>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, st);
-    case 8: return bg_bwd_launch<8>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, st);
-    case 16: return bg_bwd_launch<16>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, st);
-    case 32: return bg_bwd_launch<32>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, st);
-    case 64: return bg_bwd_launch<64>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, st);
+    case 2: return bg_bwd_launch<2>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
+    case 4: return bg_bwd_launch<4>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
+    case 8: return bg_bwd_launch<8>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
+    case 16: return bg_bwd_launch<16>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
+    case 32: return bg_bwd_launch<32>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
+    case 64: return bg_bwd_launch<64>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
     default: return lyco_fail(LYCO_ERR_BACKEND, "cuda boft: block size %lld has no stage-group kernel", (long long)b);
     }
 }
@@ -692,10 +707,13 @@ static size_t bg_bwd_layout(const lk_oft_args *a, const lk_device *dev, int nL, 
     const i64 O = a->O, nop = a->M * a->nb * a->bs * a->bs, nxb = need_x && nL > 1 ? nL - 1 : 0;
     S->CC = bg_chunk(a->ncol, nL > 1 ? (nxb + 1) * O : 0, BG_BUDGET);
     const i64 nsg = O / (O < BG_GS_BWD ? O : BG_GS_BWD), ntile = S->CC / BG_CW, sms = dev && dev->sms > 0 ? dev->sms : 1;
-    i64 np = cdiv(4 * sms, nsg), cap = BG_BUDGET / nop;
-    if (np > ntile) np = ntile;
+    /* column splits: one wave of CUDA blocks (2 per SM; 1 for b ≤ 4, launch bounds), then as few
+       splits as give the same tiles per block; partials within the budget */
+    i64 np = (a->bs >= 8 ? 2 : 1) * sms / nsg, cap = BG_BUDGET / nop;
     if (np > cap) np = cap;
-    S->np = (int)(np < 1 ? 1 : np);
+    if (np > ntile) np = ntile;
+    if (np < 1) np = 1;
+    S->np = (int)cdiv(ntile, cdiv(ntile, np));
     const i64 n[7] = {need_x ? nop : 0, nop, want_b ? S->np * nop : 0, want_rho ? cdiv(a->ncol, BG_CW) * O : 0,
                       want_b ? nop : 0, nL > 1 ? O * S->CC : 0, nxb * O * S->CC};
     float **dst[7] = {&S->NF, &S->NB, &S->gpart, &S->rpart, &S->GR, &S->DG, &S->Xb};
@@ -728,6 +746,8 @@ int bg_bwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
     const int want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL, need_x = want_b || want_rho;
     const int lb = bg_lb(a, BG_GS_BWD), nL = (int)cdiv(a->M, lb);
     const i64 O = a->O, nn = a->bs * a->bs, nop = a->M * a->nb * nn;
+    /* the checkpoint buffer only where 2 CUDA blocks per SM keep fitting */
+    const int cp_fits = 2 * (bg_smem(2, a->bs) + 1024) <= (size_t)(dev && dev->smem_optin > 0 ? dev->smem_optin : 0) + 1024;
     bg_bwd_mem S;
     const size_t bytes = bg_bwd_layout(a, dev, nL, need_x, want_b, want_rho, &S, NULL);
     oft_cay cy;
@@ -750,7 +770,7 @@ int bg_bwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
             for (int jl = nL - 1; jl >= 0 && !rc; jl--) {
                 const bg_geo g = bg_launch_geo(a, BG_GS_BWD, nL, jl, P.cn);
                 rc = bg_bwd_any(a->bs, &P, &g, need_x && jl ? S.Xb + (jl - 1) * O * S.CC : NULL, jl + 1 < nL ? S.DG : NULL,
-                                jl ? S.DG : NULL, S.gpart, S.np, S.rpart, want_b, want_rho, st);
+                                jl ? S.DG : NULL, S.gpart, S.np, S.rpart, want_b, want_rho, cp_fits, st);
             }
         }
         if (!rc && want_b) rc = bg_gsum(&S, nop, nn, a->m, st);
