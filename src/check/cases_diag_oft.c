@@ -36,10 +36,13 @@ const lyco_case lyco_cases_diag_oft[] = {
      .multiplier = 0.9, .opts = CASE_RESCALE | CASE_NONCONTIG | CASE_UNALIGNED},
     {.name = "diag_oft_linear_module_drop", .algo = LYCO_ALGO_DIAG_OFT, .O = 8, .I = 5, .rank = 4, .tokens = 2,
      .opts = CASE_MODULE_DROP | CASE_RESCALE},
-    /* the CUDA column kernels' block sizes (16, 32): several column groups, a partial pass,
-       strided + unaligned operands, the constraint active (‖Q0‖ ≈ 6.6 > 0.5) */
-    {.name = "diag_oft_linear_bs32_rescale_mult", .algo = LYCO_ALGO_DIAG_OFT, .O = 64, .I = 300, .rank = 32,
+    /* the CUDA column kernels' block sizes (16, 32): 16-byte aligned rows (W's staged kernels,
+       partial tiles: 264 = 256 + 8, 1000 = 512 + 488), several column groups, strided +
+       unaligned operands, the constraint active (‖Q0‖ ≈ 6.6 > 0.5) */
+    {.name = "diag_oft_linear_bs32_rescale_mult", .algo = LYCO_ALGO_DIAG_OFT, .O = 64, .I = 264, .rank = 32,
      .tokens = 45, .multiplier = 0.9, .opts = CASE_RESCALE},
+    {.name = "diag_oft_linear_bs16_i1000", .algo = LYCO_ALGO_DIAG_OFT, .O = 32, .I = 1000, .rank = 16, .tokens = 21,
+     .opts = CASE_RESCALE},
     {.name = "diag_oft_linear_bs16_strided_unaligned_active", .algo = LYCO_ALGO_DIAG_OFT, .O = 48, .I = 19, .rank = 16,
      .tokens = 133, .constraint = 0.5, .opts = CASE_RESCALE | CASE_NONCONTIG | CASE_UNALIGNED},
     {.name = "diag_oft_linear_4096_bs16", .algo = LYCO_ALGO_DIAG_OFT, .O = 4096, .I = 4096, .rank = 16, .tokens = 64,

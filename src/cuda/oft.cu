@@ -756,24 +756,29 @@ template <int B, int NJ> static int doft_fwd_cols_nj(const doft_k *P, const lk_d
 
 /* columns per thread: 2 (LYCO_CUDA_OFT_NJ=1 selects 1, for A/B) */
 /* ---------------------------------------------------------------------------------------------
- * Staged forward for row-major 16-bit X with 16-byte aligned rows (merge's W̄): a CUDA block
- * owns block k's B rows over a run of DS_TC-column tiles, fetched by cp.async into a two-stage
- * ring (the next tile in flight while this one is computed); a thread owns the adjacent columns
- * 2t, 2t + 1 of a tile, reads x[ν] as one 32-bit word per row from shared memory and keeps only
- * its 2·B sums in registers (~100 registers: 4–5 blocks per SM, where the register-column kernel
- * at 173 registers held 2 and waited on its loads). Same fmaf chains and epilogue (bitwise).
- * Shared memory: 2·B·DS_TC 16-bit values + B² floats (36 KB at B = 32).
+ * Staged forward for row-major 16-bit X with 16-byte aligned rows (merge's W̄), as a small GEMM
+ * per block k: Y_k = Op_kᵀ·X_k (B × B times B × ncol). A CUDA block owns block k's B rows over a
+ * run of tiles of TC = 8192/B columns, fetched by cp.async into a two-stage ring (the next tile in
+ * flight while this one is computed). A thread owns an 8 × 8 output tile (rows μ0..μ0+7, columns
+ * c0..c0+7): per ν one 16-byte read of x (eight 16-bit values, widened; X's values are exact in
+ * the compute dtype, which is X's own or fp32) and two float4 reads of Op — 0.25 shared-memory
+ * floats per FMA, which keeps the FMA pipe the limit (the one-column kernels read one Op float
+ * per 1–2 FMAs and were bound by shared-memory bandwidth: 88–150 µs at 4096², B 32). Per output
+ * the same ν-ordered fmaf chain and epilogue as k_doft_fwd (bitwise). Shared memory: 32 KB of
+ * ring + B² floats.
  * ------------------------------------------------------------------------------------------- */
-#define DS_TC (2 * DC_NT)   /* columns of a staged tile */
-
 __host__ __device__ static inline bool doft_staged_ok(const lk_rows &v) {
     return v.p && v.sn == 1 && v.SP == 1 && v.dt != DT_F32 && !(v.flags & LK_UNALIGNED) &&
            (unsigned long long)(uintptr_t)v.p % 16 == 0 && (v.sc * 2) % 16 == 0;
 }
+__host__ __device__ static inline bool doft_vec_rows_ok(const lk_rows &v) {   /* 8 columns = one 16-byte store */
+    return doft_staged_ok(v);
+}
 
-/* tile (columns j0 ..) of rows o0 .. o0 + B − 1 into dst (B × DS_TC 16-bit), zero-filled past ncol */
-template <int B> __device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
-    constexpr int CH = DS_TC / 8, N = B * CH;   /* 16-byte chunks per row, per tile */
+/* tile (columns j0 .. j0 + TC − 1) of rows o0 .. o0 + B − 1 into dst (B × TC 16-bit), zero-filled past ncol */
+template <int B, int TC>
+__device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
+    constexpr int CH = TC / 8, N = B * CH;   /* 16-byte chunks per row, per tile */
 #pragma unroll
     for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
         const int e = q * DC_NT + threadIdx.x;
@@ -781,78 +786,92 @@ template <int B> __device__ __forceinline__ void ds_issue(unsigned short *dst, c
         const int r = e / CH, c = (e % CH) * 8;
         const i64 j = j0 + c, left = ncol - j;
         const int bytes = left >= 8 ? 16 : left > 0 ? (int)left * 2 : 0;
-        cp_async16(dst + r * DS_TC + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
+        cp_async16(dst + r * TC + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
     }
     cp_commit();
 }
 
-template <int B> __global__ __launch_bounds__(DC_NT, 4) void k_doft_fwd_staged(doft_k P, int tiles, int pair_out) {
+/* eight 16-bit values (one uint4) widened to fp32 */
+__device__ __forceinline__ void widen8(float (&x)[8], uint4 u, int dt) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        x[2 * h] = bits16_to_f(w[h] & 0xffffu, dt);
+        x[2 * h + 1] = bits16_to_f(w[h] >> 16, dt);
+    }
+}
+
+template <int B> __global__ __launch_bounds__(DC_NT, 3) void k_doft_fwd_staged(doft_k P, int tiles, int vout) {
+    constexpr int TC = 8192 / B, G = B / 8;   /* columns per tile; 8-row groups */
     __shared__ __align__(16) float Ops[B * B];
-    __shared__ __align__(16) unsigned short Xs[2][B * DS_TC];
+    __shared__ __align__(16) unsigned short Xs[2][B * TC];
     __shared__ float rs[B];
     const lk_oft_args &a = P.a;
-    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles;
-    const i64 nt = cdiv(a.ncol, DS_TC) - t0 < tiles ? cdiv(a.ncol, DS_TC) - t0 : tiles;
-    ds_issue<B>(Xs[0], a.X, o0, t0 * DS_TC, a.ncol);
+    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, TC);
+    const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
+    ds_issue<B, TC>(Xs[0], a.X, o0, t0 * TC, a.ncol);
     const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
     for (int e = threadIdx.x; e < B * B; e += DC_NT) Ops[e] = Op[e];
+    const int g = threadIdx.x % G, mu0 = 8 * g, c0 = 8 * (threadIdx.x / G), dt = a.X.dt;
     for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
-    const int dt = a.X.dt, ct = a.ct;
     for (i64 it = 0; it < nt; it++) {
         if (it + 1 < nt) {
-            ds_issue<B>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * DS_TC, a.ncol);
+            ds_issue<B, TC>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TC, a.ncol);
             cp_wait(1);
         } else {
             cp_wait(0);
         }
         __syncthreads();
         const unsigned short *xs = Xs[it & 1];
-        const int c0 = 2 * (int)threadIdx.x;
-        float acc[2][B];
+        float acc[8][8];   /* [μ − μ0][column − c0] */
 #pragma unroll
-        for (int mu = 0; mu < B; mu++) acc[0][mu] = acc[1][mu] = 0.0f;
+        for (int m = 0; m < 8; m++)
+#pragma unroll
+            for (int c = 0; c < 8; c++) acc[m][c] = 0.0f;
 #pragma unroll 2
         for (int nu = 0; nu < B; nu++) {
-            const unsigned u = *(const unsigned *)(xs + nu * DS_TC + c0);
-            const float x0 = round_to(bits16_to_f(u & 0xffffu, dt), ct), x1 = round_to(bits16_to_f(u >> 16, dt), ct);
-            const float4 *row = (const float4 *)(Ops + nu * B);
+            float x[8];
+            widen8(x, *(const uint4 *)(xs + nu * TC + c0), dt);
+            const float4 oa = *(const float4 *)(Ops + nu * B + mu0), ob = *(const float4 *)(Ops + nu * B + mu0 + 4);
+            const float o[8] = {oa.x, oa.y, oa.z, oa.w, ob.x, ob.y, ob.z, ob.w};
 #pragma unroll
-            for (int q = 0; q < B / 4; q++) {
-                const float4 o = row[q];
-                acc[0][4 * q] = fmaf(o.x, x0, acc[0][4 * q]);
-                acc[0][4 * q + 1] = fmaf(o.y, x0, acc[0][4 * q + 1]);
-                acc[0][4 * q + 2] = fmaf(o.z, x0, acc[0][4 * q + 2]);
-                acc[0][4 * q + 3] = fmaf(o.w, x0, acc[0][4 * q + 3]);
-                acc[1][4 * q] = fmaf(o.x, x1, acc[1][4 * q]);
-                acc[1][4 * q + 1] = fmaf(o.y, x1, acc[1][4 * q + 1]);
-                acc[1][4 * q + 2] = fmaf(o.z, x1, acc[1][4 * q + 2]);
-                acc[1][4 * q + 3] = fmaf(o.w, x1, acc[1][4 * q + 3]);
+            for (int m = 0; m < 8; m++)
+#pragma unroll
+                for (int c = 0; c < 8; c++) acc[m][c] = fmaf(o[m], x[c], acc[m][c]);
+        }
+        const i64 j = (t0 + it) * TC + c0;
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            float x[8];
+            widen8(x, *(const uint4 *)(xs + (mu0 + m) * TC + c0), dt);
+            const float pr = rs[mu0 + m];
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                acc[m][c] = a.delta ? fmaf(pr, acc[m][c], (pr - 1.0f) * x[c]) : (a.rho.p ? pr * acc[m][c] : acc[m][c]);
+            char *yp = (char *)rows_addr(a.Y, o0 + mu0 + m, j < a.ncol ? j : 0);
+            if (vout && j + 8 <= a.ncol) {
+                unsigned w[4];
+#pragma unroll
+                for (int h = 0; h < 4; h++) w[h] = f_to_bits(acc[m][2 * h], a.Y.dt) | (f_to_bits(acc[m][2 * h + 1], a.Y.dt) << 16);
+                *(uint4 *)yp = make_uint4(w[0], w[1], w[2], w[3]);
+            } else {
+                const i64 step = a.Y.sn * (i64)dt_size(a.Y.dt);
+#pragma unroll
+                for (int c = 0; c < 8; c++)
+                    if (j + c < a.ncol) st_elem(yp + c * step, a.Y.dt, a.Y.flags & LK_UNALIGNED, acc[m][c]);
             }
-        }
-#pragma unroll
-        for (int mu = 0; mu < B; mu++) {
-            const unsigned u = *(const unsigned *)(xs + mu * DS_TC + c0);
-            const float x0 = round_to(bits16_to_f(u & 0xffffu, dt), ct), x1 = round_to(bits16_to_f(u >> 16, dt), ct);
-            const float pr = rs[mu];
-            acc[0][mu] = a.delta ? fmaf(pr, acc[0][mu], (pr - 1.0f) * x0) : (a.rho.p ? pr * acc[0][mu] : acc[0][mu]);
-            acc[1][mu] = a.delta ? fmaf(pr, acc[1][mu], (pr - 1.0f) * x1) : (a.rho.p ? pr * acc[1][mu] : acc[1][mu]);
-        }
-        const i64 j = (t0 + it) * DS_TC + c0;
-        if (pair_out && j + 1 < a.ncol) {
-            col_out_pair<B>(a.Y, o0, j, acc[0], acc[1]);
-        } else {
-            if (j < a.ncol) col_out<B>(a.Y, o0, j, acc[0], false);
-            if (j + 1 < a.ncol) col_out<B>(a.Y, o0, j + 1, acc[1], false);
         }
         __syncthreads();   /* this stage is refilled by the next iteration's issue */
     }
 }
 
 template <int B> static int doft_fwd_staged_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    const i64 ntile = cdiv(P->a.ncol, DS_TC);
-    const i64 tiles = doft_col_passes(cdiv(P->a.ncol, 2), P->a.nb, dev ? dev->sms : 0);
+    const i64 TC = 8192 / B, ntile = cdiv(P->a.ncol, TC);
+    i64 tiles = ntile * P->a.nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
+    if (tiles < 1) tiles = 1;
+    if (tiles > 8) tiles = 8;
     const i64 gx = cdiv(ntile, tiles);
-    k_doft_fwd_staged<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, col_pair_ok(P->a.Y));
+    k_doft_fwd_staged<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, doft_vec_rows_ok(P->a.Y));
     LK_LAUNCHED("diag-oft forward (staged kernel)");
     return LYCO_OK;
 }
@@ -1011,6 +1030,110 @@ __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cols(doft_k P, int passes, i
             }
         }
     }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Staged backward without ∂L/∂X (merge: W̄ and d_out row-major 16-bit with aligned rows), B 16 or
+ * 32. Both gradients come from one reduction per block k, H_k = X_k·GY_kᵀ (B × B over all
+ * columns): G_M[ν][μ] = ρ[μ]·H[ν][μ] (G'' = ρ ⊙ GY) and G_ρ[μ] = Σ_ν M[ν][μ]·H[ν][μ]
+ * (= Σ_c GY[μ][c]·(MᵀX)[μ][c]) — half the FMAs of forming MᵀX per element, and the FMAs run
+ * from registers: a thread owns a 4 × 4 set of H (rows strided by B/4) over one of H column
+ * slices of each tile and reads eight columns of its 4 + 4 rows per 16-byte load (one
+ * shared-memory byte per FMA).
+ * Grid (S splits of the columns, nb); tiles of DH_TC columns of X and GY by cp.async into a
+ * two-stage ring (row pitch DH_TC + 8 16-bit values: the eight rows a warp reads at one column
+ * offset fall in distinct banks). Each split writes its partials gpart[s] = ρ ⊙ H_s and
+ * rpart[s] = Σ_ν M ⊙ H_s (the halves of a block added in slice order); oft_sum_grad / oft_sum_rho
+ * add the splits in order, as for the other kernels. Deterministic, no atomics.
+ * ------------------------------------------------------------------------------------------- */
+#define DH_TC 128
+
+template <int B, int TC>
+__device__ __forceinline__ void dh_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
+    constexpr int CH = TC / 8, N = B * CH, P = TC + 8;
+#pragma unroll
+    for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
+        const int e = q * DC_NT + threadIdx.x;
+        if (N % DC_NT != 0 && e >= N) break;
+        const int r = e / CH, c = (e % CH) * 8;
+        const i64 j = j0 + c, left = ncol - j;
+        const int bytes = left >= 8 ? 16 : left > 0 ? (int)left * 2 : 0;
+        cp_async16(dst + r * P + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
+    }
+}
+
+template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int tiles, int want_b, int want_rho,
+                                                                   float *gpart, float *rpart) {
+    constexpr int TC = DH_TC, PT = TC + 8, THR = (B / 4) * (B / 4), H = DC_NT / THR, SL = TC / H;
+    static_assert(SL % 8 == 0, "column slices of whole 16-byte chunks");
+    __shared__ __align__(16) unsigned short Xs[2][B * PT], Ys[2][B * PT];
+    __shared__ float Hs[B * B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, TC);
+    const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
+    dh_issue<B, TC>(Xs[0], a.X, o0, t0 * TC, a.ncol);
+    dh_issue<B, TC>(Ys[0], a.GY, o0, t0 * TC, a.ncol);
+    cp_commit();
+    /* rows ν = gν + i·B/4, μ = gμ + j·B/4: the rows a warp reads at one offset are consecutive
+       (distinct banks at pitch PT) */
+    const int h = threadIdx.x / THR, w = threadIdx.x % THR, gn = w / (B / 4), gm = w % (B / 4);
+    const int dx = a.X.dt, dy = a.GY.dt;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (i64 it = 0; it < nt; it++) {
+        if (it + 1 < nt) {
+            dh_issue<B, TC>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TC, a.ncol);
+            dh_issue<B, TC>(Ys[(it + 1) & 1], a.GY, o0, (t0 + it + 1) * TC, a.ncol);
+            cp_commit();
+            cp_wait(1);
+        } else {
+            cp_wait(0);
+        }
+        __syncthreads();
+        const unsigned short *xs = Xs[it & 1], *ys = Ys[it & 1];
+#pragma unroll 1
+        for (int c = h * SL; c < (h + 1) * SL; c += 8) {
+            float xv[4][8], yv[4][8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                widen8(xv[i], *(const uint4 *)(xs + (gn + i * (B / 4)) * PT + c), dx);
+                widen8(yv[i], *(const uint4 *)(ys + (gm + i * (B / 4)) * PT + c), dy);
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[i][j] = fmaf(xv[i][e], yv[j][e], acc[i][j]);
+        }
+        __syncthreads();   /* this stage is refilled by the next iteration's issue */
+    }
+    /* the slices' partials added in slice order, then the two gradient partials of this split */
+    for (int hh = 0; hh < H; hh++) {
+        if (h == hh)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float *hp = Hs + (gn + i * (B / 4)) * B + gm + j * (B / 4);
+                    *hp = hh == 0 ? acc[i][j] : *hp + acc[i][j];
+                }
+        __syncthreads();
+    }
+    if (want_b) {
+        float *gp = gpart + (i64)blockIdx.x * a.nb * B * B + k * B * B;
+        for (int e = threadIdx.x; e < B * B; e += DC_NT) gp[e] = rho_ct(a.rho, o0 + e % B, a.ct) * Hs[e];
+    }
+    if (want_rho)
+        for (int mu = threadIdx.x; mu < B; mu += DC_NT) {
+            const float *Mk = P.Mf + k * B * B;
+            float v = 0.0f;
+            for (int nu = 0; nu < B; nu++) v = fmaf(Mk[nu * B + mu], Hs[nu * B + mu], v);
+            rpart[blockIdx.x * a.O + o0 + mu] = v;
+        }
 }
 
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
@@ -1172,6 +1295,30 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
     doft_setup(&P, a, cy);
     const i64 nrt = cdiv(a->nb, P.g), nn = a->bs * a->bs, all = a->nb * nn;
     const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
+    if (doft_cols_take(a) && !a->GX.p && (a->bs == 16 || a->bs == 32) && doft_staged_ok(a->X) && doft_staged_ok(a->GY) &&
+        doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {   /* the H reduction (merge) */
+        const i64 ntile = cdiv(a->ncol, DH_TC);
+        i64 tiles = ntile * a->nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
+        if (tiles < 1) tiles = 1;
+        const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024;
+        if (cdiv(ntile, tiles) > smax) tiles = cdiv(ntile, smax > 0 ? smax : 1);
+        if (tiles > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld columns exceed the reduction kernel", (long long)a->ncol);
+        const i64 S = cdiv(ntile, tiles);
+        const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
+        int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
+        if (rc) return rc;
+        float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
+        const dim3 grid((unsigned)S, (unsigned)a->nb);
+        if (a->bs == 16) k_doft_h<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
+        else k_doft_h<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
+        LK_LAUNCHED("diag-oft backward (reduction kernel)");
+        if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
+        if (want_b) {
+            if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
+            if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
+        }
+        return LYCO_OK;
+    }
     if (doft_cols_take(a)) {   /* column kernels: S = column groups, partials within 8M floats */
         i64 passes = doft_col_passes(a->ncol, a->nb, dev ? dev->sms : 0);
         const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024, need = cdiv(a->ncol, DC_NT * (smax > 0 ? smax : 1));
