@@ -6,8 +6,9 @@
  * as dense.c does with gemm_kern.h (isa.h). Not a public header.
  *
  * Shapes: one block of n×n, compact row-major. The n×n products go row by row: for row a, t[b]
- * starts at its initial value and takes the terms j = 0, 1, …, n−1 in order, 8 columns at a time in
- * vector registers — every element sees exactly the operations of the dot-product form
+ * starts at its initial value and takes the terms j = 0, 1, …, n−1 in order, 16 (then 8)
+ * columns at a time in vector registers (independent add chains) — every element sees exactly
+ * the operations of the dot-product form
  * Σ_j A[a,j]·B[j,b] (the dot form was one latency-bound chain per element: ~1.2 ms of Cayley per
  * call for 80 blocks of 16). No FMA: the v3 copy is compiled with fp-contract off and the
  * products are written as a·b + c, so both copies round a·b and the sum separately — bitwise the
@@ -54,6 +55,19 @@ static void KN(invert)(int64_t n, float *restrict M, float *restrict X) {
 /* t[b] += Σ_j x[j]·B[j·n + b], j in order (fp32) */
 static void KN(rowmul_f)(int64_t n, const float *x, const float *B, float *restrict t) {
     int64_t b0 = 0;
+    for (; b0 + 16 <= n; b0 += 16) {   /* two independent add chains */
+        lk8f a0, a1, v0, v1;
+        memcpy(&a0, t + b0, sizeof a0);
+        memcpy(&a1, t + b0 + 8, sizeof a1);
+        for (int64_t j = 0; j < n; j++) {
+            memcpy(&v0, B + j * n + b0, sizeof v0);
+            memcpy(&v1, B + j * n + b0 + 8, sizeof v1);
+            a0 = a0 + x[j] * v0;
+            a1 = a1 + x[j] * v1;
+        }
+        memcpy(t + b0, &a0, sizeof a0);
+        memcpy(t + b0 + 8, &a1, sizeof a1);
+    }
     for (; b0 + 8 <= n; b0 += 8) {
         lk8f acc, v;
         memcpy(&acc, t + b0, sizeof acc);
@@ -70,6 +84,16 @@ static void KN(rowmul_f)(int64_t n, const float *x, const float *B, float *restr
 /* the same in double */
 static void KN(rowmul_d)(int64_t n, const double *x, const double *B, double *restrict t) {
     int64_t b0 = 0;
+    for (; b0 + 16 <= n; b0 += 16) {   /* four independent add chains */
+        lk4d a[4], v;
+        for (int q = 0; q < 4; q++) memcpy(&a[q], t + b0 + 4 * q, sizeof a[q]);
+        for (int64_t j = 0; j < n; j++)
+            for (int q = 0; q < 4; q++) {
+                memcpy(&v, B + j * n + b0 + 4 * q, sizeof v);
+                a[q] = a[q] + x[j] * v;
+            }
+        for (int q = 0; q < 4; q++) memcpy(t + b0 + 4 * q, &a[q], sizeof a[q]);
+    }
     for (; b0 + 8 <= n; b0 += 8) {
         lk4d a0, a1, v0, v1;
         memcpy(&a0, t + b0, sizeof a0);
