@@ -10,24 +10,28 @@
  * h = 2^i·hb, η = (q mod 2^i)·hb + u; checked on the host against k_boft_tab's formula for
  * b ∈ {2,4,6,8,10,16,32,64}, nb ≤ 256, every M and every stage range launched here.) So stages
  * i0..i1−1 only mix rows whose q agree outside bits [i0, i1). A CUDA block owns a SUPER-GROUP
- * of GSr = min(GS, O) rows = 2^lb values of a local index L (rows l = L·hb + u) and 32 columns:
+ * of GSr = min(GS, O) rows = 2^lb values of a local index L (rows l = L·hb + u) and CW columns:
  * L's bits [0, a) are q's bits [0, a), L's bits [a, lb) are q's bits [i0, i0 + lb − a), with
  * a = min(lb − s, i0), s = i1 − i0 ≤ lb; the super-group id sg supplies q's other bits
  * ([a, i0) and [i0 + lb − a, log2 2nb)). In local terms stage i is the butterfly stage on
  * local bit j = a + i − i0: local block kk has its γ-half at L = kk with bit j inserted = γ.
  * (i0 = 0: a super-group is GSr consecutive rows; otherwise runs of 2^a·hb consecutive rows.)
  *
- * STAGE (in place in shared memory, fp32, pitch 33 floats): thread = lane (column) × T tasks,
- * task = (local block kk, R consecutive outputs μ); per input κ (ascending) it reads x[κ] =
- * A[κ] + D[κ] (A absent: D[κ]) once and (N − I)ᵀ's row κ as broadcast float4s from shared
- * memory (Ns[kk][κ][μ]: the operator pre-arranged once per call, forward NF[κ][μ] = (N−I)[μ][κ],
+ * STAGE (in place in shared memory, fp32, pitch CW + 1 floats): thread = lane (columns lane +
+ * 32·cc, cc < C = CW/32) × T tasks, task = (local block kk, R consecutive outputs μ); per input κ
+ * (ascending) it reads x[κ] = A[κ] + D[κ] (A absent: D[κ]) for its C columns and (N − I)ᵀ's
+ * row κ once, as broadcast float4s from shared memory (Ns[kk][κ][μ]: the operator pre-arranged once per call, forward NF[κ][μ] = (N−I)[μ][κ],
  * backward NB = (N − I) itself, whose row κ is (N − I)ᵀ's column), accumulating R outputs by
  * fmaf from 0 — the κ-ordered chain of k_bs_stage; barrier; D[t_μ] += acc; barrier. The next
  * stage's operator is fetched by cp.async between the two barriers (forward).
- * Compile-time b (B ∈ {2,4,8,16,32,64}), GS rows per CUDA block (forward 256, backward 128),
- * R = min(B, GS/8), T = GS/(8R): GS/8 outputs per thread.
+ * Compile-time b (B ∈ {2,4,8,16,32,64}); GS = 128 rows per CUDA block, R = min(B, 16),
+ * T = 16/R; forward CW = 64 (C = 2), backward CW = 32 (C = 1): 16·C outputs per thread.
+ * Why C = 2 in the forward: shared memory returns one register per lane per cycle (per SM), so a
+ * broadcast float4 of N costs about as much as 4 (at best 2) lane-loads while feeding only C FMAs
+ * per value; with C = 1 the stage is bound by shared-memory returns (~25–40% of the FMA rate),
+ * C = 2 halves that cost per FMA (3 CUDA blocks per SM fit at b 16).
  *
- * FORWARD (k_bg_fwd, GS 256, lb = log2(GSr/hb) stages per launch at most; nL = ⌈M/lb⌉ launches,
+ * FORWARD (k_bg_fwd, 128 rows × 64 columns, lb = log2(GSr/hb) stages per launch at most; nL = ⌈M/lb⌉ launches,
  * stages split evenly): each launch recomputes X_0 = RN_ct(X) from the input, loads Δ from the
  * fp32 scratch [O][CC] (0 in the first launch), runs its stages Δ ← Δ + (N − I)(X_0 + Δ) and
  * stores Δ in place (different CUDA blocks own disjoint rows × columns) or, in the last launch,
@@ -35,12 +39,14 @@
  * scratch at all). Loads / stores: columns fastest, rows fastest when the operand is channel-
  * fast (bypass y0 / y), one dtype branch outside the loops, the generic lk_rows path for
  * position-split (conv), unaligned operands.
- *   b 16 (lb 5): M 9 → 2 launches; b 8 (lb 6): M 10 → 2; b 32 (lb 4): M ≤ 8 → 1–2; b 64: lb 3.
- *   Cost per output and stage ≈ b FMAs + b·(3/R + 1/4) + ~4 other instructions (b 16: ~27 warp-
- *   instructions per 32 outputs vs ~13 per FMA before); H200 estimate, 4096², b 16, M 9, bf16:
- *   2.4 G FMAs ≈ 4 G instructions ≈ 0.12–0.2 ms of issue, 2 launches × (32 MB in + 64 MB Δ)
- *   overlapped with it: merge fwd ≈ 0.15–0.25 ms + the Cayley transform; bypass (8192 tokens)
- *   about twice. Shared memory 2·256·33·4 + 256·b·4 bytes (b 16: 84 KB, 2 CUDA blocks per SM).
+ *   b 16 (lb 4): M 9 → 3 launches; b 8 (lb 5): M 10 → 2; b 32 (lb 3): M 4 → 2; b 64: lb 2.
+ *   Cost per output and stage ≈ b FMAs + b·(3/R + 1/8) + ~4 other instructions (~1.4
+ *   instructions per FMA vs ~13 before); shared-memory returns per κ and task ≈ 8–16 (N) + 4 (x)
+ *   lane-cycles for 32 FMAs per lane. H200 estimate, 4096², b 16, M 9, bf16: 2.4 G FMAs at
+ *   ~40–60% of the fp32 FMA rate ≈ 0.11–0.17 ms, 3 launches moving 32 MB of X each and 64 MB of
+ *   Δ per boundary (≈ 90 µs of DRAM time, overlapped with the arithmetic): merge fwd ≈ 0.15–0.25
+ *   ms + the Cayley transform; bypass (8192 tokens) about twice. Shared memory 2·128·65·4 +
+ *   128·b·4 bytes (b 16: 73 KB, 3 CUDA blocks per SM; b 64: 97 KB, 2).
  *
  * BACKWARD (GS 128, lb = log2(GSr/hb), same even split into nL launches). Per column chunk:
  *   1. (∂L/∂B or ∂L/∂ρ wanted, nL > 1) forward launches 0..nL−2 in the plain form
@@ -51,10 +57,10 @@
  *      REPLAYING the forward from the nearest stored input at or below i — X_{i0}, or (s ≥ 3, when
  *      a fifth buffer keeps 2 CUDA blocks per SM) the checkpoint X_cp, cp = i0 + ⌊s/2⌋, computed
  *      once per tile — in a work buffer (s = 3: 2 extra stage applications, s = 5: 6, instead of
- *      s(s−1)/2 = 3 / 10 without the checkpoint or s shared buffers), the block-gradient partial G_N_{i,k} += Ĝ·Ŵᵀ
- *      (Ĝ = GY + ΔG, Ŵ = X_i gathered; thread = an R1×R2 tile of one block's b² entries, the 32
- *      columns in order, fmaf from 0, then added to the CUDA block's own partial in global
- *      memory: gpart[(i·nb + k)·P + p][μ·b + ν], p = the column split) and the transposed stage
+ *      s(s−1)/2 = 3 / 10 without the checkpoint or s shared buffers), the block-gradient
+ *      partial G_N_{i,k} += Ĝ·Ŵᵀ (Ĝ = GY + ΔG, Ŵ = X_i gathered; thread = an R1×R2 tile of one
+ *      block's b² entries, the 32 columns in order, fmaf from 0, then added to the CUDA block's
+ *      own partial in global memory: gpart[(i·nb + k)·P + p][μ·b + ν], p = the column split) and the transposed stage
  *      ΔG ← ΔG + (N − I)ᵀ(GY + ΔG); then ΔG to scratch or, in launch 0, GX = ΔG (+ GY unless
  *      delta). The launch ending at M also replays X_M and writes G_ρ's per-(row, 32 columns)
  *      partial Σ_c GY·X_M (fixed order).
@@ -70,8 +76,9 @@
  *   + 15 ≈ 42 → merge bwd ≈ 0.6–1 ms, bypass (8192 tokens) about twice (estimates).
  *
  * Extra memory (stream-ordered): NF (and NB) M·nb·b² floats; forward Δ scratch O·CC floats
- * (nL > 1; CC: the columns in the fewest chunks within 16M floats, split evenly); backward (nL − 1) boundaries + ΔG, O·CC floats
- * each (within 16M floats), P·M·nb·b² partials, ⌈ncol/32⌉·O G_ρ partials, M·nb·b² floats of GR.
+ * (nL > 1; CC: the columns in the fewest chunks within 16M floats, split evenly); backward
+ * (nL − 1) boundaries + ΔG, O·CC floats each (within 16M floats), P·M·nb·b² partials,
+ * ⌈ncol/32⌉·O G_ρ partials, M·nb·b² floats of GR.
  *
  * NOT TAKEN (boft.cu runs the stage-per-launch kernels): b not a power of two (6, 10, …),
  * zero columns, shared memory above the device's opt-in limit, LYCO_CUDA_BOFT_STAGEWISE=1.
@@ -82,9 +89,10 @@
 
 #include "cuda/boft_group.cuh"
 
-#define BG_CW 32                     /* columns per CUDA block (one per lane) */
-#define BG_LD 33                     /* shared row pitch (floats): conflict-free in both orders */
-#define BG_GS_FWD 256                /* rows per CUDA block, forward */
+#define BG_CW 32                     /* columns per CUDA block, backward (one per lane); chunk unit */
+#define BG_CWF 64                    /* columns per CUDA block, forward (two per lane) */
+#define BG_LD 33                     /* backward shared row pitch (floats): CW + 1, conflict-free */
+#define BG_GS_FWD 128                /* rows per CUDA block, forward */
 #define BG_GS_BWD 128                /* rows per CUDA block, backward */
 #define BG_BUDGET ((i64)16 << 20)    /* floats of chunk scratch */
 
@@ -143,28 +151,28 @@ __device__ __forceinline__ int bg_kglob(const bg_geo &g, int qfix, int kk, int i
     return ((q0 >> (i + 1)) << i) | (q0 & ((1 << i) - 1));
 }
 
-__device__ __forceinline__ bg_blk bg_block(const bg_geo &g, int sg, int tile, i64 cn) {
+template <int CW> __device__ __forceinline__ bg_blk bg_block(const bg_geo &g, int sg, int tile, i64 cn) {
     bg_blk k;
     k.sg = sg;
     k.qfix = bg_qfix(g, sg);
-    k.c0 = tile * BG_CW;
-    k.w = (int)(cn - k.c0 < BG_CW ? cn - k.c0 : BG_CW);
+    k.c0 = tile * CW;
+    k.w = (int)(cn - k.c0 < CW ? cn - k.c0 : CW);
     k.gsr = 1 << g.lgs;
     return k;
 }
 
 /* ---- global ↔ shared tiles ---- */
 
-/* dst[l][c] = RN_ct(v(row(l), j0 + c0 + c)) for c < w, 0 for the padding columns. DT: the
-   operand's dtype (fast: SP 1, aligned), -1: the generic lk_rows path. */
-template <int LHB, int DT>
+/* dst[l][c] (pitch CW + 1) = RN_ct(v(row(l), j0 + c0 + c)) for c < w, 0 for the padding
+   columns. DT: the operand's dtype (fast: SP 1, aligned), -1: the generic lk_rows path. */
+template <int LHB, int CW, int DT>
 __device__ void bg_ld_rows_t(float *dst, const lk_rows &v, const bg_geo &g, const bg_blk &k, i64 j0, int ct) {
     const bool rf = v.sc == 1;
-    const int n = k.gsr * BG_CW;
+    const int n = k.gsr * CW;
 #pragma unroll 4
     for (int idx = threadIdx.x; idx < n; idx += NT) {
-        const int l = rf ? idx & (k.gsr - 1) : idx >> 5;
-        const int c = rf ? idx >> g.lgs : idx & 31;
+        const int l = rf ? idx & (k.gsr - 1) : idx / CW;
+        const int c = rf ? idx >> g.lgs : idx & (CW - 1);
         float x = 0.0f;
         if (c < k.w) {
             const int r = bg_row<LHB>(g, k.qfix, l);
@@ -177,16 +185,16 @@ __device__ void bg_ld_rows_t(float *dst, const lk_rows &v, const bg_geo &g, cons
             }
             x = round_to(x, ct);
         }
-        dst[l * BG_LD + c] = x;
+        dst[l * (CW + 1) + c] = x;
     }
 }
 
-template <int LHB>
+template <int LHB, int CW>
 __device__ void bg_ld_rows(float *dst, const lk_rows &v, const bg_geo &g, const bg_blk &k, i64 j0, int ct) {
-    if (v.SP != 1 || (v.flags & LK_UNALIGNED)) bg_ld_rows_t<LHB, -1>(dst, v, g, k, j0, ct);
-    else if (v.dt == DT_F32) bg_ld_rows_t<LHB, DT_F32>(dst, v, g, k, j0, ct);
-    else if (v.dt == DT_BF16) bg_ld_rows_t<LHB, DT_BF16>(dst, v, g, k, j0, ct);
-    else bg_ld_rows_t<LHB, DT_F16>(dst, v, g, k, j0, ct);
+    if (v.SP != 1 || (v.flags & LK_UNALIGNED)) bg_ld_rows_t<LHB, CW, -1>(dst, v, g, k, j0, ct);
+    else if (v.dt == DT_F32) bg_ld_rows_t<LHB, CW, DT_F32>(dst, v, g, k, j0, ct);
+    else if (v.dt == DT_BF16) bg_ld_rows_t<LHB, CW, DT_BF16>(dst, v, g, k, j0, ct);
+    else bg_ld_rows_t<LHB, CW, DT_F16>(dst, v, g, k, j0, ct);
 }
 
 enum { BG_EP_FWD = 0, BG_EP_BWD = 1 };
@@ -194,18 +202,18 @@ enum { BG_EP_FWD = 0, BG_EP_BWD = 1 };
 /* Epilogue into Y at (row(l), j0 + c0 + c), c < w, rounded once to Y's dtype, from x = X[l][c],
    d = D[l][c]: forward Y = ρ ⊙ (x + d) (delta: ρ ⊙ d + (ρ − 1) ⊙ x); backward Y = d (+ x unless
    delta). */
-template <int LHB, int DT>
+template <int LHB, int CW, int DT>
 __device__ void bg_st_rows_t(const lk_rows &v, const bg_geo &g, const bg_blk &k, const bg_k &P, int ep, const float *X,
                              const float *D) {
     const bool rf = v.sc == 1;
-    const int n = k.gsr * BG_CW;
+    const int n = k.gsr * CW;
 #pragma unroll 4
     for (int idx = threadIdx.x; idx < n; idx += NT) {
-        const int l = rf ? idx & (k.gsr - 1) : idx >> 5;
-        const int c = rf ? idx >> g.lgs : idx & 31;
+        const int l = rf ? idx & (k.gsr - 1) : idx / CW;
+        const int c = rf ? idx >> g.lgs : idx & (CW - 1);
         if (c >= k.w) continue;
         const int r = bg_row<LHB>(g, k.qfix, l);
-        const float x = X[l * BG_LD + c], d = D[l * BG_LD + c];
+        const float x = X[l * (CW + 1) + c], d = D[l * (CW + 1) + c];
         float y;
         if (ep == BG_EP_BWD) {
             y = P.delta ? d : d + x;
@@ -223,34 +231,34 @@ __device__ void bg_st_rows_t(const lk_rows &v, const bg_geo &g, const bg_blk &k,
     }
 }
 
-template <int LHB>
+template <int LHB, int CW>
 __device__ void bg_st_rows(const lk_rows &v, const bg_geo &g, const bg_blk &k, const bg_k &P, int ep, const float *X,
                            const float *D) {
-    if (v.SP != 1 || (v.flags & LK_UNALIGNED)) bg_st_rows_t<LHB, -1>(v, g, k, P, ep, X, D);
-    else if (v.dt == DT_F32) bg_st_rows_t<LHB, DT_F32>(v, g, k, P, ep, X, D);
-    else if (v.dt == DT_BF16) bg_st_rows_t<LHB, DT_BF16>(v, g, k, P, ep, X, D);
-    else bg_st_rows_t<LHB, DT_F16>(v, g, k, P, ep, X, D);
+    if (v.SP != 1 || (v.flags & LK_UNALIGNED)) bg_st_rows_t<LHB, CW, -1>(v, g, k, P, ep, X, D);
+    else if (v.dt == DT_F32) bg_st_rows_t<LHB, CW, DT_F32>(v, g, k, P, ep, X, D);
+    else if (v.dt == DT_BF16) bg_st_rows_t<LHB, CW, DT_BF16>(v, g, k, P, ep, X, D);
+    else bg_st_rows_t<LHB, CW, DT_F16>(v, g, k, P, ep, X, D);
 }
 
-/* fp32 chunk scratch [O][ld] (columns c0 + c) ↔ shared tile; src NULL: zeros. */
-template <int LHB>
+/* fp32 chunk scratch [O][ld] (columns c0 + c) ↔ shared tile (pitch CW + 1); src NULL: zeros. */
+template <int LHB, int CW>
 __device__ void bg_ld_scr(float *dst, const float *src, i64 ld, const bg_geo &g, const bg_blk &k) {
 #pragma unroll 4
-    for (int idx = threadIdx.x; idx < k.gsr * BG_CW; idx += NT) {
-        const int l = idx >> 5, c = idx & 31;
-        dst[l * BG_LD + c] = src && c < k.w ? src[(i64)bg_row<LHB>(g, k.qfix, l) * ld + k.c0 + c] : 0.0f;
+    for (int idx = threadIdx.x; idx < k.gsr * CW; idx += NT) {
+        const int l = idx / CW, c = idx & (CW - 1);
+        dst[l * (CW + 1) + c] = src && c < k.w ? src[(i64)bg_row<LHB>(g, k.qfix, l) * ld + k.c0 + c] : 0.0f;
     }
 }
-template <int LHB>
+template <int LHB, int CW>
 __device__ void bg_st_scr(float *dst, const float *src, i64 ld, const bg_geo &g, const bg_blk &k) {
 #pragma unroll 4
-    for (int idx = threadIdx.x; idx < k.gsr * BG_CW; idx += NT) {
-        const int l = idx >> 5, c = idx & 31;
-        if (c < k.w) dst[(i64)bg_row<LHB>(g, k.qfix, l) * ld + k.c0 + c] = src[l * BG_LD + c];
+    for (int idx = threadIdx.x; idx < k.gsr * CW; idx += NT) {
+        const int l = idx / CW, c = idx & (CW - 1);
+        if (c < k.w) dst[(i64)bg_row<LHB>(g, k.qfix, l) * ld + k.c0 + c] = src[l * (CW + 1) + c];
     }
 }
 
-/* dst = src (element-wise over the tile; every thread its own elements) */
+/* dst = src (element-wise over a backward tile; every thread its own elements) */
 __device__ __forceinline__ void bg_copy(float *dst, const float *src, const bg_blk &k) {
     for (int idx = threadIdx.x; idx < k.gsr * BG_LD; idx += NT) dst[idx] = src[idx];
 }
@@ -276,38 +284,46 @@ template <int B> __device__ __forceinline__ void bg_fill_sync(float *Ns, const f
     __syncthreads();
 }
 
-/* acc[r] = fmaf(n[r], x, acc[r]), n read as float4 / float2 broadcasts */
-template <int R> __device__ __forceinline__ void bg_fma_row(float (&acc)[R], const float *n, float x) {
+/* acc[cc][r] = fmaf(n[r], x[cc], acc[cc][r]), n read once as float4 / float2 broadcasts */
+template <int R, int C> __device__ __forceinline__ void bg_fma_row(float (&acc)[C][R], const float *n, const float (&x)[C]) {
     if (R % 4 == 0) {
 #pragma unroll
         for (int r = 0; r < R; r += 4) {
             const float4 v = *(const float4 *)(n + r);
-            acc[r] = fmaf(v.x, x, acc[r]);
-            acc[r + 1] = fmaf(v.y, x, acc[r + 1]);
-            acc[r + 2] = fmaf(v.z, x, acc[r + 2]);
-            acc[r + 3] = fmaf(v.w, x, acc[r + 3]);
+#pragma unroll
+            for (int cc = 0; cc < C; cc++) {
+                acc[cc][r] = fmaf(v.x, x[cc], acc[cc][r]);
+                acc[cc][r + 1] = fmaf(v.y, x[cc], acc[cc][r + 1]);
+                acc[cc][r + 2] = fmaf(v.z, x[cc], acc[cc][r + 2]);
+                acc[cc][r + 3] = fmaf(v.w, x[cc], acc[cc][r + 3]);
+            }
         }
     } else {
 #pragma unroll
         for (int r = 0; r < R; r += 2) {
             const float2 v = *(const float2 *)(n + r);
-            acc[r] = fmaf(v.x, x, acc[r]);
-            acc[r + 1] = fmaf(v.y, x, acc[r + 1]);
+#pragma unroll
+            for (int cc = 0; cc < C; cc++) {
+                acc[cc][r] = fmaf(v.x, x[cc], acc[cc][r]);
+                acc[cc][r + 1] = fmaf(v.y, x[cc], acc[cc][r + 1]);
+            }
         }
     }
 }
 
-/* One stage on the tile, local bit j, operator in Ns (Ns[kk][κ][out]):
+/* One stage on the tile (CW columns, pitch CW + 1; lane owns columns lane + 32·cc, cc < CW/32),
+   local bit j, operator in Ns (Ns[kk][κ][out]):
      D[t_out] += Σ_κ Ns[kk][κ][out]·x[t_κ],  x = A + D (ADD) or D,
    κ ascending, fmaf from 0 (k_bs_stage's chain). Starts after a barrier that made Ns and the
    tile visible; ends with one. nsrc: the operator fetched into Ns for stage ni between the two
    barriers (NULL: none). */
-template <int B, int GS, bool ADD>
+template <int B, int GS, int CW, bool ADD>
 __device__ void bg_stage(float *Ns, const float *A, float *D, int j, int nblk, const float *nsrc, int ni, const bg_geo &g,
                          const bg_blk &k, int nb) {
     typedef bg_shape<B, GS> S;
+    const int C = CW / 32, LD = CW + 1;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    float acc[S::T][S::R];
+    float acc[S::T][C][S::R];
     int b0[S::T], b1[S::T];
 #pragma unroll
     for (int t = 0; t < S::T; t++) {
@@ -315,15 +331,21 @@ __device__ void bg_stage(float *Ns, const float *A, float *D, int j, int nblk, c
         b0[t] = bg_lq(kk, 0, j) << S::LHB;
         b1[t] = bg_lq(kk, 1, j) << S::LHB;
 #pragma unroll
-        for (int r = 0; r < S::R; r++) acc[t][r] = 0.0f;
+        for (int cc = 0; cc < C; cc++)
+#pragma unroll
+            for (int r = 0; r < S::R; r++) acc[t][cc][r] = 0.0f;
         if (kk < nblk) {
             const float *nk = Ns + kk * B * B + seg * S::R;
 #pragma unroll
             for (int kap = 0; kap < B; kap++) {
                 const int row = ((kap & 1) ? b1[t] : b0[t]) + (kap >> 1);
-                float x = D[row * BG_LD + lane];
-                if (ADD) x = A[row * BG_LD + lane] + x;
-                bg_fma_row<S::R>(acc[t], nk + kap * B, x);
+                float x[C];
+#pragma unroll
+                for (int cc = 0; cc < C; cc++) {
+                    x[cc] = D[row * LD + lane + 32 * cc];
+                    if (ADD) x[cc] = A[row * LD + lane + 32 * cc] + x[cc];
+                }
+                bg_fma_row<S::R, C>(acc[t], nk + kap * B, x);
             }
         }
     }
@@ -336,7 +358,8 @@ __device__ void bg_stage(float *Ns, const float *A, float *D, int j, int nblk, c
 #pragma unroll
             for (int r = 0; r < S::R; r++) {
                 const int mu = seg * S::R + r, row = ((mu & 1) ? b1[t] : b0[t]) + (mu >> 1);
-                D[row * BG_LD + lane] += acc[t][r];
+#pragma unroll
+                for (int cc = 0; cc < C; cc++) D[row * LD + lane + 32 * cc] += acc[t][cc][r];
             }
         }
     }
@@ -354,23 +377,23 @@ template <int B>
 __global__ __launch_bounds__(NT) void k_bg_fwd(bg_k P, bg_geo g, const float *Din, float *Dout, int plain) {
     typedef bg_shape<B, BG_GS_FWD> S;
     extern __shared__ float sm[];
-    float *X0s = sm, *Ds = X0s + BG_GS_FWD * BG_LD, *Ns = Ds + BG_GS_FWD * BG_LD;
-    const bg_blk k = bg_block(g, (int)(blockIdx.x / g.ntile), (int)(blockIdx.x % g.ntile), P.cn);
+    float *X0s = sm, *Ds = X0s + BG_GS_FWD * (BG_CWF + 1), *Ns = Ds + BG_GS_FWD * (BG_CWF + 1);
+    const bg_blk k = bg_block<BG_CWF>(g, (int)(blockIdx.x / g.ntile), (int)(blockIdx.x % g.ntile), P.cn);
     const int nblk = k.gsr / B;
     bg_fill<B>(Ns, P.NF, g, k, g.i0, P.nb);
-    if (!plain) bg_ld_rows<S::LHB>(X0s, P.X, g, k, P.j0, P.ct);
-    if (Din || !plain) bg_ld_scr<S::LHB>(Ds, Din, P.ld, g, k);
-    else bg_ld_rows<S::LHB>(Ds, P.X, g, k, P.j0, P.ct);
+    if (!plain) bg_ld_rows<S::LHB, BG_CWF>(X0s, P.X, g, k, P.j0, P.ct);
+    if (Din || !plain) bg_ld_scr<S::LHB, BG_CWF>(Ds, Din, P.ld, g, k);
+    else bg_ld_rows<S::LHB, BG_CWF>(Ds, P.X, g, k, P.j0, P.ct);
     cp_wait(0);
     __syncthreads();
     for (int i = g.i0; i < g.i1; i++) {
         const float *nsrc = i + 1 < g.i1 ? P.NF : NULL;
         const int j = g.a + i - g.i0;
-        if (plain) bg_stage<B, BG_GS_FWD, false>(Ns, NULL, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
-        else bg_stage<B, BG_GS_FWD, true>(Ns, X0s, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
+        if (plain) bg_stage<B, BG_GS_FWD, BG_CWF, false>(Ns, NULL, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
+        else bg_stage<B, BG_GS_FWD, BG_CWF, true>(Ns, X0s, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
     }
-    if (Dout) bg_st_scr<S::LHB>(Dout, Ds, P.ld, g, k);
-    else bg_st_rows<S::LHB>(P.Y, g, k, P, BG_EP_FWD, X0s, Ds);
+    if (Dout) bg_st_scr<S::LHB, BG_CWF>(Dout, Ds, P.ld, g, k);
+    else bg_st_rows<S::LHB, BG_CWF>(P.Y, g, k, P, BG_EP_FWD, X0s, Ds);
 }
 
 /* NF[(ik)·b² + κ·b + μ] = Nm[(ik)·b² + μ·b + κ] (when NF), NB = Nm (when NB); e < n = M·nb·b². */
@@ -392,7 +415,7 @@ __device__ void bg_replay(float *W, const float *src, int from, int upto, float 
     bg_copy(W, src, k);
     for (int i = from; i < upto; i++) {
         bg_fill_sync<B>(Ns, P.NF, g, k, i, P.nb);
-        bg_stage<B, BG_GS_BWD, false>(Ns, NULL, W, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
+        bg_stage<B, BG_GS_BWD, BG_CW, false>(Ns, NULL, W, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
     }
 }
 
@@ -466,13 +489,13 @@ __global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g,
     const bool last = g.i1 == P.M, rp = want_rho && last;
     const int cp = use_cp ? g.i0 + (g.i1 - g.i0) / 2 : g.i0;
     for (int tile = p; tile < g.ntile; tile += np) {
-        const bg_blk k = bg_block(g, sg, tile, P.cn);
-        bg_ld_rows<S::LHB>(GYs, P.GY, g, k, P.j0, P.ct);
+        const bg_blk k = bg_block<BG_CW>(g, sg, tile, P.cn);
+        bg_ld_rows<S::LHB, BG_CW>(GYs, P.GY, g, k, P.j0, P.ct);
         if (want_b || rp) {
-            if (Xin) bg_ld_scr<S::LHB>(X0s, Xin, P.ld, g, k);
-            else bg_ld_rows<S::LHB>(X0s, P.X, g, k, P.j0, P.ct);
+            if (Xin) bg_ld_scr<S::LHB, BG_CW>(X0s, Xin, P.ld, g, k);
+            else bg_ld_rows<S::LHB, BG_CW>(X0s, P.X, g, k, P.j0, P.ct);
         }
-        if (!last) bg_ld_scr<S::LHB>(DGs, DGin, P.ld, g, k);
+        if (!last) bg_ld_scr<S::LHB, BG_CW>(DGs, DGin, P.ld, g, k);
         __syncthreads();
         if (use_cp && (want_b || rp)) bg_replay<B>(Cs, X0s, g.i0, cp, Ns, g, k, P);
         if (rp) {   /* X_M into DGs (free until ΔG is initialised below), then G_ρ's partial */
@@ -498,10 +521,10 @@ __global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g,
             }
             bg_fill_sync<B>(Ns, P.NB, g, k, i, P.nb);
             if (want_b) bg_gn<B>(GYs, DGs, W, i, gpart, np, p, g, k, P);
-            bg_stage<B, BG_GS_BWD, true>(Ns, GYs, DGs, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
+            bg_stage<B, BG_GS_BWD, BG_CW, true>(Ns, GYs, DGs, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
         }
-        if (DGout) bg_st_scr<S::LHB>(DGout, DGs, P.ld, g, k);
-        else if (P.GX.p) bg_st_rows<S::LHB>(P.GX, g, k, P, BG_EP_BWD, GYs, DGs);
+        if (DGout) bg_st_scr<S::LHB, BG_CW>(DGout, DGs, P.ld, g, k);
+        else if (P.GX.p) bg_st_rows<S::LHB, BG_CW>(P.GX, g, k, P, BG_EP_BWD, GYs, DGs);
         __syncthreads();
     }
 }
@@ -534,7 +557,7 @@ static bool bg_stagewise_env(void) {
 /* bwd 2: the backward with the checkpoint buffer */
 static size_t bg_smem(int bwd, i64 b) {
     return bwd ? sizeof(float) * (size_t)((bwd == 2 ? 5 : 4) * BG_GS_BWD * BG_LD + BG_GS_BWD * b)
-               : sizeof(float) * (size_t)(2 * BG_GS_FWD * BG_LD + BG_GS_FWD * b);
+               : sizeof(float) * (size_t)(2 * BG_GS_FWD * (BG_CWF + 1) + BG_GS_FWD * b);
 }
 
 /* log2 of the local q range of a super-group of GS rows: stages per launch at most */
@@ -555,8 +578,8 @@ bool bg_takes(const lk_oft_args *a, const lk_device *dev, int bwd, const char **
     return w == NULL;
 }
 
-/* The j-th of nL launches over M stages (even split), for super-groups of GS rows. */
-static bg_geo bg_launch_geo(const lk_oft_args *a, int GS, int nL, int jl, i64 cn) {
+/* The j-th of nL launches over M stages (even split), for super-groups of GS rows × CW columns. */
+static bg_geo bg_launch_geo(const lk_oft_args *a, int GS, int CW, int nL, int jl, i64 cn) {
     const int M = (int)a->M, base = M / nL, rem = M % nL;
     bg_geo g;
     g.i0 = jl * base + (jl < rem ? jl : rem);
@@ -565,7 +588,7 @@ static bg_geo bg_launch_geo(const lk_oft_args *a, int GS, int nL, int jl, i64 cn
     g.lgs = bg_lg2(a->O < GS ? a->O : GS);
     const int e = g.lb - (g.i1 - g.i0);
     g.a = e < g.i0 ? e : g.i0;
-    g.ntile = (int)cdiv(cn, BG_CW);
+    g.ntile = (int)cdiv(cn, CW);
     return g;
 }
 
@@ -657,7 +680,7 @@ int bg_fwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
             P.j0 = j0;
             P.cn = a->ncol - j0 < CC ? a->ncol - j0 : CC;
             for (int jl = 0; jl < nL && !rc; jl++) {
-                const bg_geo g = bg_launch_geo(a, BG_GS_FWD, nL, jl, P.cn);
+                const bg_geo g = bg_launch_geo(a, BG_GS_FWD, BG_CWF, nL, jl, P.cn);
                 rc = bg_fwd_any(a->bs, &P, &g, jl ? D : NULL, jl + 1 < nL ? D : NULL, 0, st);
             }
         }
@@ -764,11 +787,11 @@ int bg_bwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
             P.j0 = j0;
             P.cn = a->ncol - j0 < S.CC ? a->ncol - j0 : S.CC;
             for (int jl = 0; need_x && jl + 1 < nL && !rc; jl++) {
-                const bg_geo g = bg_launch_geo(a, BG_GS_FWD, nL, jl, P.cn);
+                const bg_geo g = bg_launch_geo(a, BG_GS_FWD, BG_CWF, nL, jl, P.cn);
                 rc = bg_fwd_any(a->bs, &P, &g, jl ? S.Xb + (jl - 1) * O * S.CC : NULL, S.Xb + jl * O * S.CC, 1, st);
             }
             for (int jl = nL - 1; jl >= 0 && !rc; jl--) {
-                const bg_geo g = bg_launch_geo(a, BG_GS_BWD, nL, jl, P.cn);
+                const bg_geo g = bg_launch_geo(a, BG_GS_BWD, BG_CW, nL, jl, P.cn);
                 rc = bg_bwd_any(a->bs, &P, &g, need_x && jl ? S.Xb + (jl - 1) * O * S.CC : NULL, jl + 1 < nL ? S.DG : NULL,
                                 jl ? S.DG : NULL, S.gpart, S.np, S.rpart, want_b, want_rho, cp_fits, st);
             }
