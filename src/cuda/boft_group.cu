@@ -599,12 +599,13 @@ static int bg_grid(i64 blocks, unsigned *g) {
     return LYCO_OK;
 }
 
-/* Chunk width: the columns in the fewest chunks with per_col·CC ≤ budget floats, split evenly
-   (a multiple of BG_CW, at least BG_CW). */
+/* Chunk width: the columns in the fewest chunks with per_col·CC ≤ budget floats (per_col 0: no
+   scratch) and at most 2^30 (the kernels' int column offsets), split evenly (a multiple of
+   BG_CW, at least BG_CW). */
 static i64 bg_chunk(i64 ncol, i64 per_col, i64 budget) {
-    const i64 all = cdiv(ncol, BG_CW) * BG_CW;
-    if (per_col <= 0) return all;
-    i64 cc = budget / per_col / BG_CW * BG_CW;
+    const i64 all = cdiv(ncol, BG_CW) * BG_CW, lim = (i64)1 << 30;
+    i64 cc = per_col > 0 ? budget / per_col / BG_CW * BG_CW : all;
+    if (cc > lim) cc = lim;
     if (cc < BG_CW) cc = BG_CW;
     if (cc >= all) return all;
     return cdiv(cdiv(all, cdiv(all, cc)), BG_CW) * BG_CW;
