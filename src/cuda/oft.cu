@@ -9,24 +9,38 @@
  *   G_R = m·G_M (⊙ D);  G_B = Cayley adjoint;  bypass dy0_k = M_k·G''_k (delta-only:
  *   (M_k − I)·G''_k + (ρ_k − 1) ⊙ dy_k).  X, GY and ρ are rounded to the compute dtype on load.
  *
- * Cayley (once per call, oft.cuh): k_cay_part (‖Q0_k‖² per block) → k_cay_norm (one block, fixed
- * order) → k_cay_fwd (one CUDA block per OFT block: Gauss–Jordan + refinement in shared memory,
- * 5·bs² + bs floats of dynamic shared memory) writes A, R − I, M and M − I. Adjoint: k_cay_bwd1
- * (G_Q = 2·Aᵀ·G_R·Aᵀ in double, per-block ⟨G_Q, Q0⟩) → k_cay_dot → k_cay_bwd2 (constraint,
- * skew part, rounded once into ∂L/∂B).
+ * Cayley (once per call, oft.cuh): with a constraint k_cay_part (‖Q0_k‖² per block) → k_sum_f2d
+ * (one block, fixed order); then k_cay_fwd (one CUDA block per OFT block, forming Q0 itself when
+ * there is no constraint: Gauss–Jordan — by one warp with rows in registers for bs ≤ 32 — plus
+ * one refinement of A and of R − I with double residuals, in shared memory) writes A, R − I, M
+ * and M − I. Adjoint: k_cay_bwd1 (G_Q = 2·Aᵀ·G_R·Aᵀ in double, per-block ⟨G_Q, Q0⟩) → k_sum_d2d →
+ * k_cay_bwd2 (constraint, skew part, rounded once into ∂L/∂B).
  *
- * Tiling (bs ≤ 64): a row tile is g = ⌊64/bs⌋ whole blocks (R = g·bs ≤ 64 rows; blocks never
- * straddle tiles, so a tile needs only its own rows of X), a column tile 64 columns. The tile's
- * block-diagonal operator sits in shared memory as a dense R×R matrix C[ν][μ] (only its diagonal
- * blocks are read); 256 threads × 4×4 outputs, each a fixed-order fp32 sum over the row's own
- * block. Tiles are staged in shared memory (coalesced along whichever of channels / columns is
- * contiguous) and stored from there.
+ * Passes, by shape (each with LYCO_CUDA_* switches for A/B; H200 times in docs/kernels.md):
+ *  - bs 8/16/32, row-major 16-bit W with 16-byte aligned rows (merge): forward k_doft_fwd_staged
+ *    (Y_k = Op_kᵀ·X_k as a small GEMM, 8×8 outputs per thread, cp.async tile ring); backward
+ *    (bs 16/32, no ∂L/∂X) k_doft_h: one reduction H_k = X_k·GY_kᵀ gives G_M = ρ ⊙ H and
+ *    G_ρ = Σ_ν M ⊙ H.
+ *  - bs 8/16/32, any other layout (bypass y0/dy/dy0, conv, strided, unaligned, fp32): the column
+ *    kernels k_doft_fwd_cols / k_doft_bwd_cols (a thread owns whole columns of one block in
+ *    registers; 16-byte vectors for channel-contiguous operands).
+ *  - other block sizes: the tile kernels below (k_doft_fwd / k_doft_bwd).
+ * Every forward output is the same ν-ordered fmaf chain and epilogue in all three (bitwise); the
+ * backward's reductions differ in grouping only (deterministic, no atomics anywhere).
+ *
+ * Tile kernels (bs ≤ 64): a row tile is g = ⌊64/bs⌋ whole blocks (R = g·bs ≤ 64 rows; blocks
+ * never straddle tiles, so a tile needs only its own rows of X), a column tile 64 columns. The
+ * tile's block-diagonal operator sits in shared memory as a dense R×R matrix C[ν][μ] (only its
+ * diagonal blocks are read); 256 threads × 4×4 outputs, each a fixed-order fp32 sum over the
+ * row's own block. Tiles are staged in shared memory (coalesced along whichever of channels /
+ * columns is contiguous) and stored from there.
  *   forward : grid (column tiles, row tiles), 33 KB static shared memory.
  *   backward: grid (S splits, row tiles); split s walks column tiles s, s+S, …, keeps G_M (4×4
  *             per thread) and G_ρ in registers, writes them to its own partial slice (no atomics);
  *             oft_sum_grad / oft_sum_rho add the S slices in order. 5 tiles of dynamic shared
  *             memory (83 KB). dy0 is stored per tile.
- * Extra memory: the Cayley state (oft.cuh) + S·(nb·bs² + O) floats of partials (backward).
+ * Extra memory: the Cayley state (oft.cuh) + S·(nb·bs² + O) floats of partials (backward; S
+ * splits of the columns, ≤ 8M floats).
  */
 #include <math.h>
 #include <stdint.h>
@@ -92,14 +106,14 @@ __device__ __forceinline__ cay_scale cay_scale_of(const double *stat, double kc)
 /* Y += A·E (n×n, fp32 sums; T scratch). All threads; ends synchronised. */
 __device__ void cay_refine(int n, const float *A, const float *E, float *T, float *Y) {
     const int nn = n * n;
-    for (int e = threadIdx.x; e < nn; e += NT) {
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
         int a = e / n, b = e % n;
         float s = 0.0f;
         for (int j = 0; j < n; j++) s = fmaf(A[a * n + j], E[j * n + b], s);
         T[e] = s;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < nn; e += NT) Y[e] += T[e];
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) Y[e] += T[e];
     __syncthreads();
 }
 
@@ -111,7 +125,7 @@ __device__ void cay_refine(int n, const float *A, const float *E, float *T, floa
    choice; at the end each row moves to its position. Every value equals the explicit
    swap → scale → eliminate sequence's (k_cay_fwd's block loop), including skipped zero factors.
    X, A: n×n row-major in shared memory; A is written, X is left reduced. */
-__device__ void cay_gj_warp(int n, float *X, float *A, float *prow) {
+__device__ void cay_gj_warp(int n, float *X, float *A) {
     const int lane = threadIdx.x & 31;
     float x[32], a[32];
 #pragma unroll
@@ -145,34 +159,21 @@ __device__ void cay_gj_warp(int n, float *X, float *A, float *prow) {
         if (pos == col) pos = ppos;
         if (lane == bl) pos = col;
         const float inv = 1.0f / __shfl_sync(0xffffffffu, xc, bl);
-        if (lane == bl) {   /* the scaled pivot row, published through shared memory (prow: 64 floats) */
+        if (lane == bl)
 #pragma unroll
             for (int c = 0; c < 32; c++) {
                 x[c] *= inv;
                 a[c] *= inv;
             }
+        const float f = lane == bl ? 0.0f : xc;
 #pragma unroll
-            for (int c = 0; c < 32; c += 4) {
-                *(float4 *)(prow + c) = make_float4(x[c], x[c + 1], x[c + 2], x[c + 3]);
-                *(float4 *)(prow + 32 + c) = make_float4(a[c], a[c + 1], a[c + 2], a[c + 3]);
+        for (int c = 0; c < 32; c++) {
+            const float px = __shfl_sync(0xffffffffu, x[c], bl), pa = __shfl_sync(0xffffffffu, a[c], bl);
+            if (f != 0.0f) {
+                x[c] = fmaf(-f, px, x[c]);
+                a[c] = fmaf(-f, pa, a[c]);
             }
         }
-        __syncwarp();
-        const float f = lane == bl ? 0.0f : xc;
-        if (f != 0.0f)
-#pragma unroll
-            for (int c = 0; c < 32; c += 4) {
-                const float4 px = *(const float4 *)(prow + c), pa = *(const float4 *)(prow + 32 + c);
-                x[c] = fmaf(-f, px.x, x[c]);
-                x[c + 1] = fmaf(-f, px.y, x[c + 1]);
-                x[c + 2] = fmaf(-f, px.z, x[c + 2]);
-                x[c + 3] = fmaf(-f, px.w, x[c + 3]);
-                a[c] = fmaf(-f, pa.x, a[c]);
-                a[c + 1] = fmaf(-f, pa.y, a[c + 1]);
-                a[c + 2] = fmaf(-f, pa.z, a[c + 2]);
-                a[c + 3] = fmaf(-f, pa.w, a[c + 3]);
-            }
-        __syncwarp();   /* prow is rewritten by the next column's pivot lane */
     }
     /* row at position p goes to row p of X and A */
     if (lane < n)
@@ -191,16 +192,14 @@ __device__ void cay_gj_warp(int n, float *X, float *A, float *prow) {
 __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, lk_view mask, lk_blk B, int ct) {
     extern __shared__ float sm[];
     const int n = (int)s.n, nn = n * n;
-    double *Qd = (double *)sm, *Wd = Qd + nn;   /* Q and A / R − I widened once for the residuals */
-    float *Q = (float *)(Wd + nn), *X = Q + nn, *A = X + nn, *Rk = A + nn, *T = Rk + nn, *f = T + nn;
+    float *Q = sm, *X = Q + nn, *A = X + nn, *Rk = A + nn, *T = Rk + nn, *f = T + nn;
     __shared__ int piv_s;
     __shared__ float inv_s;
-    __shared__ __align__(16) float prow[64];
     const i64 k = blockIdx.x;
     const cay_scale cs = cay_scale_of(s.stat, s.kc);
     const float *Q0k = s.Q0 + k * nn;
     const bool form_q0 = !(s.kc > 0.0);
-    for (int e = threadIdx.x; e < nn; e += NT) {
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
         int a = e / n, b = e % n;
         float q;
         if (form_q0) {
@@ -220,7 +219,7 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
        pivot row, and the elimination factors f[r] (read before anything is written); (3) the
        elimination. Every value is the one the plain sequence swap → scale → eliminate gives. */
     if (n <= 32) {   /* one warp, rows in registers */
-        if (threadIdx.x < 32) cay_gj_warp(n, X, A, prow);
+        if (threadIdx.x < 32) cay_gj_warp(n, X, A);
         __syncthreads();
     } else for (int col = 0; col < n; col++) {
         if (threadIdx.x < 32) {
@@ -245,7 +244,7 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
         __syncthreads();
         const int piv = piv_s;
         const float inv = inv_s;
-        for (int c = threadIdx.x; c < n; c += NT) {
+        for (int c = threadIdx.x; c < n; c += blockDim.x) {
             const float xc = X[col * n + c], xp = X[piv * n + c], ac = A[col * n + c], ap = A[piv * n + c];
             X[piv * n + c] = xc;
             A[piv * n + c] = ac;   /* piv == col: both pairs of writes hit one element; the second wins */
@@ -253,11 +252,11 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
             A[col * n + c] = ap * inv;
             if (c == col) f[piv] = piv == col ? 0.0f : xc;
         }
-        for (int r = threadIdx.x; r < n; r += NT)
+        for (int r = threadIdx.x; r < n; r += blockDim.x)
             if (r != col && r != piv) f[r] = X[r * n + col];
         if (threadIdx.x == 0 && piv != col) f[col] = 0.0f;
         __syncthreads();
-        for (int e = threadIdx.x; e < nn; e += NT) {
+        for (int e = threadIdx.x; e < nn; e += blockDim.x) {
             const int r = e / n, c = e % n;
             const float fr = f[r];
             if (fr == 0.0f) continue;
@@ -267,37 +266,31 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
         __syncthreads();
     }
     /* refinement: E = I − A + Q·A (double), A ← A + A·E */
-    for (int e = threadIdx.x; e < nn; e += NT) {
-        Qd[e] = (double)Q[e];
-        Wd[e] = (double)A[e];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < nn; e += NT) {
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
         int a = e / n, b = e % n;
-        double r = (a == b ? 1.0 : 0.0) - Wd[e];
-        for (int j = 0; j < n; j++) r += Qd[a * n + j] * Wd[j * n + b];
+        double r = (a == b ? 1.0 : 0.0) - (double)A[e];
+        for (int j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)A[j * n + b];
         X[e] = (float)r;
     }
     __syncthreads();
     cay_refine(n, A, X, T, A);
     /* R − I = 2·A·Q, refined with r = 2Q − (I − Q)·(R − I) */
-    for (int e = threadIdx.x; e < nn; e += NT) {
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
         int a = e / n, b = e % n;
         float acc = 0.0f;
         for (int j = 0; j < n; j++) acc = fmaf(A[a * n + j], Q[j * n + b], acc);
         Rk[e] = 2.0f * acc;
-        Wd[e] = (double)(2.0f * acc);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < nn; e += NT) {
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
         int a = e / n, b = e % n;
-        double r = 2.0 * Qd[e] - Wd[e];
-        for (int j = 0; j < n; j++) r += Qd[a * n + j] * Wd[j * n + b];
+        double r = 2.0 * (double)Q[e] - (double)Rk[e];
+        for (int j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Rk[j * n + b];
         X[e] = (float)r;
     }
     __syncthreads();
     cay_refine(n, A, X, T, Rk);
-    for (int e = threadIdx.x; e < nn; e += NT) {
+    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
         const i64 i = k * nn + e;
         const int a = e / n, b = e % n;
         const float rm1 = Rk[e];
@@ -410,10 +403,15 @@ int oft_cay_fwd(oft_cay *s, const lk_oft_args *a, int family, cudaStream_t st) {
         k_sum_f2d<<<1, NT, 0, st>>>(s->part, s->nblk, s->stat);
         LK_LAUNCHED("oft cayley norm");
     }
-    const int smem = (int)(sizeof(double) * (size_t)(2 * s->nn) + sizeof(float) * (size_t)(5 * s->nn + s->n));
+    const int smem = (int)(sizeof(float) * (size_t)(5 * s->nn + s->n));
     LK_CHECK(cudaFuncSetAttribute(k_cay_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     lk_view mask = family == OFT_FAM_DIAG ? a->mask : lk_view{};
-    k_cay_fwd<<<(unsigned)s->nblk, NT, smem, st>>>(*s, family, (float)a->m, mask, a->B, a->ct);
+    /* 128 threads when there are more blocks than two per SM (BOFT's M·nb): 92 registers × 256
+       threads allow 2 resident CUDA blocks per SM, 128 threads 5 (LYCO_CUDA_CAY_THREADS forces) */
+    int nthr = s->nblk > 264 ? 128 : NT;
+    const char *ev = getenv("LYCO_CUDA_CAY_THREADS");
+    if (ev && (atoi(ev) == 128 || atoi(ev) == 256)) nthr = atoi(ev);
+    k_cay_fwd<<<(unsigned)s->nblk, nthr, smem, st>>>(*s, family, (float)a->m, mask, a->B, a->ct);
     LK_LAUNCHED("oft cayley transform");
     return LYCO_OK;
 }
@@ -796,11 +794,6 @@ __host__ __device__ static inline bool doft_vec_rows_ok(const lk_rows &v) {   /*
     return doft_staged_ok(v);
 }
 
-/* channel-fast 16-bit operand with 16-byte aligned blocks of B channels (the bypass's y0 / dy) */
-__host__ __device__ static inline bool doft_cf_ok(const lk_rows &v, int B) {
-    return col_vec_ok(v, B) && v.dt != DT_F32;
-}
-
 /* tile (columns j0 .. j0 + TC − 1) of rows o0 .. o0 + B − 1 into dst (B × TC 16-bit), zero-filled past ncol */
 template <int B, int TC>
 __device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
@@ -1171,90 +1164,6 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int
     dh_finish<B>(P, Hs, k, want_b, want_rho, gpart, rpart);
 }
 
-/* Channel-fast X and GY (the linear bypass's y0 and dy: token rows of O contiguous 16-bit
-   channels, 16-byte aligned): H_k = Σ_t X[t][k·B + ν]·GY[t][k·B + μ] over tiles of DHC_TT
-   tokens (cp.async ring of the raw 16-bit tiles, widened once per tile into fp32 tiles of pitch
-   B + 4). A thread owns H[ν][μ0..μ0+7] over one of HS token slices: per token one shared float
-   of X and two float4s of GY for eight FMAs. Partials and their sums as k_doft_h. */
-#define DHC_TT 64
-
-template <int B>
-__device__ __forceinline__ void dhc_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 t0, i64 ncol) {
-    constexpr int CH = B / 8, N = DHC_TT * CH;   /* 16-byte chunks per token, per tile */
-#pragma unroll
-    for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
-        const int e = q * DC_NT + threadIdx.x;
-        if (N % DC_NT != 0 && e >= N) break;
-        const int t = e / CH, c = (e % CH) * 8;
-        const bool in = t0 + t < ncol;
-        cp_async16(dst + t * B + c, in ? rows_addr(v, o0 + c, t0 + t) : (const char *)v.p, in ? 16 : 0);
-    }
-}
-
-template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h_cf(doft_k P, int tiles, int want_b, int want_rho,
-                                                                      float *gpart, float *rpart) {
-    constexpr int PF = B + 4, THR = B * B / 8, HS = DC_NT / THR, SL = DHC_TT / HS;
-    __shared__ __align__(16) unsigned short Xr[2][DHC_TT * B], Yr[2][DHC_TT * B];
-    __shared__ __align__(16) float Xf[DHC_TT * PF], Yf[DHC_TT * PF], Hs[B * B];
-    const lk_oft_args &a = P.a;
-    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, DHC_TT);
-    const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
-    dhc_issue<B>(Xr[0], a.X, o0, t0 * DHC_TT, a.ncol);
-    dhc_issue<B>(Yr[0], a.GY, o0, t0 * DHC_TT, a.ncol);
-    cp_commit();
-    const int h = threadIdx.x / THR, w = threadIdx.x % THR, nu = w / (B / 8), mu0 = 8 * (w % (B / 8));
-    const int dx = a.X.dt, dy = a.GY.dt;
-    float acc[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) acc[j] = 0.0f;
-    for (i64 it = 0; it < nt; it++) {
-        if (it + 1 < nt) {
-            dhc_issue<B>(Xr[(it + 1) & 1], a.X, o0, (t0 + it + 1) * DHC_TT, a.ncol);
-            dhc_issue<B>(Yr[(it + 1) & 1], a.GY, o0, (t0 + it + 1) * DHC_TT, a.ncol);
-            cp_commit();
-            cp_wait(1);
-        } else {
-            cp_wait(0);
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < DHC_TT * B / 8; e += DC_NT) {   /* widen the tile once */
-            const int t = e / (B / 8), c = (e % (B / 8)) * 8;
-            float v[8];
-            widen8(v, *(const uint4 *)(Xr[it & 1] + t * B + c), dx);
-            *(float4 *)(Xf + t * PF + c) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4 *)(Xf + t * PF + c + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            widen8(v, *(const uint4 *)(Yr[it & 1] + t * B + c), dy);
-            *(float4 *)(Yf + t * PF + c) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4 *)(Yf + t * PF + c + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        }
-        __syncthreads();
-#pragma unroll 4
-        for (int t = h * SL; t < (h + 1) * SL; t++) {
-            const float xv = Xf[t * PF + nu];
-            const float4 ga = *(const float4 *)(Yf + t * PF + mu0), gb = *(const float4 *)(Yf + t * PF + mu0 + 4);
-            acc[0] = fmaf(xv, ga.x, acc[0]);
-            acc[1] = fmaf(xv, ga.y, acc[1]);
-            acc[2] = fmaf(xv, ga.z, acc[2]);
-            acc[3] = fmaf(xv, ga.w, acc[3]);
-            acc[4] = fmaf(xv, gb.x, acc[4]);
-            acc[5] = fmaf(xv, gb.y, acc[5]);
-            acc[6] = fmaf(xv, gb.z, acc[6]);
-            acc[7] = fmaf(xv, gb.w, acc[7]);
-        }
-        __syncthreads();   /* the raw stage is refilled next iteration; the fp32 tiles rewritten */
-    }
-    for (int hh = 0; hh < HS; hh++) {
-        if (h == hh)
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float *hp = Hs + nu * B + mu0 + j;
-                *hp = hh == 0 ? acc[j] : *hp + acc[j];
-            }
-        __syncthreads();
-    }
-    dh_finish<B>(P, Hs, k, want_b, want_rho, gpart, rpart);
-}
-
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
 __global__ __launch_bounds__(NT) void k_doft_bwd(doft_k P, int want_b, int want_rho, float *gpart, float *rpart) {
     extern __shared__ float sm[];
@@ -1414,13 +1323,13 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
     doft_setup(&P, a, cy);
     const i64 nrt = cdiv(a->nb, P.g), nn = a->bs * a->bs, all = a->nb * nn;
     const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
-    /* The H reductions: W̄ / d_out row-major (merge, no ∂L/∂X) or y0 / dy channel-fast (bypass);
-       16-bit, 16-byte aligned, B 16 or 32. ∂L/∂X then by the column kernel alone. */
-    const bool hb = doft_cols_take(a) && (a->bs == 16 || a->bs == 32) && doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0;
-    const bool h_rows = hb && !a->GX.p && doft_staged_ok(a->X) && doft_staged_ok(a->GY);
-    const bool h_cf = hb && doft_cf_ok(a->X, (int)a->bs) && doft_cf_ok(a->GY, (int)a->bs);
-    if (h_rows || h_cf) {
-        const i64 tc = h_rows ? DH_TC : DHC_TT, ntile = cdiv(a->ncol, tc);
+    /* The H reduction (merge: W̄ and d_out row-major 16-bit with aligned rows, B 16 or 32, no
+       ∂L/∂X). A channel-fast variant for the bypass's y0 / dy (tiles of 64 tokens widened to fp32,
+       one H row and 8 columns per thread) plus a dX-only column pass measured slower than the
+       fused column kernel (223 + 204 µs against 390 µs, 8192 tokens × 4096, B 32) and was dropped. */
+    if (doft_cols_take(a) && !a->GX.p && (a->bs == 16 || a->bs == 32) && doft_staged_ok(a->X) && doft_staged_ok(a->GY) &&
+        doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {
+        const i64 ntile = cdiv(a->ncol, DH_TC);
         i64 tiles = ntile * a->nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
         if (tiles < 1) tiles = 1;
         const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024;
@@ -1432,21 +1341,9 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
         if (rc) return rc;
         float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
         const dim3 grid((unsigned)S, (unsigned)a->nb);
-        if (want_b || want_rho) {
-            if (h_rows && a->bs == 16) k_doft_h<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
-            else if (h_rows) k_doft_h<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
-            else if (a->bs == 16) k_doft_h_cf<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
-            else k_doft_h_cf<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
-            LK_LAUNCHED("diag-oft backward (reduction kernel)");
-        }
-        if (a->GX.p) {   /* ∂L/∂X alone: the column kernel without its gradient work */
-            const i64 passes = doft_col_passes(a->ncol, a->nb, dev ? dev->sms : 0);
-            const dim3 g2((unsigned)cdiv(a->ncol, DC_NT * passes), (unsigned)a->nb);
-            const int vx = col_vec_ok(a->X, (int)a->bs), vgy = col_vec_ok(a->GY, (int)a->bs), vgx = col_vec_ok(a->GX, (int)a->bs);
-            if (a->bs == 16) k_doft_bwd_cols<16><<<g2, DC_NT, 0, st>>>(P, (int)passes, 0, 0, NULL, NULL, vx, vgy, vgx);
-            else k_doft_bwd_cols<32><<<g2, DC_NT, 0, st>>>(P, (int)passes, 0, 0, NULL, NULL, vx, vgy, vgx);
-            LK_LAUNCHED("diag-oft backward (dX column kernel)");
-        }
+        if (a->bs == 16) k_doft_h<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
+        else k_doft_h<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
+        LK_LAUNCHED("diag-oft backward (reduction kernel)");
         if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
         if (want_b) {
             if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
