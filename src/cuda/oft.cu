@@ -794,6 +794,11 @@ __host__ __device__ static inline bool doft_vec_rows_ok(const lk_rows &v) {   /*
     return doft_staged_ok(v);
 }
 
+/* channel-fast 16-bit operand with 16-byte aligned blocks of B channels (the bypass's y0 / dy) */
+__host__ __device__ static inline bool doft_cf_ok(const lk_rows &v, int B) {
+    return col_vec_ok(v, B) && v.dt != DT_F32;
+}
+
 /* tile (columns j0 .. j0 + TC − 1) of rows o0 .. o0 + B − 1 into dst (B × TC 16-bit), zero-filled past ncol */
 template <int B, int TC>
 __device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
@@ -1164,6 +1169,158 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int
     dh_finish<B>(P, Hs, k, want_b, want_rho, gpart, rpart);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Bypass backward for channel-fast y0 / dy / dy0 (token rows of O contiguous 16-bit channels,
+ * 16-byte aligned), B 16 or 32, in one kernel. Grid (S splits of the tokens, nb); tiles of
+ * TT = 2048/B tokens of y0 and dy by cp.async into a two-stage ring, widened once per tile into
+ * fp32 channel-major tiles xT[ν][t], gT[μ][t] (pitch TT + 4). Per tile:
+ *   dy0[t][ν] = Σ_μ (M or M − I)[ν][μ]·ρ[μ]·dy[t][μ] (+ (ρ[ν] − 1)·dy[t][ν], delta): a thread
+ *     owns 4 channels × 4 tokens, one float4 of the ρ-scaled transposed operator and one of gT
+ *     per 16 FMAs (ρ folded into the operator: the product order differs from the column
+ *     kernel's (ρ·dy)·M by one rounding);
+ *   H += Σ_t y0[t][ν]·dy[t][μ]: a thread owns a 4 × 4 set of H (rows strided by B/4) over one
+ *     of (128/(B/4)²) token slices; G_M and G_ρ from H as k_doft_h (dh_finish).
+ * Shared memory: 2 × 2 raw tiles (16 KB) + 2 fp32 tiles + the operator, ~38 KB.
+ * ------------------------------------------------------------------------------------------- */
+template <int B>
+__device__ __forceinline__ void dcf_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 t0, i64 ncol) {
+    constexpr int TT = 2048 / B, CH = B / 8, N = TT * CH;
+#pragma unroll
+    for (int q = 0; q < N / DC_NT; q++) {
+        const int e = q * DC_NT + threadIdx.x;
+        const int t = e / CH, c = (e % CH) * 8;
+        const bool in = t0 + t < ncol;
+        cp_async16(dst + t * B + c, in ? rows_addr(v, o0 + c, t0 + t) : (const char *)v.p, in ? 16 : 0);
+    }
+}
+
+template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cf(doft_k P, int tiles, int want_b, int want_rho,
+                                                                        float *gpart, float *rpart, int vgx) {
+    constexpr int TT = 2048 / B, PF = TT + 4, THR = (B / 4) * (B / 4), HS = DC_NT / THR, SL = TT / HS;
+    static_assert(TT * B / 8 == 2 * DC_NT && SL % 4 == 0, "tile shape");
+    __shared__ __align__(16) unsigned short Xr[2][TT * B], Yr[2][TT * B];
+    __shared__ __align__(16) float xT[B * PF], gT[B * PF], OpS[B * B], Hs[B * B];
+    __shared__ float rs[B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, TT);
+    const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
+    const bool want_gx = a.GX.p != NULL, want_h = want_b || want_rho;
+    dcf_issue<B>(Xr[0], a.X, o0, t0 * TT, a.ncol);
+    dcf_issue<B>(Yr[0], a.GY, o0, t0 * TT, a.ncol);
+    cp_commit();
+    for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
+    __syncthreads();
+    const float *Cop = (a.delta ? P.Mm : P.Mf) + k * B * B;
+    for (int e = threadIdx.x; e < B * B; e += DC_NT) {   /* OpS[μ][ν] = Cop[ν][μ]·ρ[μ] */
+        const int mu = e / B, nu = e % B;
+        OpS[e] = Cop[nu * B + mu] * rs[mu];
+    }
+    const int h = threadIdx.x / THR, w = threadIdx.x % THR, gn = w / (B / 4), gm = w % (B / 4);
+    const int xg = threadIdx.x % (B / 4), tg = threadIdx.x / (B / 4), nu0 = 4 * xg, tt0 = 4 * tg;
+    const int dx = a.X.dt, dy = a.GY.dt;
+    float hacc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) hacc[i][j] = 0.0f;
+    for (i64 it = 0; it < nt; it++) {
+        if (it + 1 < nt) {
+            dcf_issue<B>(Xr[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TT, a.ncol);
+            dcf_issue<B>(Yr[(it + 1) & 1], a.GY, o0, (t0 + it + 1) * TT, a.ncol);
+            cp_commit();
+            cp_wait(1);
+        } else {
+            cp_wait(0);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < 2; q++) {   /* widen + transpose: lanes on consecutive tokens */
+            const int e = q * DC_NT + threadIdx.x, t = e % TT, c = (e / TT) * 8;
+            float v[8];
+            if (want_h) {
+                widen8(v, *(const uint4 *)(Xr[it & 1] + t * B + c), dx);
+#pragma unroll
+                for (int i = 0; i < 8; i++) xT[(c + i) * PF + t] = v[i];
+            }
+            widen8(v, *(const uint4 *)(Yr[it & 1] + t * B + c), dy);
+#pragma unroll
+            for (int i = 0; i < 8; i++) gT[(c + i) * PF + t] = v[i];
+        }
+        __syncthreads();
+        const i64 tb = (t0 + it) * TT;
+        if (want_gx) {
+            float acc[4][4];   /* [ν − ν0][t − t0] */
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+#pragma unroll 4
+            for (int mu = 0; mu < B; mu++) {
+                const float4 o = *(const float4 *)(OpS + mu * B + nu0), g = *(const float4 *)(gT + mu * PF + tt0);
+                const float ov[4] = {o.x, o.y, o.z, o.w}, gv[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ov[i], gv[j], acc[i][j]);
+            }
+            if (a.delta)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float4 g = *(const float4 *)(gT + (nu0 + i) * PF + tt0);
+                    const float gv[4] = {g.x, g.y, g.z, g.w}, p1 = rs[nu0 + i] - 1.0f;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[i][j] = fmaf(p1, gv[j], acc[i][j]);
+                }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const i64 t = tb + tt0 + j;
+                if (t >= a.ncol) break;
+                char *p = (char *)rows_addr(a.GX, o0 + nu0, t);
+                if (vgx) {
+                    *(uint2 *)p = make_uint2(f_to_bits(acc[0][j], a.GX.dt) | (f_to_bits(acc[1][j], a.GX.dt) << 16),
+                                             f_to_bits(acc[2][j], a.GX.dt) | (f_to_bits(acc[3][j], a.GX.dt) << 16));
+                } else {
+                    const i64 step = a.GX.sc * (i64)dt_size(a.GX.dt);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) st_elem(p + i * step, a.GX.dt, a.GX.flags & LK_UNALIGNED, acc[i][j]);
+                }
+            }
+        }
+        if (want_h)
+#pragma unroll 2
+            for (int t = h * SL; t < (h + 1) * SL; t += 4) {
+                float xv[4][4], yv[4][4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float4 x = *(const float4 *)(xT + (gn + i * (B / 4)) * PF + t);
+                    const float4 y = *(const float4 *)(gT + (gm + i * (B / 4)) * PF + t);
+                    xv[i][0] = x.x, xv[i][1] = x.y, xv[i][2] = x.z, xv[i][3] = x.w;
+                    yv[i][0] = y.x, yv[i][1] = y.y, yv[i][2] = y.z, yv[i][3] = y.w;
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) hacc[i][j] = fmaf(xv[i][e], yv[j][e], hacc[i][j]);
+            }
+        __syncthreads();   /* raw stage refilled and fp32 tiles rewritten next iteration */
+    }
+    if (!want_h) return;
+    for (int hh = 0; hh < HS; hh++) {
+        if (h == hh)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float *hp = Hs + (gn + i * (B / 4)) * B + gm + j * (B / 4);
+                    *hp = hh == 0 ? hacc[i][j] : *hp + hacc[i][j];
+                }
+        __syncthreads();
+    }
+    dh_finish<B>(P, Hs, k, want_b, want_rho, gpart, rpart);
+}
+
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
 __global__ __launch_bounds__(NT) void k_doft_bwd(doft_k P, int want_b, int want_rho, float *gpart, float *rpart) {
     extern __shared__ float sm[];
@@ -1344,6 +1501,31 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
         if (a->bs == 16) k_doft_h<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
         else k_doft_h<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
         LK_LAUNCHED("diag-oft backward (reduction kernel)");
+        if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
+        if (want_b) {
+            if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
+            if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
+        }
+        return LYCO_OK;
+    }
+    if (doft_cols_take(a) && (a->bs == 16 || a->bs == 32) && doft_cf_ok(a->X, (int)a->bs) && doft_cf_ok(a->GY, (int)a->bs) &&
+        doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {
+        const i64 TT = 2048 / a->bs, ntile = cdiv(a->ncol, TT);   /* the channel-fast bypass kernel */
+        i64 tiles = ntile * a->nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));
+        if (tiles < 1) tiles = 1;
+        const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024;
+        if (cdiv(ntile, tiles) > smax) tiles = cdiv(ntile, smax > 0 ? smax : 1);
+        if (tiles > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld tokens exceed the bypass kernel", (long long)a->ncol);
+        const i64 S = cdiv(ntile, tiles);
+        const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
+        int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
+        if (rc) return rc;
+        float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
+        const dim3 grid((unsigned)S, (unsigned)a->nb);
+        const int vgx = a->GX.p && col_vec_ok(a->GX, (int)a->bs) && a->GX.dt != DT_F32;
+        if (a->bs == 16) k_doft_bwd_cf<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart, vgx);
+        else k_doft_bwd_cf<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart, vgx);
+        LK_LAUNCHED("diag-oft bypass backward (channel-fast kernel)");
         if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
         if (want_b) {
             if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
