@@ -69,7 +69,10 @@
  *   2 CUDA blocks per SM over the super-groups, reduced to the fewest splits with the same tiles
  *   per block, capped by a 16M-float budget); then GR = m·Σ_p partial in double (fixed
  *   order), G_ρ = Σ over tiles in order (oft_sum_rho), the Cayley adjoint. Deterministic, no
- *   atomics. Shared memory (4 or 5)·128·33·4 + 128·b·4 bytes (b 16: 74 / 91 KB).
+ *   atomics. With ∂L/∂B, Ĝ = GY + ΔG is formed once per stage in its own tile (Gh) where 2
+ *   CUDA blocks per SM still fit, so the G_N partial reads one value per μ (it is bound by
+ *   shared-memory returns: R1 + R2 loads per R1·R2 FMAs) and the transposed stage one per κ.
+ *   Shared memory (4 + Gh + Cs)·128·33·4 + 128·b·4 bytes (b 16: 74–108 KB).
  *   Cost ≈ the plain forward pass (the stages of launches 0..nL−2) + the replays + s transposed
  *   stages + s G_N partials (≈ 1.5 stages) per launch: b 16 M 9 (lb 4, 3 launches of 3):
  *   6 + 6 + 9 + 13.5 ≈ 35 stage units vs the forward's 9; b 8 M 10 (lb 5, 2 of 5): 5 + 12 + 10
@@ -313,13 +316,13 @@ template <int R, int C> __device__ __forceinline__ void bg_fma_row(float (&acc)[
 
 /* One stage on the tile (CW columns, pitch CW + 1; lane owns columns lane + 32·cc, cc < CW/32),
    local bit j, operator in Ns (Ns[kk][κ][out]):
-     D[t_out] += Σ_κ Ns[kk][κ][out]·x[t_κ],  x = A + D (ADD) or D,
+     D[t_out] += Σ_κ Ns[kk][κ][out]·x[t_κ],  x = A + Xs (ADD) or Xs (Xs = D, or Ĝ = GY + ΔG),
    κ ascending, fmaf from 0 (k_bs_stage's chain). Starts after a barrier that made Ns and the
    tile visible; ends with one. nsrc: the operator fetched into Ns for stage ni between the two
    barriers (NULL: none). */
 template <int B, int GS, int CW, bool ADD>
-__device__ void bg_stage(float *Ns, const float *A, float *D, int j, int nblk, const float *nsrc, int ni, const bg_geo &g,
-                         const bg_blk &k, int nb) {
+__device__ void bg_stage(float *Ns, const float *A, const float *Xs, float *D, int j, int nblk, const float *nsrc, int ni,
+                         const bg_geo &g, const bg_blk &k, int nb) {
     typedef bg_shape<B, GS> S;
     const int C = CW / 32, LD = CW + 1;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
@@ -342,7 +345,7 @@ __device__ void bg_stage(float *Ns, const float *A, float *D, int j, int nblk, c
                 float x[C];
 #pragma unroll
                 for (int cc = 0; cc < C; cc++) {
-                    x[cc] = D[row * LD + lane + 32 * cc];
+                    x[cc] = Xs[row * LD + lane + 32 * cc];
                     if (ADD) x[cc] = A[row * LD + lane + 32 * cc] + x[cc];
                 }
                 bg_fma_row<S::R, C>(acc[t], nk + kap * B, x);
@@ -389,8 +392,8 @@ __global__ __launch_bounds__(NT) void k_bg_fwd(bg_k P, bg_geo g, const float *Di
     for (int i = g.i0; i < g.i1; i++) {
         const float *nsrc = i + 1 < g.i1 ? P.NF : NULL;
         const int j = g.a + i - g.i0;
-        if (plain) bg_stage<B, BG_GS_FWD, BG_CWF, false>(Ns, NULL, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
-        else bg_stage<B, BG_GS_FWD, BG_CWF, true>(Ns, X0s, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
+        if (plain) bg_stage<B, BG_GS_FWD, BG_CWF, false>(Ns, NULL, Ds, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
+        else bg_stage<B, BG_GS_FWD, BG_CWF, true>(Ns, X0s, Ds, Ds, j, nblk, nsrc, i + 1, g, k, P.nb);
     }
     if (Dout) bg_st_scr<S::LHB, BG_CWF>(Dout, Ds, P.ld, g, k);
     else bg_st_rows<S::LHB, BG_CWF>(P.Y, g, k, P, BG_EP_FWD, X0s, Ds);
@@ -415,17 +418,17 @@ __device__ void bg_replay(float *W, const float *src, int from, int upto, float 
     bg_copy(W, src, k);
     for (int i = from; i < upto; i++) {
         bg_fill_sync<B>(Ns, P.NF, g, k, i, P.nb);
-        bg_stage<B, BG_GS_BWD, BG_CW, false>(Ns, NULL, W, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
+        bg_stage<B, BG_GS_BWD, BG_CW, false>(Ns, NULL, W, W, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
     }
 }
 
 /* Block-gradient partial of stage i (local bit j) over the tile's columns, added to the CUDA
    block's own partial: gp[((i·nb + k)·np + p)·b² + μ·b + ν] += Σ_{c<w} Ĝ[t_μ][c]·Ŵ[t_ν][c]
-   (Ĝ = GY + ΔG, Ŵ = W = X_i; columns in order, fmaf from 0). Thread = an R1×R2 tile of one
+   (Ĝ = Gh (GH) or GY + ΔG; Ŵ = W = X_i; columns in order, fmaf from 0). Thread = an R1×R2 tile of one
    local block's entries. Reads shared memory only (no barrier). */
-template <int B>
-__device__ void bg_gn(const float *GYs, const float *DGs, const float *Ws, int i, float *gpart, int np, int p, const bg_geo &g,
-                      const bg_blk &k, const bg_k &P) {
+template <int B, bool GH>
+__device__ void bg_gn(const float *Gh, const float *GYs, const float *DGs, const float *Ws, int i, float *gpart, int np, int p,
+                      const bg_geo &g, const bg_blk &k, const bg_k &P) {
     typedef bg_shape<B, BG_GS_BWD> S;
     const int kk = threadIdx.x / S::SUB, rem = threadIdx.x % S::SUB;
     if (kk >= k.gsr / B) return;
@@ -446,7 +449,7 @@ __device__ void bg_gn(const float *GYs, const float *DGs, const float *Ws, int i
     for (int c = 0; c < k.w; c++) {
         float gv[S::R1], wv[S::R2];
 #pragma unroll
-        for (int r = 0; r < S::R1; r++) gv[r] = GYs[rm[r] + c] + DGs[rm[r] + c];
+        for (int r = 0; r < S::R1; r++) gv[r] = GH ? Gh[rm[r] + c] : GYs[rm[r] + c] + DGs[rm[r] + c];
 #pragma unroll
         for (int q = 0; q < S::R2; q++) wv[q] = Ws[rn[q] + c];
 #pragma unroll
@@ -476,15 +479,17 @@ __device__ void bg_rho_part(const float *GYs, const float *XM, float *rpart, int
    (NULL in the launch ending at M: (ρ − 1)·GY); DGout: ΔG out (NULL: GX epilogue when wanted).
    Stage inputs X_i (∂L/∂B) are replayed from X_{i0} (X0s) or, with use_cp (s ≥ 3), from the
    checkpoint X_cp (Cs), cp = i0 + ⌊s/2⌋: s = 5 replays 6 stages instead of 10, s = 3 2 instead
-   of 3. Shared: GYs, DGs, X0s, Ws (GS × 33), Ns (GS·b), Cs (GS × 33, use_cp). */
+   of 3. With use_gh (∂L/∂B, where it fits), Ĝ = GY + ΔG is formed once per stage in Gh (the
+   G_N partial then reads 1 value per μ instead of 2 and an add; the transposed stage reads Gh). Shared: GYs, DGs, X0s,
+   Ws (GS × 33), Ns (GS·b), Gh (GS × 33, use_gh), Cs (GS × 33, use_cp). */
 template <int B>
 __global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g, const float *Xin, const float *DGin,
                                                              float *DGout, float *gpart, int np, float *rpart, int want_b,
-                                                             int want_rho, int use_cp) {
+                                                             int want_rho, int use_cp, int use_gh) {
     typedef bg_shape<B, BG_GS_BWD> S;
     extern __shared__ float sm[];
     float *GYs = sm, *DGs = GYs + BG_GS_BWD * BG_LD, *X0s = DGs + BG_GS_BWD * BG_LD, *Ws = X0s + BG_GS_BWD * BG_LD;
-    float *Ns = Ws + BG_GS_BWD * BG_LD, *Cs = Ns + BG_GS_BWD * B;
+    float *Ns = Ws + BG_GS_BWD * BG_LD, *Gh = Ns + BG_GS_BWD * B, *Cs = Gh + (use_gh ? BG_GS_BWD * BG_LD : 0);
     const int nsg = (int)(P.O >> g.lgs), sg = (int)(blockIdx.x % nsg), p = (int)(blockIdx.x / nsg);
     const bool last = g.i1 == P.M, rp = want_rho && last;
     const int cp = use_cp ? g.i0 + (g.i1 - g.i0) / 2 : g.i0;
@@ -519,9 +524,16 @@ __global__ __launch_bounds__(NT, B >= 8 ? 2 : 1) void k_bg_bwd(bg_k P, bg_geo g,
                     W = Ws;
                 }
             }
+            if (use_gh)   /* Ĝ (every thread its own elements; the barrier below publishes it) */
+                for (int idx = threadIdx.x; idx < k.gsr * BG_LD; idx += NT) Gh[idx] = GYs[idx] + DGs[idx];
             bg_fill_sync<B>(Ns, P.NB, g, k, i, P.nb);
-            if (want_b) bg_gn<B>(GYs, DGs, W, i, gpart, np, p, g, k, P);
-            bg_stage<B, BG_GS_BWD, BG_CW, true>(Ns, GYs, DGs, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
+            if (use_gh) bg_gn<B, true>(Gh, GYs, DGs, W, i, gpart, np, p, g, k, P);
+            else if (want_b) bg_gn<B, false>(Gh, GYs, DGs, W, i, gpart, np, p, g, k, P);
+            if (use_gh) {
+                bg_stage<B, BG_GS_BWD, BG_CW, false>(Ns, NULL, Gh, DGs, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
+            } else {
+                bg_stage<B, BG_GS_BWD, BG_CW, true>(Ns, GYs, DGs, DGs, g.a + i - g.i0, k.gsr / B, NULL, 0, g, k, P.nb);
+            }
         }
         if (DGout) bg_st_scr<S::LHB, BG_CW>(DGout, DGs, P.ld, g, k);
         else if (P.GX.p) bg_st_rows<S::LHB, BG_CW>(P.GX, g, k, P, BG_EP_BWD, GYs, DGs);
@@ -554,10 +566,18 @@ static bool bg_stagewise_env(void) {
     return e && e[0] == '1';
 }
 
-/* bwd 2: the backward with the checkpoint buffer */
-static size_t bg_smem(int bwd, i64 b) {
-    return bwd ? sizeof(float) * (size_t)((bwd == 2 ? 5 : 4) * BG_GS_BWD * BG_LD + BG_GS_BWD * b)
+/* Dynamic shared memory: forward (bwd 0) or backward with `extra` tiles beyond GYs, DGs, X0s, Ws
+   (Gh with ∂L/∂B, Cs with the checkpoint). */
+static size_t bg_smem(int bwd, i64 b, int extra) {
+    return bwd ? sizeof(float) * (size_t)((4 + extra) * BG_GS_BWD * BG_LD + BG_GS_BWD * b)
                : sizeof(float) * (size_t)(2 * BG_GS_FWD * (BG_CWF + 1) + BG_GS_FWD * b);
+}
+
+/* True when 2 backward CUDA blocks with `extra` additional tiles fit in an SM's shared memory
+   (the per-block opt-in limit plus the 1 KB the runtime reserves per block). */
+static bool bg_two_fit(const lk_device *dev, i64 b, int extra) {
+    const size_t lim = dev && dev->smem_optin > 0 ? (size_t)dev->smem_optin : 0;
+    return 2 * (bg_smem(1, b, extra) + 1024) <= lim + 1024;
 }
 
 /* log2 of the local q range of a super-group of GS rows: stages per launch at most */
@@ -572,7 +592,7 @@ bool bg_takes(const lk_oft_args *a, const lk_device *dev, int bwd, const char **
     if (bg_stagewise_env()) w = "LYCO_CUDA_BOFT_STAGEWISE=1";
     else if (!bg_pow2_b(a->bs)) w = "block size not a power of two";
     else if (a->ncol <= 0) w = "no columns";
-    else if (bg_smem(bwd, a->bs) > lim) w = "shared memory above the device's opt-in limit";
+    else if (bg_smem(bwd, a->bs, 0) > lim) w = "shared memory above the device's opt-in limit";
     else if (bg_lb(a, bwd ? BG_GS_BWD : BG_GS_FWD) < 1) w = "fewer than 2 half-blocks per super-group";
     if (why) *why = w;
     return w == NULL;
@@ -643,7 +663,7 @@ template <int B> static int bg_fwd_launch(const bg_k *P, const bg_geo *g, const 
     unsigned grid = 0;
     int rc = bg_grid(nsg * g->ntile, &grid);
     if (rc || grid == 0) return rc;
-    const size_t smem = bg_smem(0, B);
+    const size_t smem = bg_smem(0, B, 0);
     LK_CHECK(cudaFuncSetAttribute(k_bg_fwd<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     k_bg_fwd<B><<<grid, NT, smem, st>>>(*P, *g, Din, Dout, plain);
     LK_LAUNCHED("boft stage group (forward)");
@@ -693,28 +713,28 @@ int bg_fwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
 /* use_cp: stage ranges of 3+ with X needed take the checkpoint buffer when it fits (cp_fits). */
 template <int B>
 static int bg_bwd_launch(const bg_k *P, const bg_geo *g, const float *Xin, const float *DGin, float *DGout, float *gpart,
-                         int np, float *rpart, int want_b, int want_rho, int cp_fits, cudaStream_t st) {
+                         int np, float *rpart, int want_b, int want_rho, int cp_fits, int use_gh, cudaStream_t st) {
     const i64 nsg = P->O >> g->lgs;
     unsigned grid = 0;
     int rc = bg_grid(nsg * np, &grid);
     if (rc || grid == 0) return rc;
     const int use_cp = cp_fits && g->i1 - g->i0 >= 3 && (want_b || (want_rho && g->i1 == P->M));
-    const size_t smem = bg_smem(use_cp ? 2 : 1, B);
+    const size_t smem = bg_smem(1, B, use_gh + use_cp);
     LK_CHECK(cudaFuncSetAttribute(k_bg_bwd<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    k_bg_bwd<B><<<grid, NT, smem, st>>>(*P, *g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, use_cp);
+    k_bg_bwd<B><<<grid, NT, smem, st>>>(*P, *g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, use_cp, use_gh);
     LK_LAUNCHED("boft stage group (backward)");
     return LYCO_OK;
 }
 
 static int bg_bwd_any(i64 b, const bg_k *P, const bg_geo *g, const float *Xin, const float *DGin, float *DGout, float *gpart,
-                      int np, float *rpart, int want_b, int want_rho, int cp_fits, cudaStream_t st) {
+                      int np, float *rpart, int want_b, int want_rho, int cp_fits, int use_gh, cudaStream_t st) {
     switch (b) {
-    case 2: return bg_bwd_launch<2>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
-    case 4: return bg_bwd_launch<4>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
-    case 8: return bg_bwd_launch<8>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
-    case 16: return bg_bwd_launch<16>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
-    case 32: return bg_bwd_launch<32>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
-    case 64: return bg_bwd_launch<64>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, st);
+    case 2: return bg_bwd_launch<2>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, use_gh, st);
+    case 4: return bg_bwd_launch<4>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, use_gh, st);
+    case 8: return bg_bwd_launch<8>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, use_gh, st);
+    case 16: return bg_bwd_launch<16>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, use_gh, st);
+    case 32: return bg_bwd_launch<32>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, use_gh, st);
+    case 64: return bg_bwd_launch<64>(P, g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, cp_fits, use_gh, st);
     default: return lyco_fail(LYCO_ERR_BACKEND, "cuda boft: block size %lld has no stage-group kernel", (long long)b);
     }
 }
@@ -770,8 +790,8 @@ int bg_bwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
     const int want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL, need_x = want_b || want_rho;
     const int lb = bg_lb(a, BG_GS_BWD), nL = (int)cdiv(a->M, lb);
     const i64 O = a->O, nn = a->bs * a->bs, nop = a->M * a->nb * nn;
-    /* the checkpoint buffer only where 2 CUDA blocks per SM keep fitting */
-    const int cp_fits = 2 * (bg_smem(2, a->bs) + 1024) <= (size_t)(dev && dev->smem_optin > 0 ? dev->smem_optin : 0) + 1024;
+    /* Gh, then the checkpoint buffer, only where 2 CUDA blocks per SM keep fitting */
+    const int use_gh = want_b && bg_two_fit(dev, a->bs, 1), cp_fits = bg_two_fit(dev, a->bs, use_gh + 1);
     bg_bwd_mem S;
     const size_t bytes = bg_bwd_layout(a, dev, nL, need_x, want_b, want_rho, &S, NULL);
     oft_cay cy;
@@ -794,7 +814,7 @@ int bg_bwd(const lk_oft_args *a, const lk_device *dev, cudaStream_t st) {
             for (int jl = nL - 1; jl >= 0 && !rc; jl--) {
                 const bg_geo g = bg_launch_geo(a, BG_GS_BWD, BG_CW, nL, jl, P.cn);
                 rc = bg_bwd_any(a->bs, &P, &g, need_x && jl ? S.Xb + (jl - 1) * O * S.CC : NULL, jl + 1 < nL ? S.DG : NULL,
-                                jl ? S.DG : NULL, S.gpart, S.np, S.rpart, want_b, want_rho, cp_fits, st);
+                                jl ? S.DG : NULL, S.gpart, S.np, S.rpart, want_b, want_rho, cp_fits, use_gh, st);
             }
         }
         if (!rc && want_b) rc = bg_gsum(&S, nop, nn, a->m, st);
