@@ -37,6 +37,13 @@ const lyco_case lyco_cases_boft[] = {
      .multiplier = 0.9, .opts = CASE_RESCALE | CASE_NONCONTIG | CASE_UNALIGNED, .extra = {4}},
     {.name = "boft_linear_module_drop", .algo = LYCO_ALGO_BOFT, .O = 8, .I = 4, .rank = 2, .tokens = 2,
      .opts = CASE_MODULE_DROP, .extra = {2}},
+    /* O = 512, the full butterflies: more stages than one CUDA stage-group launch holds (b 16:
+       4 per launch of 128 rows, 6 stages; b 8: 5 per launch, 7 stages), so the multi-launch
+       forward and the backward's replay from launch boundaries run */
+    {.name = "boft_linear_512_b16_m6", .algo = LYCO_ALGO_BOFT, .O = 512, .I = 40, .rank = 16, .tokens = 37,
+     .multiplier = 0.9, .opts = CASE_RESCALE},
+    {.name = "boft_linear_512_b8_m7", .algo = LYCO_ALGO_BOFT, .O = 512, .I = 24, .rank = 8, .tokens = 19,
+     .opts = CASE_RESCALE},
     /* SD-sized: power2factorization(1280, 16) = (10, 128), the full 8 stages */
     {.name = "boft_linear_1280_b10_m8", .algo = LYCO_ALGO_BOFT, .O = 1280, .I = 1280, .rank = 10, .tokens = 64,
      .opts = CASE_RESCALE, .tier = 1},
