@@ -24,14 +24,15 @@
  * backward NB = (N − I) itself, whose row κ is (N − I)ᵀ's column), accumulating R outputs by
  * fmaf from 0 — the κ-ordered chain of k_bs_stage; barrier; D[t_μ] += acc; barrier. The next
  * stage's operator is fetched by cp.async between the two barriers (forward).
- * Compile-time b (B ∈ {2,4,8,16,32,64}); GS = 128 rows per CUDA block, R = min(B, 16),
- * T = 16/R; forward CW = 64 (C = 2), backward CW = 32 (C = 1): 16·C outputs per thread.
- * Why C = 2 in the forward: shared memory returns one register per lane per cycle (per SM), so a
- * broadcast float4 of N costs about as much as 4 (at best 2) lane-loads while feeding only C FMAs
- * per value; with C = 1 the stage is bound by shared-memory returns (~25–40% of the FMA rate),
- * C = 2 halves that cost per FMA (3 CUDA blocks per SM fit at b 16).
+ * Compile-time b (B ∈ {2,4,8,16,32,64}); R = min(B, 16), T = 16/R; forward 256 rows × CW = 32
+ * columns (C = 1), backward 128 rows × 32 columns: 16·C outputs per thread. The forward also
+ * exists as 128 rows × 64 columns (C = 2: each broadcast float4 of N feeds two columns, written
+ * against a shared-memory-return bound); on the H200 (2026-11-30, 4096², b 32, M 4, bf16) it
+ * was slower: 196·10⁶ element-stages per µs against 269·10⁶ at C = 1, and its
+ * 3-stage launches need a second, single-stage launch (75·10⁶/µs) where 256 rows hold all four
+ * stages — merge forward 640–730 µs against 484. BG_CWF / BG_GS_FWD select it.
  *
- * FORWARD (k_bg_fwd, 128 rows × 64 columns, lb = log2(GSr/hb) stages per launch at most; nL = ⌈M/lb⌉ launches,
+ * FORWARD (k_bg_fwd, BG_GS_FWD rows × BG_CWF columns, lb = log2(GSr/hb) stages per launch at most; nL = ⌈M/lb⌉ launches,
  * stages split evenly): each launch recomputes X_0 = RN_ct(X) from the input, loads Δ from the
  * fp32 scratch [O][CC] (0 in the first launch), runs its stages Δ ← Δ + (N − I)(X_0 + Δ) and
  * stores Δ in place (different CUDA blocks own disjoint rows × columns) or, in the last launch,
@@ -93,9 +94,9 @@
 #include "cuda/boft_group.cuh"
 
 #define BG_CW 32                     /* columns per CUDA block, backward (one per lane); chunk unit */
-#define BG_CWF 64                    /* columns per CUDA block, forward (two per lane) */
+#define BG_CWF 32                    /* columns per CUDA block, forward (one per lane; see the header) */
 #define BG_LD 33                     /* backward shared row pitch (floats): CW + 1, conflict-free */
-#define BG_GS_FWD 128                /* rows per CUDA block, forward */
+#define BG_GS_FWD 256                /* rows per CUDA block, forward */
 #define BG_GS_BWD 128                /* rows per CUDA block, backward */
 #define BG_BUDGET ((i64)16 << 20)    /* floats of chunk scratch */
 
