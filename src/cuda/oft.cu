@@ -1182,9 +1182,9 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int
  *     of (128/(B/4)²) token slices; G_M and G_ρ from H as k_doft_h (dh_finish).
  * Shared memory: 2 × 2 raw tiles (16 KB) + 2 fp32 tiles + the operator, ~38 KB.
  * ------------------------------------------------------------------------------------------- */
-template <int B>
+template <int B, int TT = 2048 / B>
 __device__ __forceinline__ void dcf_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 t0, i64 ncol) {
-    constexpr int TT = 2048 / B, CH = B / 8, N = TT * CH;
+    constexpr int CH = B / 8, N = TT * CH;
 #pragma unroll
     for (int q = 0; q < N / DC_NT; q++) {
         const int e = q * DC_NT + threadIdx.x;
@@ -1325,23 +1325,23 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cf(doft_k P
    into a two-stage ring, widened once per tile into a channel-major fp32 tile xT[ν][t]; a thread
    owns 4 outputs μ × 4 tokens, one float4 of Op's row ν and one of xT per 16 FMAs. Per output the
    same ν-ordered fmaf chain and epilogue as the column kernel (bitwise). Grid (token splits, nb). */
-template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(doft_k P, int tiles, int vy) {
-    constexpr int TT = 2048 / B, PF = TT + 4;
+template <int B, int TT> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(doft_k P, int tiles, int vy) {
+    constexpr int PF = TT + 4, NW = TT * B / 8 / DC_NT;   /* 16-byte chunks widened per thread */
     __shared__ __align__(16) unsigned short Xr[2][TT * B];
     __shared__ __align__(16) float xT[B * PF], Ops[B * B];
     __shared__ float rs[B];
     const lk_oft_args &a = P.a;
     const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, TT);
     const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
-    dcf_issue<B>(Xr[0], a.X, o0, t0 * TT, a.ncol);
+    dcf_issue<B, TT>(Xr[0], a.X, o0, t0 * TT, a.ncol);
     cp_commit();
     const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
     for (int e = threadIdx.x; e < B * B; e += DC_NT) Ops[e] = Op[e];
     for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
-    const int mu0 = 4 * (threadIdx.x % (B / 4)), tt0 = 4 * (threadIdx.x / (B / 4)), dx = a.X.dt;
+    const int dx = a.X.dt;
     for (i64 it = 0; it < nt; it++) {
         if (it + 1 < nt) {
-            dcf_issue<B>(Xr[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TT, a.ncol);
+            dcf_issue<B, TT>(Xr[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TT, a.ncol);
             cp_commit();
             cp_wait(1);
         } else {
@@ -1349,7 +1349,7 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(doft_k P
         }
         __syncthreads();
 #pragma unroll
-        for (int q = 0; q < 2; q++) {   /* widen + transpose: lanes on consecutive tokens */
+        for (int q = 0; q < NW; q++) {   /* widen + transpose: lanes on consecutive tokens */
             const int e = q * DC_NT + threadIdx.x, t = e % TT, c = (e / TT) * 8;
             float v[8];
             widen8(v, *(const uint4 *)(Xr[it & 1] + t * B + c), dx);
@@ -1357,56 +1357,64 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(doft_k P
             for (int i = 0; i < 8; i++) xT[(c + i) * PF + t] = v[i];
         }
         __syncthreads();
-        float acc[4][4];   /* [μ − μ0][t − t0] */
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-#pragma unroll 4
-        for (int nu = 0; nu < B; nu++) {
-            const float4 o = *(const float4 *)(Ops + nu * B + mu0), x = *(const float4 *)(xT + nu * PF + tt0);
-            const float ov[4] = {o.x, o.y, o.z, o.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll 1
+        for (int sub = 0; sub < TT * B / 16 / DC_NT; sub++) {   /* 4 × 4 output sets per thread */
+            const int w = sub * DC_NT + threadIdx.x, mu0 = 4 * (w % (B / 4)), tt0 = 4 * (w / (B / 4));
+            float acc[4][4];   /* [μ − μ0][t − t0] */
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ov[i], xv[j], acc[i][j]);
-        }
+                for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+#pragma unroll 4
+            for (int nu = 0; nu < B; nu++) {
+                const float4 o = *(const float4 *)(Ops + nu * B + mu0), x = *(const float4 *)(xT + nu * PF + tt0);
+                const float ov[4] = {o.x, o.y, o.z, o.w}, xv[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 x = *(const float4 *)(xT + (mu0 + i) * PF + tt0);
-            const float xv[4] = {x.x, x.y, x.z, x.w}, pr = rs[mu0 + i];
+                for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                acc[i][j] = a.delta ? fmaf(pr, acc[i][j], (pr - 1.0f) * xv[j]) : (a.rho.p ? pr * acc[i][j] : acc[i][j]);
-        }
-        const i64 tb = (t0 + it) * TT;
+                    for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ov[i], xv[j], acc[i][j]);
+            }
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const i64 t = tb + tt0 + j;
-            if (t >= a.ncol) break;
-            char *p = (char *)rows_addr(a.Y, o0 + mu0, t);
-            if (vy) {
-                *(uint2 *)p = make_uint2(f_to_bits(acc[0][j], a.Y.dt) | (f_to_bits(acc[1][j], a.Y.dt) << 16),
-                                         f_to_bits(acc[2][j], a.Y.dt) | (f_to_bits(acc[3][j], a.Y.dt) << 16));
-            } else {
-                const i64 step = a.Y.sc * (i64)dt_size(a.Y.dt);
+            for (int i = 0; i < 4; i++) {
+                const float4 x = *(const float4 *)(xT + (mu0 + i) * PF + tt0);
+                const float xv[4] = {x.x, x.y, x.z, x.w}, pr = rs[mu0 + i];
 #pragma unroll
-                for (int i = 0; i < 4; i++) st_elem(p + i * step, a.Y.dt, a.Y.flags & LK_UNALIGNED, acc[i][j]);
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = a.delta ? fmaf(pr, acc[i][j], (pr - 1.0f) * xv[j]) : (a.rho.p ? pr * acc[i][j] : acc[i][j]);
+            }
+            const i64 tb = (t0 + it) * TT;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const i64 t = tb + tt0 + j;
+                if (t >= a.ncol) break;
+                char *p = (char *)rows_addr(a.Y, o0 + mu0, t);
+                if (vy) {
+                    *(uint2 *)p = make_uint2(f_to_bits(acc[0][j], a.Y.dt) | (f_to_bits(acc[1][j], a.Y.dt) << 16),
+                                             f_to_bits(acc[2][j], a.Y.dt) | (f_to_bits(acc[3][j], a.Y.dt) << 16));
+                } else {
+                    const i64 step = a.Y.sc * (i64)dt_size(a.Y.dt);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) st_elem(p + i * step, a.Y.dt, a.Y.flags & LK_UNALIGNED, acc[i][j]);
+                }
             }
         }
         __syncthreads();   /* raw stage refilled and xT rewritten next iteration */
     }
 }
 
-template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    const i64 TT = 2048 / B, ntile = cdiv(P->a.ncol, TT);
+/* tokens per tile: 2048/B, or 4096/B with LYCO_CUDA_OFT_TT=2 (A/B) */
+template <int B, int TT> static int doft_fwd_cf_tt(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    const i64 ntile = cdiv(P->a.ncol, TT);
     i64 tiles = ntile * P->a.nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
     if (tiles < 1) tiles = 1;
     if (tiles > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld tokens exceed the bypass kernel", (long long)P->a.ncol);
     const int vy = col_vec_ok(P->a.Y, B) && P->a.Y.dt != DT_F32;
-    k_doft_fwd_cf<B><<<dim3((unsigned)cdiv(ntile, tiles), (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, vy);
+    k_doft_fwd_cf<B, TT><<<dim3((unsigned)cdiv(ntile, tiles), (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, vy);
     LK_LAUNCHED("diag-oft bypass forward (channel-fast kernel)");
     return LYCO_OK;
+}
+template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    return doft_env_int("LYCO_CUDA_OFT_TT", 1) == 2 ? doft_fwd_cf_tt<B, 4096 / B>(P, dev, st) : doft_fwd_cf_tt<B, 2048 / B>(P, dev, st);
 }
 
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
