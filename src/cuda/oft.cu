@@ -21,7 +21,10 @@
  *    (Y_k = Op_kᵀ·X_k as a small GEMM, 8×8 outputs per thread, cp.async tile ring); backward
  *    (bs 16/32, no ∂L/∂X) k_doft_h: one reduction H_k = X_k·GY_kᵀ gives G_M = ρ ⊙ H and
  *    G_ρ = Σ_ν M ⊙ H.
- *  - bs 8/16/32, any other layout (bypass y0/dy/dy0, conv, strided, unaligned, fp32): the column
+ *  - bs 16/32, channel-fast 16-bit y0 / dy with 16-byte aligned blocks (linear bypass): forward
+ *    k_doft_fwd_cf, backward k_doft_bwd_cf (token tiles widened once into channel-major fp32
+ *    tiles; 4×4 outputs per thread; the backward's H reduction as the merge's).
+ *  - bs 8/16/32, any other layout (conv, strided, unaligned, fp32 activations): the column
  *    kernels k_doft_fwd_cols / k_doft_bwd_cols (a thread owns whole columns of one block in
  *    registers; 16-byte vectors for channel-contiguous operands).
  *  - other block sizes: the tile kernels below (k_doft_fwd / k_doft_bwd).
@@ -1402,7 +1405,8 @@ template <int B, int TT> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(
     }
 }
 
-/* tokens per tile: 2048/B, or 4096/B with LYCO_CUDA_OFT_TT=2 (A/B) */
+/* tokens per tile: 4096/B (H200, 8192 tokens × 4096, B 32, bf16: 197–204 µs per call against
+   201–241 at 2048/B, which LYCO_CUDA_OFT_TT=1 selects, and 219–220 for the column kernel) */
 template <int B, int TT> static int doft_fwd_cf_tt(const doft_k *P, const lk_device *dev, cudaStream_t st) {
     const i64 ntile = cdiv(P->a.ncol, TT);
     i64 tiles = ntile * P->a.nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
@@ -1414,7 +1418,7 @@ template <int B, int TT> static int doft_fwd_cf_tt(const doft_k *P, const lk_dev
     return LYCO_OK;
 }
 template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    return doft_env_int("LYCO_CUDA_OFT_TT", 1) == 2 ? doft_fwd_cf_tt<B, 4096 / B>(P, dev, st) : doft_fwd_cf_tt<B, 2048 / B>(P, dev, st);
+    return doft_env_int("LYCO_CUDA_OFT_TT", 2) == 1 ? doft_fwd_cf_tt<B, 2048 / B>(P, dev, st) : doft_fwd_cf_tt<B, 4096 / B>(P, dev, st);
 }
 
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
