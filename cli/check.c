@@ -1,8 +1,9 @@
 /*
  * check.c — `lyco check [--backend B] [--algo A] [--dir D] [--dtypes R] [--mode promote|base]
- * [--tier quick|full] [--seed N] [--require-fused]`: runs the shared case table against the fp64
- * oracle and prints one row per case: max/mean ULP of the backend and of the eager twin, the
- * budget, PASS/FAIL and the path taken. Exit status 1 when any case fails, 2 on a usage error.
+ * [--tier quick|full] [--seed N] [--require-fused] [--hash]`: runs the shared case table against the
+ * fp64 oracle and prints one row per case: max/mean ULP of the backend and of the eager twin, the
+ * budget, PASS/FAIL and the path taken (--hash: and a 64-bit hash of the backend's output values,
+ * for bitwise comparisons between runs, e.g. thread counts). Exit status 1 when any case fails, 2 on a usage error.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@ static int usage(FILE *f) {
             "  --mode promote|base  output mode (default promote)\n"
             "  --tier quick|full  case set (default quick)\n"
             "  --seed N           data seed (default: LYCO_SEED or the clock; printed)\n"
-            "  --require-fused    fail a case that fell back to the eager twin\n");
+            "  --require-fused    fail a case that fell back to the eager twin\n"
+            "  --hash             append h=<64-bit hash of the backend's output values> to each row\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -39,6 +41,7 @@ int lyco_parse_check_opts(int argc, char **argv, lyco_check_opts *o) {
         bool takes = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
         if (!strcmp(a, "--require-fused")) { o->require_fused = true; takes = false; }
+        else if (!strcmp(a, "--hash")) { o->hash = true; takes = false; }
         else if (!strcmp(a, "--verbose")) { o->verbose = true; takes = false; }
         else if (!v) { fprintf(stderr, "lyco check: option %s needs a value\n", a); return usage(stderr); }
         else if (!strcmp(a, "--backend")) {

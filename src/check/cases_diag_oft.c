@@ -45,6 +45,10 @@ const lyco_case lyco_cases_diag_oft[] = {
      .opts = CASE_RESCALE},
     {.name = "diag_oft_linear_bs16_strided_unaligned_active", .algo = LYCO_ALGO_DIAG_OFT, .O = 48, .I = 19, .rank = 16,
      .tokens = 133, .constraint = 0.5, .opts = CASE_RESCALE | CASE_NONCONTIG | CASE_UNALIGNED},
+    /* enough tiles for several fixed runs of the CPU backward's gradient partials (its fp32
+       bypass backward once depended on the thread count here: tests check_cpu_threads_full) */
+    {.name = "diag_oft_linear_640_bs16_t1024", .algo = LYCO_ALGO_DIAG_OFT, .O = 640, .I = 640, .rank = 16,
+     .tokens = 1024, .opts = CASE_RESCALE, .tier = 1},
     {.name = "diag_oft_linear_4096_bs16", .algo = LYCO_ALGO_DIAG_OFT, .O = 4096, .I = 4096, .rank = 16, .tokens = 64,
      .opts = CASE_RESCALE, .tier = 1},
 };

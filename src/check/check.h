@@ -137,6 +137,7 @@ typedef struct {
     const char *dtypes;         /* filter on the dtype row name */
     bool verbose;
     bool require_fused;         /* fail when the backend took a fallback */
+    bool hash;                  /* print the hash of the backend's outputs (lyco_check_result.hash) */
 } lyco_check_opts;
 
 typedef struct {
@@ -148,6 +149,7 @@ typedef struct {
     char path[200];             /* path report of the backend */
     char detail[300];           /* failure detail */
     double time_ms;             /* backend time of one call */
+    uint64_t hash;              /* FNV-1a over the bits of every backend output value, in order */
 } lyco_check_result;
 
 /* Runs one case × direction × dtype row. Returns LYCO_OK when it ran (pass or fail in res). */

@@ -1,7 +1,9 @@
 #!/bin/sh
 # check_threads.sh LYCO [check args...] — the CPU backend's results do not depend on the thread
-# count: `lyco check --backend cpu` at OMP_NUM_THREADS=1 and 3 on the same fresh seed must print the
-# same table (every column but the time). The seed is printed; rerun with LYCO_SEED=<seed>.
+# count: `lyco check --backend cpu --hash` at OMP_NUM_THREADS=1 and 3 on the same fresh seed must
+# print the same table (every column but the time; --hash adds each row's hash of the output values,
+# so a difference in any bit fails, not only one the ULP columns show). The seed is printed; rerun
+# with LYCO_SEED=<seed>. LYCO_CHECK_THREADS: the thread counts compared (default "1 3").
 set -u
 lyco="$1"
 shift
@@ -10,18 +12,22 @@ echo "check_threads: seed $seed (rerun with LYCO_SEED=$seed)"
 tmp="${TMPDIR:-/tmp}/lyco-check-threads.$$"
 mkdir -p "$tmp" || exit 1
 trap 'rm -rf "$tmp"' EXIT
-for t in 1 3; do
+threads="${LYCO_CHECK_THREADS:-1 3}"
+for t in $threads; do
     # drop the ms column (field 8) — the only one allowed to differ
-    OMP_NUM_THREADS=$t "$lyco" check --backend cpu --seed "$seed" "$@" >"$tmp/raw$t" 2>&1
+    OMP_NUM_THREADS=$t "$lyco" check --backend cpu --hash --seed "$seed" "$@" >"$tmp/raw$t" 2>&1
     rc=$?
     [ "$rc" -eq 0 ] || { echo "check_threads: lyco check failed at $t threads (exit $rc)"; tail -5 "$tmp/raw$t"; exit 1; }
     awk '$2 ~ /^(merge|bypass)_/ { $8 = ""; print }' "$tmp/raw$t" >"$tmp/t$t"
 done
-n=$(wc -l <"$tmp/t1")
+first=${threads%% *}
+n=$(wc -l <"$tmp/t$first")
 [ "$n" -gt 0 ] || { echo "check_threads: no table rows"; exit 1; }
-if ! cmp -s "$tmp/t1" "$tmp/t3"; then
-    echo "check_threads: results differ between 1 and 3 threads:"
-    diff "$tmp/t1" "$tmp/t3" | head -20
-    exit 1
-fi
-echo "check_threads: $n rows identical at 1 and 3 threads"
+for t in $threads; do
+    if ! cmp -s "$tmp/t$first" "$tmp/t$t"; then
+        echo "check_threads: results differ between $first and $t threads:"
+        diff "$tmp/t$first" "$tmp/t$t" | head -20
+        exit 1
+    fi
+done
+echo "check_threads: $n rows identical at $(echo $threads | sed 's/ /, /g') threads"
