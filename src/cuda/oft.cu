@@ -793,9 +793,6 @@ __host__ __device__ static inline bool doft_staged_ok(const lk_rows &v) {
     return v.p && v.sn == 1 && v.SP == 1 && v.dt != DT_F32 && !(v.flags & LK_UNALIGNED) &&
            (unsigned long long)(uintptr_t)v.p % 16 == 0 && (v.sc * 2) % 16 == 0;
 }
-__host__ __device__ static inline bool doft_vec_rows_ok(const lk_rows &v) {   /* 8 columns = one 16-byte store */
-    return doft_staged_ok(v);
-}
 
 /* channel-fast 16-bit operand with 16-byte aligned blocks of B channels (the bypass's y0 / dy) */
 __host__ __device__ static inline bool doft_cf_ok(const lk_rows &v, int B) {
@@ -898,7 +895,7 @@ template <int B> static int doft_fwd_staged_launch(const doft_k *P, const lk_dev
     if (tiles < 1) tiles = 1;
     if (tiles > 8) tiles = 8;
     const i64 gx = cdiv(ntile, tiles);
-    k_doft_fwd_staged<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, doft_vec_rows_ok(P->a.Y));
+    k_doft_fwd_staged<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), DC_NT, 0, st>>>(*P, (int)tiles, doft_staged_ok(P->a.Y) /* 8 columns = one 16-byte store */);
     LK_LAUNCHED("diag-oft forward (staged kernel)");
     return LYCO_OK;
 }
