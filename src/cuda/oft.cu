@@ -643,24 +643,6 @@ template <int B> __device__ __forceinline__ void col_out(const lk_rows &v, i64 o
     }
 }
 
-/* acc[μ] = Σ_ν Op[ν][μ]·x[ν] (ν ascending, fmaf from 0); Op row-major B×B in shared memory */
-template <int B> __device__ __forceinline__ void col_apply(float (&acc)[B], const float *Op, const float (&x)[B]) {
-#pragma unroll
-    for (int mu = 0; mu < B; mu++) acc[mu] = 0.0f;
-#pragma unroll
-    for (int nu = 0; nu < B; nu++) {
-        const float4 *row = (const float4 *)(Op + nu * B);
-#pragma unroll
-        for (int q = 0; q < B / 4; q++) {
-            const float4 c = row[q];
-            acc[4 * q] = fmaf(c.x, x[nu], acc[4 * q]);
-            acc[4 * q + 1] = fmaf(c.y, x[nu], acc[4 * q + 1]);
-            acc[4 * q + 2] = fmaf(c.z, x[nu], acc[4 * q + 2]);
-            acc[4 * q + 3] = fmaf(c.w, x[nu], acc[4 * q + 3]);
-        }
-    }
-}
-
 /* acc[c][μ] = Σ_ν Op[ν][μ]·x[c][ν] for NJ columns at once (each Op float4 serves NJ columns) */
 template <int B, int NJ>
 __device__ __forceinline__ void col_apply_n(float (&acc)[NJ][B], const float *Op, const float (&x)[NJ][B]) {
@@ -683,6 +665,11 @@ __device__ __forceinline__ void col_apply_n(float (&acc)[NJ][B], const float *Op
             }
         }
     }
+}
+
+/* acc[μ] = Σ_ν Op[ν][μ]·x[ν] (ν ascending, fmaf from 0): col_apply_n for one column */
+template <int B> __device__ __forceinline__ void col_apply(float (&acc)[B], const float *Op, const float (&x)[B]) {
+    col_apply_n<B, 1>(reinterpret_cast<float (&)[1][B]>(acc), Op, reinterpret_cast<const float (&)[1][B]>(x));
 }
 
 /* True when two adjacent columns of v are one aligned 32-bit word per row (row-major 16-bit W). */
@@ -799,9 +786,10 @@ __host__ __device__ static inline bool doft_cf_ok(const lk_rows &v, int B) {
     return col_vec_ok(v, B) && v.dt != DT_F32;
 }
 
-/* tile (columns j0 .. j0 + TC − 1) of rows o0 .. o0 + B − 1 into dst (B × TC 16-bit), zero-filled past ncol */
-template <int B, int TC>
-__device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
+/* cp.async of the tile (columns j0 .. j0 + TC − 1) of rows o0 .. o0 + B − 1 into dst (B rows of
+   pitch PT 16-bit values), zero-filled past ncol; the caller commits */
+template <int B, int TC, int PT = TC>
+__device__ __forceinline__ void rows_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
     constexpr int CH = TC / 8, N = B * CH;   /* 16-byte chunks per row, per tile */
 #pragma unroll
     for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
@@ -810,9 +798,8 @@ __device__ __forceinline__ void ds_issue(unsigned short *dst, const lk_rows &v, 
         const int r = e / CH, c = (e % CH) * 8;
         const i64 j = j0 + c, left = ncol - j;
         const int bytes = left >= 8 ? 16 : left > 0 ? (int)left * 2 : 0;
-        cp_async16(dst + r * TC + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
+        cp_async16(dst + r * PT + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
     }
-    cp_commit();
 }
 
 /* eight 16-bit values (one uint4) widened to fp32 */
@@ -833,14 +820,16 @@ template <int B> __global__ __launch_bounds__(DC_NT, 3) void k_doft_fwd_staged(d
     const lk_oft_args &a = P.a;
     const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, TC);
     const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
-    ds_issue<B, TC>(Xs[0], a.X, o0, t0 * TC, a.ncol);
+    rows_issue<B, TC>(Xs[0], a.X, o0, t0 * TC, a.ncol);
+    cp_commit();
     const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
     for (int e = threadIdx.x; e < B * B; e += DC_NT) Ops[e] = Op[e];
     const int g = threadIdx.x % G, mu0 = 8 * g, c0 = 8 * (threadIdx.x / G), dt = a.X.dt;
     for (int r = threadIdx.x; r < B; r += DC_NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
     for (i64 it = 0; it < nt; it++) {
         if (it + 1 < nt) {
-            ds_issue<B, TC>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TC, a.ncol);
+            rows_issue<B, TC>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TC, a.ncol);
+            cp_commit();
             cp_wait(1);
         } else {
             cp_wait(0);
@@ -1072,17 +1061,20 @@ __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cols(doft_k P, int passes, i
  * ------------------------------------------------------------------------------------------- */
 #define DH_TC 128
 
-template <int B, int TC>
-__device__ __forceinline__ void dh_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
-    constexpr int CH = TC / 8, N = B * CH, P = TC + 8;
+/* Hs = Σ over the NS slices (in slice order) of each thread's 4 × 4 set of H, rows
+   gn + i·B/4, columns gm + j·B/4; all threads; ends synchronised */
+template <int B, int NS>
+__device__ __forceinline__ void dh_combine(float *Hs, int h, int gn, int gm, const float (&acc)[4][4]) {
+    for (int hh = 0; hh < NS; hh++) {
+        if (h == hh)
 #pragma unroll
-    for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
-        const int e = q * DC_NT + threadIdx.x;
-        if (N % DC_NT != 0 && e >= N) break;
-        const int r = e / CH, c = (e % CH) * 8;
-        const i64 j = j0 + c, left = ncol - j;
-        const int bytes = left >= 8 ? 16 : left > 0 ? (int)left * 2 : 0;
-        cp_async16(dst + r * P + c, bytes > 0 ? rows_addr(v, o0 + r, j) : (const char *)v.p, bytes);
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float *hp = Hs + (gn + i * (B / 4)) * B + gm + j * (B / 4);
+                    *hp = hh == 0 ? acc[i][j] : *hp + acc[i][j];
+                }
+        __syncthreads();
     }
 }
 
@@ -1114,8 +1106,8 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int
     const lk_oft_args &a = P.a;
     const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, TC);
     const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
-    dh_issue<B, TC>(Xs[0], a.X, o0, t0 * TC, a.ncol);
-    dh_issue<B, TC>(Ys[0], a.GY, o0, t0 * TC, a.ncol);
+    rows_issue<B, TC, TC + 8>(Xs[0], a.X, o0, t0 * TC, a.ncol);
+    rows_issue<B, TC, TC + 8>(Ys[0], a.GY, o0, t0 * TC, a.ncol);
     cp_commit();
     /* rows ν = gν + i·B/4, μ = gμ + j·B/4: the rows a warp reads at one offset are consecutive
        (distinct banks at pitch PT) */
@@ -1128,8 +1120,8 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
     for (i64 it = 0; it < nt; it++) {
         if (it + 1 < nt) {
-            dh_issue<B, TC>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TC, a.ncol);
-            dh_issue<B, TC>(Ys[(it + 1) & 1], a.GY, o0, (t0 + it + 1) * TC, a.ncol);
+            rows_issue<B, TC, TC + 8>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * TC, a.ncol);
+            rows_issue<B, TC, TC + 8>(Ys[(it + 1) & 1], a.GY, o0, (t0 + it + 1) * TC, a.ncol);
             cp_commit();
             cp_wait(1);
         } else {
@@ -1155,17 +1147,7 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_h(doft_k P, int
         __syncthreads();   /* this stage is refilled by the next iteration's issue */
     }
     /* the slices' partials added in slice order, then the two gradient partials of this split */
-    for (int hh = 0; hh < H; hh++) {
-        if (h == hh)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    float *hp = Hs + (gn + i * (B / 4)) * B + gm + j * (B / 4);
-                    *hp = hh == 0 ? acc[i][j] : *hp + acc[i][j];
-                }
-        __syncthreads();
-    }
+    dh_combine<B, H>(Hs, h, gn, gm, acc);
     dh_finish<B>(P, Hs, k, want_b, want_rho, gpart, rpart);
 }
 
@@ -1191,6 +1173,53 @@ __device__ __forceinline__ void dcf_issue(unsigned short *dst, const lk_rows &v,
         const int t = e / CH, c = (e % CH) * 8;
         const bool in = t0 + t < ncol;
         cp_async16(dst + t * B + c, in ? rows_addr(v, o0 + c, t0 + t) : (const char *)v.p, in ? 16 : 0);
+    }
+}
+
+/* Channel-fast tile helpers (k_doft_bwd_cf, k_doft_fwd_cf). */
+/* dst[c][t] (pitch PF) = the raw tile's token rows widened to fp32: lanes on consecutive tokens */
+template <int B, int TT, int PF>
+__device__ __forceinline__ void cf_widen_t(float *dst, const unsigned short *raw, int dt) {
+#pragma unroll
+    for (int q = 0; q < TT * B / 8 / DC_NT; q++) {
+        const int e = q * DC_NT + threadIdx.x, t = e % TT, c = (e / TT) * 8;
+        float v[8];
+        widen8(v, *(const uint4 *)(raw + t * B + c), dt);
+#pragma unroll
+        for (int i = 0; i < 8; i++) dst[(c + i) * PF + t] = v[i];
+    }
+}
+/* acc[i][j] = Σ_k A[k·B + r0 + i]·XT[k·PF + t0 + j], k ascending, fmaf from 0 */
+template <int B, int PF>
+__device__ __forceinline__ void cf_gemm4(float (&acc)[4][4], const float *A, const float *XT, int r0, int t0) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+#pragma unroll 4
+    for (int k = 0; k < B; k++) {
+        const float4 o = *(const float4 *)(A + k * B + r0), x = *(const float4 *)(XT + k * PF + t0);
+        const float ov[4] = {o.x, o.y, o.z, o.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ov[i], xv[j], acc[i][j]);
+    }
+}
+/* v(o0 + i, t + j) = RN(acc[i][j]) for the tokens t + j < ncol; vec: 16-bit, 8-byte stores */
+__device__ __forceinline__ void cf_store4(const lk_rows &v, i64 o0, i64 t, i64 ncol, const float (&acc)[4][4], bool vec) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (t + j >= ncol) break;
+        char *p = (char *)rows_addr(v, o0, t + j);
+        if (vec) {
+            *(uint2 *)p = make_uint2(f_to_bits(acc[0][j], v.dt) | (f_to_bits(acc[1][j], v.dt) << 16),
+                                     f_to_bits(acc[2][j], v.dt) | (f_to_bits(acc[3][j], v.dt) << 16));
+        } else {
+            const i64 step = v.sc * (i64)dt_size(v.dt);
+#pragma unroll
+            for (int i = 0; i < 4; i++) st_elem(p + i * step, v.dt, v.flags & LK_UNALIGNED, acc[i][j]);
+        }
     }
 }
 
@@ -1233,36 +1262,13 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cf(doft_k P
             cp_wait(0);
         }
         __syncthreads();
-#pragma unroll
-        for (int q = 0; q < 2; q++) {   /* widen + transpose: lanes on consecutive tokens */
-            const int e = q * DC_NT + threadIdx.x, t = e % TT, c = (e / TT) * 8;
-            float v[8];
-            if (want_h) {
-                widen8(v, *(const uint4 *)(Xr[it & 1] + t * B + c), dx);
-#pragma unroll
-                for (int i = 0; i < 8; i++) xT[(c + i) * PF + t] = v[i];
-            }
-            widen8(v, *(const uint4 *)(Yr[it & 1] + t * B + c), dy);
-#pragma unroll
-            for (int i = 0; i < 8; i++) gT[(c + i) * PF + t] = v[i];
-        }
+        if (want_h) cf_widen_t<B, TT, PF>(xT, Xr[it & 1], dx);
+        cf_widen_t<B, TT, PF>(gT, Yr[it & 1], dy);
         __syncthreads();
         const i64 tb = (t0 + it) * TT;
         if (want_gx) {
             float acc[4][4];   /* [ν − ν0][t − t0] */
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-#pragma unroll 4
-            for (int mu = 0; mu < B; mu++) {
-                const float4 o = *(const float4 *)(OpS + mu * B + nu0), g = *(const float4 *)(gT + mu * PF + tt0);
-                const float ov[4] = {o.x, o.y, o.z, o.w}, gv[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ov[i], gv[j], acc[i][j]);
-            }
+            cf_gemm4<B, PF>(acc, OpS, gT, nu0, tt0);
             if (a.delta)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
@@ -1271,20 +1277,7 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cf(doft_k P
 #pragma unroll
                     for (int j = 0; j < 4; j++) acc[i][j] = fmaf(p1, gv[j], acc[i][j]);
                 }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const i64 t = tb + tt0 + j;
-                if (t >= a.ncol) break;
-                char *p = (char *)rows_addr(a.GX, o0 + nu0, t);
-                if (vgx) {
-                    *(uint2 *)p = make_uint2(f_to_bits(acc[0][j], a.GX.dt) | (f_to_bits(acc[1][j], a.GX.dt) << 16),
-                                             f_to_bits(acc[2][j], a.GX.dt) | (f_to_bits(acc[3][j], a.GX.dt) << 16));
-                } else {
-                    const i64 step = a.GX.sc * (i64)dt_size(a.GX.dt);
-#pragma unroll
-                    for (int i = 0; i < 4; i++) st_elem(p + i * step, a.GX.dt, a.GX.flags & LK_UNALIGNED, acc[i][j]);
-                }
-            }
+            cf_store4(a.GX, o0 + nu0, tb + tt0, a.ncol, acc, vgx);
         }
         if (want_h)
 #pragma unroll 2
@@ -1307,17 +1300,7 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cf(doft_k P
         __syncthreads();   /* raw stage refilled and fp32 tiles rewritten next iteration */
     }
     if (!want_h) return;
-    for (int hh = 0; hh < HS; hh++) {
-        if (h == hh)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    float *hp = Hs + (gn + i * (B / 4)) * B + gm + j * (B / 4);
-                    *hp = hh == 0 ? hacc[i][j] : *hp + hacc[i][j];
-                }
-        __syncthreads();
-    }
+    dh_combine<B, HS>(Hs, h, gn, gm, hacc);
     dh_finish<B>(P, Hs, k, want_b, want_rho, gpart, rpart);
 }
 
@@ -1326,7 +1309,7 @@ template <int B> __global__ __launch_bounds__(DC_NT) void k_doft_bwd_cf(doft_k P
    owns 4 outputs μ × 4 tokens, one float4 of Op's row ν and one of xT per 16 FMAs. Per output the
    same ν-ordered fmaf chain and epilogue as the column kernel (bitwise). Grid (token splits, nb). */
 template <int B, int TT> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(doft_k P, int tiles, int vy) {
-    constexpr int PF = TT + 4, NW = TT * B / 8 / DC_NT;   /* 16-byte chunks widened per thread */
+    constexpr int PF = TT + 4;
     __shared__ __align__(16) unsigned short Xr[2][TT * B];
     __shared__ __align__(16) float xT[B * PF], Ops[B * B];
     __shared__ float rs[B];
@@ -1348,32 +1331,13 @@ template <int B, int TT> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(
             cp_wait(0);
         }
         __syncthreads();
-#pragma unroll
-        for (int q = 0; q < NW; q++) {   /* widen + transpose: lanes on consecutive tokens */
-            const int e = q * DC_NT + threadIdx.x, t = e % TT, c = (e / TT) * 8;
-            float v[8];
-            widen8(v, *(const uint4 *)(Xr[it & 1] + t * B + c), dx);
-#pragma unroll
-            for (int i = 0; i < 8; i++) xT[(c + i) * PF + t] = v[i];
-        }
+        cf_widen_t<B, TT, PF>(xT, Xr[it & 1], dx);
         __syncthreads();
 #pragma unroll 1
         for (int sub = 0; sub < TT * B / 16 / DC_NT; sub++) {   /* 4 × 4 output sets per thread */
             const int w = sub * DC_NT + threadIdx.x, mu0 = 4 * (w % (B / 4)), tt0 = 4 * (w / (B / 4));
             float acc[4][4];   /* [μ − μ0][t − t0] */
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-#pragma unroll 4
-            for (int nu = 0; nu < B; nu++) {
-                const float4 o = *(const float4 *)(Ops + nu * B + mu0), x = *(const float4 *)(xT + nu * PF + tt0);
-                const float ov[4] = {o.x, o.y, o.z, o.w}, xv[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ov[i], xv[j], acc[i][j]);
-            }
+            cf_gemm4<B, PF>(acc, Ops, xT, mu0, tt0);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float4 x = *(const float4 *)(xT + (mu0 + i) * PF + tt0);
@@ -1382,21 +1346,7 @@ template <int B, int TT> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(
                 for (int j = 0; j < 4; j++)
                     acc[i][j] = a.delta ? fmaf(pr, acc[i][j], (pr - 1.0f) * xv[j]) : (a.rho.p ? pr * acc[i][j] : acc[i][j]);
             }
-            const i64 tb = (t0 + it) * TT;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const i64 t = tb + tt0 + j;
-                if (t >= a.ncol) break;
-                char *p = (char *)rows_addr(a.Y, o0 + mu0, t);
-                if (vy) {
-                    *(uint2 *)p = make_uint2(f_to_bits(acc[0][j], a.Y.dt) | (f_to_bits(acc[1][j], a.Y.dt) << 16),
-                                             f_to_bits(acc[2][j], a.Y.dt) | (f_to_bits(acc[3][j], a.Y.dt) << 16));
-                } else {
-                    const i64 step = a.Y.sc * (i64)dt_size(a.Y.dt);
-#pragma unroll
-                    for (int i = 0; i < 4; i++) st_elem(p + i * step, a.Y.dt, a.Y.flags & LK_UNALIGNED, acc[i][j]);
-                }
-            }
+            cf_store4(a.Y, o0 + mu0, (t0 + it) * TT + tt0, a.ncol, acc, vy);
         }
         __syncthreads();   /* raw stage refilled and xT rewritten next iteration */
     }
@@ -1576,103 +1526,80 @@ extern "C" int lk_diag_oft_fwd(const lk_oft_args *a, const lk_device *dev, void 
     return rc;
 }
 
-/* The backward after the Cayley transform: partials, sums, adjoint. */
+/* Tiles per split for the streaming backward kernels: ≥ ~4 CUDA blocks per SM, at most smax splits. */
+static i64 doft_tiles_per_split(i64 ntile, i64 nb, const lk_device *dev, i64 smax) {
+    i64 tiles = ntile * nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));
+    if (tiles < 1) tiles = 1;
+    if (cdiv(ntile, tiles) > smax) tiles = cdiv(ntile, smax > 0 ? smax : 1);
+    return tiles;
+}
+
+/* The backward after the Cayley transform: one kernel writes S splits of partials (the kernel by
+   shape, as the header lists), then their sums in order and the adjoint. */
 static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_cay *cy, cudaStream_t st, void **mem) {
+    enum { DB_ROWS, DB_CF, DB_COLS, DB_TILES };
     const bool want_b = a->gB.p != NULL, want_rho = a->grho.p != NULL && a->rho.p != NULL;
     doft_k P;
     doft_setup(&P, a, cy);
     const i64 nrt = cdiv(a->nb, P.g), nn = a->bs * a->bs, all = a->nb * nn;
-    const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0);
-    /* The H reduction (merge: W̄ and d_out row-major 16-bit with aligned rows, B 16 or 32, no
-       ∂L/∂X). A channel-fast variant for the bypass's y0 / dy (tiles of 64 tokens widened to fp32,
-       one H row and 8 columns per thread) plus a dX-only column pass measured slower than the
-       fused column kernel (223 + 204 µs against 390 µs, 8192 tokens × 4096, B 32) and was dropped. */
-    if (doft_cols_take(a) && !a->GX.p && (a->bs == 16 || a->bs == 32) && doft_staged_ok(a->X) && doft_staged_ok(a->GY) &&
-        doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {
+    const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0), smax = per > 0 ? ((i64)8 << 20) / per : 1024;
+    const int bs = (int)a->bs;
+    const bool fast = doft_cols_take(a) && (bs == 16 || bs == 32) && doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0;
+    int kind;
+    i64 steps, S;   /* tiles or passes per split; splits */
+    if (fast && !a->GX.p && doft_staged_ok(a->X) && doft_staged_ok(a->GY)) {   /* merge: the H reduction */
+        kind = DB_ROWS;
         const i64 ntile = cdiv(a->ncol, DH_TC);
-        i64 tiles = ntile * a->nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
-        if (tiles < 1) tiles = 1;
-        const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024;
-        if (cdiv(ntile, tiles) > smax) tiles = cdiv(ntile, smax > 0 ? smax : 1);
-        if (tiles > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld columns exceed the reduction kernel", (long long)a->ncol);
-        const i64 S = cdiv(ntile, tiles);
-        const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
-        int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
-        if (rc) return rc;
-        float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
-        const dim3 grid((unsigned)S, (unsigned)a->nb);
-        if (a->bs == 16) k_doft_h<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
-        else k_doft_h<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart);
-        LK_LAUNCHED("diag-oft backward (reduction kernel)");
-        if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
-        if (want_b) {
-            if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
-            if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
-        }
-        return LYCO_OK;
+        steps = doft_tiles_per_split(ntile, a->nb, dev, smax);
+        S = cdiv(ntile, steps);
+    } else if (fast && doft_cf_ok(a->X, bs) && doft_cf_ok(a->GY, bs)) {   /* linear bypass, channel-fast */
+        kind = DB_CF;
+        const i64 ntile = cdiv(a->ncol, 2048 / bs);
+        steps = doft_tiles_per_split(ntile, a->nb, dev, smax);
+        S = cdiv(ntile, steps);
+    } else if (doft_cols_take(a)) {   /* column kernels: S = column groups */
+        kind = DB_COLS;
+        steps = doft_col_passes(a->ncol, a->nb, dev ? dev->sms : 0);
+        const i64 need = cdiv(a->ncol, DC_NT * (smax > 0 ? smax : 1));
+        if (steps < need) steps = need;
+        if (steps > 0x7fffffff / DC_NT)
+            return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld columns exceed the column kernel", (long long)a->ncol);
+        S = cdiv(a->ncol, DC_NT * steps);
+    } else {   /* tile kernels: about 2 blocks per SM, at most one split per column tile */
+        kind = DB_TILES;
+        if (nrt > 65535) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld row tiles exceed the grid", (long long)nrt);
+        steps = 1;
+        S = cdiv(2 * (i64)(dev->sms > 0 ? dev->sms : 1), nrt);
+        if (per > 0 && S > (8 << 20) / per) S = (8 << 20) / per;
+        if (S > P.ntc) S = P.ntc;
+        if (S > 1024) S = 1024;
+        if (S < 1) S = 1;
     }
-    if (doft_cols_take(a) && (a->bs == 16 || a->bs == 32) && doft_cf_ok(a->X, (int)a->bs) && doft_cf_ok(a->GY, (int)a->bs) &&
-        doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {
-        const i64 TT = 2048 / a->bs, ntile = cdiv(a->ncol, TT);   /* the channel-fast bypass kernel */
-        i64 tiles = ntile * a->nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));
-        if (tiles < 1) tiles = 1;
-        const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024;
-        if (cdiv(ntile, tiles) > smax) tiles = cdiv(ntile, smax > 0 ? smax : 1);
-        if (tiles > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld tokens exceed the bypass kernel", (long long)a->ncol);
-        const i64 S = cdiv(ntile, tiles);
-        const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
-        int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
-        if (rc) return rc;
-        float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
-        const dim3 grid((unsigned)S, (unsigned)a->nb);
-        const int vgx = a->GX.p && col_vec_ok(a->GX, (int)a->bs) && a->GX.dt != DT_F32;
-        if (a->bs == 16) k_doft_bwd_cf<16><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart, vgx);
-        else k_doft_bwd_cf<32><<<grid, DC_NT, 0, st>>>(P, (int)tiles, want_b, want_rho, gpart, rpart, vgx);
-        LK_LAUNCHED("diag-oft bypass backward (channel-fast kernel)");
-        if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
-        if (want_b) {
-            if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
-            if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
-        }
-        return LYCO_OK;
-    }
-    if (doft_cols_take(a)) {   /* column kernels: S = column groups, partials within 8M floats */
-        i64 passes = doft_col_passes(a->ncol, a->nb, dev ? dev->sms : 0);
-        const i64 smax = per > 0 ? ((i64)8 << 20) / per : 1024, need = cdiv(a->ncol, DC_NT * (smax > 0 ? smax : 1));
-        if (passes < need) passes = need;
-        if (passes > 0x7fffffff / DC_NT) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld columns exceed the column kernel", (long long)a->ncol);
-        const i64 S = cdiv(a->ncol, DC_NT * passes);
-        const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
-        int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
-        if (rc) return rc;
-        float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
-        const dim3 grid((unsigned)S, (unsigned)a->nb);
-        const int vx = col_vec_ok(a->X, (int)a->bs), vgy = col_vec_ok(a->GY, (int)a->bs), vgx = col_vec_ok(a->GX, (int)a->bs);
-        if (a->bs == 8) k_doft_bwd_cols<8><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
-        else if (a->bs == 16) k_doft_bwd_cols<16><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
-        else k_doft_bwd_cols<32><<<grid, DC_NT, 0, st>>>(P, (int)passes, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
-        LK_LAUNCHED("diag-oft backward (column kernel)");
-        if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
-        if (want_b) {
-            if ((rc = oft_sum_grad(gpart, S, all, a->m, &a->mask, GR, st))) return rc;
-            if ((rc = oft_cay_bwd(cy, a, GR, st))) return rc;
-        }
-        return LYCO_OK;
-    }
-    if (nrt > 65535) return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld row tiles exceed the grid", (long long)nrt);
-    /* splits: about 2 blocks per SM, partials within 8M floats, at most one split per column tile */
-    i64 S = cdiv(2 * (i64)(dev->sms > 0 ? dev->sms : 1), nrt);
-    if (per > 0 && S > (8 << 20) / per) S = (8 << 20) / per;
-    if (S > P.ntc) S = P.ntc;
-    if (S > 1024) S = 1024;
-    if (S < 1) S = 1;
+    if (steps > 0x7fffffff)
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda diag-oft: %lld columns exceed the backward kernels", (long long)a->ncol);
     const i64 gsz = want_b ? S * all : 0, rsz = want_rho ? S * a->O : 0;
     int rc = lk_scratch_alloc(mem, sizeof(float) * (size_t)(gsz + rsz + (want_b ? all : 0)), st);
     if (rc) return rc;
     float *gpart = (float *)*mem, *rpart = gpart + gsz, *GR = rpart + rsz;
-    const int smem = (int)(sizeof(float) * 5 * DTILE);
-    LK_CHECK(cudaFuncSetAttribute(k_doft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    k_doft_bwd<<<dim3((unsigned)S, (unsigned)nrt), NT, smem, st>>>(P, want_b, want_rho, gpart, rpart);
+    const dim3 grid((unsigned)S, (unsigned)(kind == DB_TILES ? nrt : a->nb));
+    const int n = (int)steps;
+    if (kind == DB_ROWS) {
+        if (bs == 16) k_doft_h<16><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart);
+        else k_doft_h<32><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart);
+    } else if (kind == DB_CF) {
+        const int vgx = a->GX.p && col_vec_ok(a->GX, bs) && a->GX.dt != DT_F32;
+        if (bs == 16) k_doft_bwd_cf<16><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart, vgx);
+        else k_doft_bwd_cf<32><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart, vgx);
+    } else if (kind == DB_COLS) {
+        const int vx = col_vec_ok(a->X, bs), vgy = col_vec_ok(a->GY, bs), vgx = col_vec_ok(a->GX, bs);
+        if (bs == 8) k_doft_bwd_cols<8><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
+        else if (bs == 16) k_doft_bwd_cols<16><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
+        else k_doft_bwd_cols<32><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
+    } else {
+        const int smem = (int)(sizeof(float) * 5 * DTILE);
+        LK_CHECK(cudaFuncSetAttribute(k_doft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        k_doft_bwd<<<grid, NT, smem, st>>>(P, want_b, want_rho, gpart, rpart);
+    }
     LK_LAUNCHED("diag-oft backward");
     if (want_rho && (rc = oft_sum_rho(rpart, S, a->O, &a->grho, st))) return rc;
     if (want_b) {
