@@ -16,7 +16,8 @@
  *             NUMERICS.md §1.6), y = y0 + h · (Ū·m·σs)ᵀ — ΔW never exists; x, y0 read once, y written once;
  *             the second product is nn against Ū'ᵀ = (Ū·m·σs)ᵀ (r × O, made once per call), so it runs
  *             on 6×16 register tiles, one FMA chain over r then + y0 (dense.c's nn order)
- * bypass bwd (linear): per tile: h recomputed; gh = dy · (Ū·m·σs) computed once and used twice:
+ * bypass bwd (linear): per tile: h recomputed; gh = rnd_T(dy · (Ū·m·σs)) (stored in T as the eager
+ *             chain stores it, §1.6) computed once and used twice:
  *             dx = gh · P and G_P += ghᵀ · x; G_Ū += dyᵀ · h; G_σs = ⟨G_Ūraw, Ū·m⟩ at the end.
  * DyLoRA (ALGORITHMS.md §2.8) is the same computation over the active ranks only (r = t·bs
  * of the stored r_total, s = α/t resolved by the api layer); its gradients go to block t* alone
@@ -24,7 +25,7 @@
  * bypass (conv, plain and Tucker — Tucker's 1×1 down then k×k mid is one k×k conv with P):
  *             per image and tile of TP output positions: the im2col rows Xt (TP × I·K) from a
  *             cached fp32 copy of the image, hᵀ = rnd_T(P · Xtᵀ) (r × TP), yᵀ = y0ᵀ + Ū'·hᵀ;
- *             backward: ghᵀ = Ū'ᵀ·dyᵀ once, G_P += ghᵀ·Xt, G_Ū += dyᵀ·h, dXt = gh·P scattered
+ *             backward: ghᵀ = rnd_T(Ū'ᵀ·dyᵀ) once, G_P += ghᵀ·Xt, G_Ū += dyᵀ·h, dXt = gh·P scattered
  *             back (col2im) into a per-thread fp32 image, reduced in thread order.
  * DoRA in bypass takes the eager twin: y = op(x, W'' − W) needs x·Wᵀ (the base GEMM again)
  * unless the caller's bias were passed with y0 (the path report says so).
@@ -330,7 +331,8 @@ static lyco_status bypass_bwd(const lyco_call *c, locon_t *s) {
             for (int64_t t = 0; t < nt; t++) cpu_store(&dy0v, t0 + t, 0, O, dy + t * O);
         cpu_gemm_nt(nt, r, I, x, I, s->P, I, h, r, false);       /* h = rnd(x·Pᵀ), as forward */
         cpu_round(h, nt * r, T);
-        cpu_gemm_nn(nt, r, O, dy, O, Uf, r, gh, r, false);       /* gh = dy · Ū·m·σs, once */
+        cpu_gemm_nn(nt, r, O, dy, O, Uf, r, gh, r, false);       /* gh = rnd(dy · Ū·m·σs), once */
+        cpu_round(gh, nt * r, T);                                /* stored in T, as eager (§1.6) */
         if (c->dx) {
             cpu_gemm_nn(nt, I, r, gh, r, s->P, I, dx, I, false);  /* dx = gh · P */
             for (int64_t t = 0; t < nt; t++) cpu_store(&dxv, t0 + t, 0, I, dx + t * I);
@@ -502,6 +504,7 @@ static lyco_status conv_bypass_bwd(const lyco_call *c, locon_t *s) {
             cpu_gemm_nt(r, npos, IK, s->P, IK, Xt, IK, hT, npos, false);          /* hᵀ, as forward */
             cpu_round(hT, r * npos, T);
             cpu_gemm_tn(r, npos, O, Uf, r, dyT, npos, ghT, npos, false);          /* ghᵀ = Ū'ᵀ·dyᵀ, once */
+            cpu_round(ghT, r * npos, T);                                          /* stored in T, as eager (§1.6) */
             cpu_gemm_nn(r, IK, npos, ghT, npos, Xt, IK, s->gP + (size_t)part * (size_t)(r * IK), IK, true); /* G_P += ghᵀ·Xt */
             cpu_gemm_nt(O, r, npos, dyT, npos, hT, npos, s->gU + (size_t)part * (size_t)(O * r), r, true);  /* G_Ū += dyᵀ·h */
             if (c->dx) {

@@ -342,6 +342,30 @@ template <int R, int C, int ES> __device__ __forceinline__ void raw_issue_es(cha
     }
 }
 
+/* An R×C tile (C a multiple of 8) of a 16-bit row-major view at (r0, c0) into shared memory with
+   row pitch C + 8: one 16-byte cp.async per chunk, the part outside the view zero-filled (a chunk
+   across the right edge copies its in-range elements; rows are 16-byte aligned, LK_VEC). The loop
+   has a compile-time trip count and the per-chunk offsets are 32-bit from a per-tile base (the
+   first version, a run-time loop with 64-bit indices, cost ~50 instructions per cp.async). Used by
+   the lean kernels (expand_lean.cu, reduce_lean.cu). */
+template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, const lk_view &v, i64 r0, i64 c0) {
+    const int cpr = C / 8, n = R * cpr, iters = (n + NT - 1) / NT;
+    const i64 rl = v.rows - r0, cl = v.cols - c0;
+    const int rows_in = rl < R ? (int)rl : R, cols_in = cl < C ? (int)cl : C;
+    const char *base = (const char *)v.p + (r0 * v.s0 + c0) * 2;
+    const i64 pitch = v.s0 * 2;
+#pragma unroll
+    for (int k = 0; k < iters; k++) {
+        const int q = (int)threadIdx.x + k * NT;
+        if (n % NT == 0 || q < n) {
+            const int rr = q / cpr, cc = (q % cpr) * 8;
+            const bool in = rr < rows_in && cc < cols_in;
+            const int bytes = in ? (cols_in - cc >= 8 ? 16 : (cols_in - cc) * 2) : 0;
+            cp_async16(dst + (rr * (C + 8) + cc) * 2, in ? base + rr * pitch + cc * 2 : (const char *)v.p, bytes);
+        }
+    }
+}
+
 template <int R, int C> __device__ __forceinline__ void raw_issue(char *st, const lk_view &v, i64 r0, i64 c0) {
     if (v.dt == DT_F32) raw_issue_es<R, C, 4>(st, v, r0, c0);
     else raw_issue_es<R, C, 2>(st, v, r0, c0);
@@ -402,7 +426,41 @@ template <> __device__ __forceinline__ void mma16816<f16_t>(float (&c)[4], const
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* C += A·Bᵀ over k in [0, kk) (kk a multiple of 16). */
+/* 8×8 16-bit matrices by ldmatrix (x4: four, x2: two); TR: each transposed as it is loaded. */
+template <bool TR> __device__ __forceinline__ void ldm4(unsigned (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    if (TR)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+}
+template <bool TR> __device__ __forceinline__ void ldm2(unsigned (&r)[2], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    if (TR) asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+    else asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
+/* The lane's ldmatrix row address for A's fragment (mi) and for B's pair of n8 blocks starting
+   at n (x4; x2 reads lanes 0–15 only, which these also serve): they put the four matrices where
+   mma.m16n8k16 wants them, A a0..a3 = (m 0–7 | 8–15) × (k 0–7 | 8–15), B b0, b1 = k 0–7, 8–15
+   of n block 0, then of n block 1. */
+template <typename CT, bool TA>
+__device__ __forceinline__ const CT *ldm_a_addr(const CT *As, int lda, int m, int k0, int lane) {
+    return TA ? As + (k0 + (lane & 7) + ((lane >> 4) << 3)) * lda + m + ((lane >> 3) & 1) * 8
+              : As + (m + (lane & 15)) * lda + k0 + (lane >> 4) * 8;
+}
+template <typename CT, bool TB>
+__device__ __forceinline__ const CT *ldm_b_addr(const CT *Bs, int ldb, int n, int k0, int lane) {
+    return TB ? Bs + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldb + n + (lane >> 4) * 8
+              : Bs + (n + (lane & 7) + ((lane >> 4) << 3)) * ldb + k0 + ((lane >> 3) & 1) * 8;
+}
+
+/* C += A·Bᵀ over k in [0, kk) (kk a multiple of 16), fragments by 32-bit loads (any alignment,
+   shared or global operands). */
 template <typename CT, int MI, int NI, bool TA, bool TB> struct warp_mma {
     static __device__ __forceinline__ void run(float (&acc)[MI][NI][4], const CT *As, int lda, const CT *Bs, int ldb,
                                                int m0, int n0, int kk) {
@@ -423,6 +481,37 @@ template <typename CT, int MI, int NI, bool TA, bool TB> struct warp_mma {
                 b[ni][0] = ld_pair<CT, TB>(Bs, ldb, n, k0 + 2 * t);
                 b[ni][1] = ld_pair<CT, TB>(Bs, ldb, n, k0 + 2 * t + 8);
             }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) mma16816<CT>(acc[mi][ni], a[mi], b[ni]);
+        }
+    }
+};
+
+/* The same product with the fragments by ldmatrix: the same registers as warp_mma, so the same
+   results bit for bit, with 1 instruction per 16×16 A fragment or pair of B fragments where
+   ld_pair needs 4 (8 loads and 4 merges for an operand stored k-major). The caller guarantees
+   that both operands sit in shared memory, 16-byte aligned, with lda, ldb, m0, n0 multiples of
+   8 (every cp.async stage tile and conversion buffer of this project). fp32: warp_mma's FFMA. */
+template <typename CT, int MI, int NI, bool TA, bool TB> struct warp_mma_ldm {
+    static __device__ __forceinline__ void run(float (&acc)[MI][NI][4], const CT *As, int lda, const CT *Bs, int ldb,
+                                               int m0, int n0, int kk) {
+        const int lane = threadIdx.x & 31;
+        for (int k0 = 0; k0 < kk; k0 += 16) {
+            unsigned a[MI][4], b[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) ldm4<TA>(a[mi], ldm_a_addr<CT, TA>(As, lda, m0 + mi * 16, k0, lane));
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; nj++) {
+                unsigned q[4];
+                ldm4<TB>(q, ldm_b_addr<CT, TB>(Bs, ldb, n0 + nj * 16, k0, lane));
+                b[2 * nj][0] = q[0];
+                b[2 * nj][1] = q[1];
+                b[2 * nj + 1][0] = q[2];
+                b[2 * nj + 1][1] = q[3];
+            }
+            if (NI & 1) ldm2<TB>(b[NI - 1], ldm_b_addr<CT, TB>(Bs, ldb, n0 + (NI - 1) * 8, k0, lane));
 #pragma unroll
             for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -462,6 +551,7 @@ template <int MI, int NI, bool TA, bool TB> struct warp_mma<float, MI, NI, TA, T
         }
     }
 };
+template <int MI, int NI, bool TA, bool TB> struct warp_mma_ldm<float, MI, NI, TA, TB> : warp_mma<float, MI, NI, TA, TB> {};
 
 template <int MI, int NI> __device__ __forceinline__ void acc_zero(float (&acc)[MI][NI][4]) {
 #pragma unroll
@@ -559,8 +649,8 @@ __device__ __forceinline__ void piped_mma(float (&acc)[MI][NI][4], const pipe_op
             if (n < nk) pipe_issue<AR, AC, BR, BC>(stages + (n % S) * SS, A, B, n);
             cp_commit();
         }
-        for (int p = na - 1; p >= 0; p--) warp_mma<CT, MI, NI, TA, TB>::run(acc, ap[p], lda, bp[0], ldb, m0, n0, KK);
-        for (int p = nb - 1; p >= 1; p--) warp_mma<CT, MI, NI, TA, TB>::run(acc, ap[0], lda, bp[p], ldb, m0, n0, KK);
+        for (int p = na - 1; p >= 0; p--) warp_mma_ldm<CT, MI, NI, TA, TB>::run(acc, ap[p], lda, bp[0], ldb, m0, n0, KK);
+        for (int p = nb - 1; p >= 1; p--) warp_mma_ldm<CT, MI, NI, TA, TB>::run(acc, ap[0], lda, bp[p], ldb, m0, n0, KK);
     }
     cp_wait(0);
     __syncthreads();

@@ -53,29 +53,6 @@ template <int RP, bool QT, bool HD> struct lean_layout { /* one stage: the tile'
     static const int STAGES = BYTES <= 48 * 1024 ? 2 : 1;
 };
 
-/* An R×C tile (C a multiple of 8) of a 16-bit row-major view at (r0, c0) into shared memory with
-   row pitch C + 8: one 16-byte cp.async per chunk, the part outside the view zero-filled (a chunk
-   across the right edge copies its in-range elements; rows are 16-byte aligned, LK_VEC). The loop
-   has a compile-time trip count and the per-chunk offsets are 32-bit from a per-tile base (the
-   first version, a run-time loop with 64-bit indices, cost ~50 instructions per cp.async). */
-template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, const lk_view &v, i64 r0, i64 c0) {
-    const int cpr = C / 8, n = R * cpr, iters = (n + NT - 1) / NT;
-    const i64 rl = v.rows - r0, cl = v.cols - c0;
-    const int rows_in = rl < R ? (int)rl : R, cols_in = cl < C ? (int)cl : C;
-    const char *base = (const char *)v.p + (r0 * v.s0 + c0) * 2;
-    const i64 pitch = v.s0 * 2;
-#pragma unroll
-    for (int k = 0; k < iters; k++) {
-        const int q = (int)threadIdx.x + k * NT;
-        if (n % NT == 0 || q < n) {
-            const int rr = q / cpr, cc = (q % cpr) * 8;
-            const bool in = rr < rows_in && cc < cols_in;
-            const int bytes = in ? (cols_in - cc >= 8 ? 16 : (cols_in - cc) * 2) : 0;
-            cp_async16(dst + (rr * (C + 8) + cc) * 2, in ? base + rr * pitch + cc * 2 : (const char *)v.p, bytes);
-        }
-    }
-}
-
 template <typename CT> __device__ __forceinline__ float lo16(unsigned u) { return bits16_to_f(u & 0xffffu, ct_of<CT>::dt); }
 template <typename CT> __device__ __forceinline__ float hi16(unsigned u) { return bits16_to_f(u >> 16, ct_of<CT>::dt); }
 
@@ -151,12 +128,12 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
 
         float acc[2][4][4];
         acc_zero(acc);
-        warp_mma<CT, 2, 4, false, !QT>::run(acc, (const CT *)(st + L::P), RP + 8, (const CT *)(st + L::Q), QT ? RP + 8 : LNP,
+        warp_mma_ldm<CT, 2, 4, false, !QT>::run(acc, (const CT *)(st + L::P), RP + 8, (const CT *)(st + L::Q), QT ? RP + 8 : LNP,
                                             m0, n0, kk);
         if (HD) {
             float acc2[2][4][4];
             acc_zero(acc2);
-            warp_mma<CT, 2, 4, false, true>::run(acc2, (const CT *)(st + L::P2), RP + 8, (const CT *)(st + L::Q2), LNP, m0, n0, kk2);
+            warp_mma_ldm<CT, 2, 4, false, true>::run(acc2, (const CT *)(st + L::P2), RP + 8, (const CT *)(st + L::Q2), LNP, m0, n0, kk2);
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
 #pragma unroll

@@ -56,19 +56,6 @@ __host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt, bool at, 
     return l;
 }
 
-/* four 8×8 16-bit matrices; TR: each transposed as it is loaded (ldmatrix .trans) */
-template <bool TR> __device__ __forceinline__ void ldm4(unsigned (&r)[4], const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    if (TR)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(s));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(s));
-}
-
 /* acc (64×32 at m0, n0) += A·Bᵀ over one GK-wide stage. A: rows m with k fastest (pitch lda), or
    (AT) rows k with m fastest; B likewise with n (BT: rows k). The lane addresses put the four
    matrices of an x4 load where mma.m16n8k16 wants them: A a0..a3 = (m 0–7 | 8–15) × (k 0–7 | 8–15),
@@ -81,14 +68,12 @@ __device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int
         unsigned a[4][4], b[4][2];
 #pragma unroll
         for (int mi = 0; mi < 4; mi++) {
-            if (AT) ldm4<true>(a[mi], As + (k0 + (lane & 7) + ((lane >> 4) << 3)) * lda + m0 + mi * 16 + ((lane >> 3) & 1) * 8);
-            else ldm4<false>(a[mi], As + (m0 + mi * 16 + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
+            ldm4<AT>(a[mi], ldm_a_addr<CT, AT>(As, lda, m0 + mi * 16, k0, lane));
         }
 #pragma unroll
         for (int nj = 0; nj < 2; nj++) {
             unsigned t[4];
-            if (BT) ldm4<true>(t, Bs + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldb + n0 + nj * 16 + (lane >> 4) * 8);
-            else ldm4<false>(t, Bs + (n0 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * ldb + k0 + ((lane >> 3) & 1) * 8);
+            ldm4<BT>(t, ldm_b_addr<CT, BT>(Bs, ldb, n0 + nj * 16, k0, lane));
             b[2 * nj][0] = t[0];
             b[2 * nj][1] = t[1];
             b[2 * nj + 1][0] = t[2];

@@ -59,6 +59,16 @@ int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
    dtype, row-major 16-byte-aligned views, no DoRA / stats / split P): runs it and sets *done, or
    leaves *done 0 for the general kernel. Same results bit for bit. */
 int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, void *stream, int *done);
+
+/* The split reductions on lean kernels (reduce_lean.cu: A, B and copyA in the 16-bit compute dtype,
+   row-major, 16-byte aligned rows; rank tile rp 16…128), with lowrank.cu's split (kper / mper, Z)
+   and stage count S; *done = 0 when the call is not theirs (nothing launched). Partials as
+   lowrank.cu's k_reduce / k_colreduce, bit for bit. lk_reduce_lean_stage_bytes: one stage. */
+int lk_reduce_lean_stage_bytes(int64_t rp, int kmajor, int column);
+int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M, int64_t K,
+                   int64_t rp, int64_t kper, int64_t Z, int S, float *part, void *stream, int *done);
+int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t N, int64_t rp, int64_t mper,
+                      int64_t Z, int S, float *part, void *stream, int *done);
 /* A merge forward (out set, no stat_part): lk_expand, or with DoRA (dora.on; m = mult) the
    statistics launch, the statistics and the merge, with their scratch. */
 int lk_expand_merge(const lk_expand_args *a, const lk_device *dev, void *stream);
@@ -71,11 +81,11 @@ int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *m
    with lk_scratch_free, also on failure when non-NULL). A M×K, B r×K (r ≤ rp). */
 int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t K, int64_t rp, float **part, int64_t *Z,
                     const lk_device *dev, void *stream);
-/* Bypass backward's per-token values: gh = c·q ⊙ (dy·U) (fp32) and h = RN_CT(q ⊙ (x·Dᵀ)) into T×RPo
-   scratch (row pitch RPo ≥ the rank tile), dy0 = RN(dy) written from the staged dy tiles (dy0 p
+/* Bypass backward's per-token values: gh = RN_CT(c·q ⊙ (dy·U)) and h = RN_CT(q ⊙ (x·Dᵀ)), both
+   stored in CT, into T×RPo scratch (row pitch RPo ≥ the rank tile), dy0 = RN(dy) written from the staged dy tiles (dy0 p
    NULL: none), and nblocks fixed-order partials of dσs = s·m·Σ q ⊙ (dy·U) ⊙ (x·Dᵀ) into sigpart
    (NULL: not wanted). */
-int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T, float *gh,
+int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T, void *gh,
                          void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev, void *stream);
 /* out(i, n) (transpose: out(n, i)) = coef·σ'·Σ_m RN_CT(A[m, n])·B[m, i] for i < r ≤ 128: A M×N (the big
    operand: Γ, dy, x), B M×r (lora_up, h, or fp32 gh with b_split: entered as CT parts), σ' = RN_CT(σs)

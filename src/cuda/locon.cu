@@ -54,12 +54,14 @@
  *   shape). ΔW is never built. Extra memory: none.
  *
  * bypass backward (c = s·m·σs):
- *   gh = c·q ⊙ (dy·U) (fp32), h as in forward;  dx = gh·D;  dy0 = RN(dy);
+ *   gh = RN_CT(c·q ⊙ (dy·U)) (rounded as the eager chain stores it, NUMERICS.md §1.6), h as in
+ *   forward;  dx = gh·D;  dy0 = RN(dy);
  *   d_up = c·Σ_t dyᵀ·h;  d_down = Σ_t ghᵀ·x;  dσs = s·m·Σ q ⊙ (dy·U) ⊙ (x·Dᵀ)
  *   (k2_)bb_h per token tile (gh and h into scratch, dy0 written from the staged dy tiles, σs
  *   partials), k_bb_dx (2-D grid), (k2_)kred twice (reductions over tokens, split into fp32
- *   partials). gh enters the tensor cores split into CT parts. Extra memory (scratch): h T×r'
- *   (CT) + gh T×r' (fp32) + partials z·r'·(O + I) (fp32) + σs partials.
+ *   partials). The per-tile paths keep gh's CT values in fp32 storage (entering the tensor cores
+ *   as CT parts, the later ones zero); lowrank.cu's path stores gh in CT. Extra memory (scratch):
+ *   h T×r' (CT) + gh T×r' (fp32 storage) + partials z·r'·(O + I) (fp32) + σs partials.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -520,7 +522,7 @@ __global__ __launch_bounds__(NT) void k_bb_h(lk_bypass_bwd_args a, CT *hsc, floa
                 float q = i < L.r ? vget(L.mask, i, 1.0f) : 0.0f;
                 float g0 = accG[0][ni][e], h0 = accH[0][ni][e];
                 if (t < a.T) {
-                    ghsc[t * RP + i] = c * q * g0;
+                    ghsc[t * RP + i] = rnd_ct<CT>(c * q * g0); /* gh rounded as eager stores it (§1.6) */
                     hsc[t * RP + i] = ct_of<CT>::from(q * h0);
                     sp = fmaf(sm * q * g0, h0, sp);
                 }
@@ -928,7 +930,7 @@ __global__ __launch_bounds__(NT) void k2_bb_h(lk_bypass_bwd_args a, CT *hsc, flo
                 float q = i < L.r ? vget(L.mask, i, 1.0f) : 0.0f;
                 float g0 = accG[0][ni][e], h0 = accH[0][ni][e];
                 if (t < a.T) {
-                    ghsc[t * RP + i] = c * q * g0;
+                    ghsc[t * RP + i] = rnd_ct<CT>(c * q * g0); /* gh rounded as eager stores it (§1.6) */
                     hsc[t * RP + i] = ct_of<CT>::from(q * h0);
                     sp = fmaf(sm * q * g0, h0, sp);
                 }
@@ -1409,7 +1411,11 @@ template <typename CT> static int bypass_bwd_body(const lk_bypass_bwd_args *a, c
     const i64 RP = (i64)nch * NR, T = a->T;
     const int ct = ct_of<CT>::dt;
     CT *hsc = (CT *)(cv.base + carve_take(cv, (size_t)T * RP * sizeof(CT)));
+    /* gh = RN_CT(c·q ⊙ (dy·U)) (NUMERICS.md §1.6: the eager chain stores it in CT): fp32 storage of
+       those values on the per-tile paths, CT storage (gh_dt = ct) on lowrank.cu's, where dx and
+       d_down then take gh as one CT operand instead of CT parts */
     float *ghsc = (float *)(cv.base + carve_take(cv, (size_t)T * RP * 4));
+    int gh_dt = DT_F32;
     const i64 tt = cdiv(T, 32);
     float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)(tt > 0 ? tt : 1) * 4)) : NULL;
     if (T > 0) {
@@ -1419,6 +1425,7 @@ template <typename CT> static int bypass_bwd_body(const lk_bypass_bwd_args *a, c
         if (!lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0 && tt <= 65535) {
             rc0 = lk_reduce_bypass_bwd(&L, &a->x, &a->dy, &a->dy0, T, ghsc, hsc, RP, sigpart, tt, dev, s);
             done = true;
+            gh_dt = ct; /* gh written in CT (the values every path rounds to) */
         } else if (NR == 32) rc0 = launch_bbh2<CT, 32>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
         else if (NR == 64) rc0 = launch_bbh2<CT, 64>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
         else rc0 = launch_bbh2<CT, 128>(a, hsc, ghsc, sigpart, RP, tt, dev, s, &done);
@@ -1437,8 +1444,8 @@ template <typename CT> static int bypass_bwd_body(const lk_bypass_bwd_args *a, c
             e.M = T;
             e.N = L.IK;
             e.r = L.r;
-            e.P = scratch_view(ghsc, T, RP, DT_F32);
-            e.p_split = 1;
+            e.P = scratch_view(ghsc, T, RP, gh_dt);
+            e.p_split = gh_dt == DT_F32;
             e.Q = L.D;
             e.out = a->dx;
             e.row_scale = 1.0;
@@ -1469,8 +1476,8 @@ template <typename CT> static int bypass_bwd_body(const lk_bypass_bwd_args *a, c
     }
     if (a->gD.p) {
         kred_args p = {};
-        p.A = scratch_view(ghsc, T, RP, DT_F32);
-        p.a_split = 1;
+        p.A = scratch_view(ghsc, T, RP, gh_dt);
+        p.a_split = gh_dt == DT_F32;
         p.B = a->x;
         p.b_mode = 0;
         if ((rc = reduce_rows<CT>(p, T, L.IK, L, a->gD, 0, 1.0f, false, cv, dev, s))) return rc;

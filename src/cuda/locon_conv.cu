@@ -362,7 +362,7 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_gh(lkc_conv C, lk
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             i64 p = p0 + tile_col(j);
-            if (p < S) GH[(n * L.r + a) * S + p] = c * q * acc[i][j];
+            if (p < S) GH[(n * L.r + a) * S + p] = rnd_ct<CT>(c * q * acc[i][j]); /* gh rounded as eager stores it (§1.6) */
         }
     }
 }
@@ -990,7 +990,7 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_gh_tc(lkc_conv C,
     for (int i = 0; i < BM / 4; i++) {
         const i64 a = a0 + st_row(i);
         if (a >= L.r) break;
-        GH[(n * L.r + a) * S + p] = c * vget(L.mask, a, 1.0f) * Cs[st_row(i) * (BN + 1) + st_col()];
+        GH[(n * L.r + a) * S + p] = rnd_ct<CT>(c * vget(L.mask, a, 1.0f) * Cs[st_row(i) * (BN + 1) + st_col()]); /* as eager (§1.6) */
     }
 }
 

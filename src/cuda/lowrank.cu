@@ -250,12 +250,12 @@ template <typename CT, int RP, bool QT, int NPP, bool HD> __global__ __launch_bo
     float acc[2][4][4];
     acc_zero(acc);
     const int kk = sizeof(CT) == 2 ? (int)((a.r + 15) / 16 * 16) : (int)a.r;
-    for (int pi = np - 1; pi >= 0; pi--) warp_mma<CT, 2, 4, false, !QT>::run(acc, pp[pi], ldp, qp[0], ldq, m0, n0, kk);
+    for (int pi = np - 1; pi >= 0; pi--) warp_mma_ldm<CT, 2, 4, false, !QT>::run(acc, pp[pi], ldp, qp[0], ldq, m0, n0, kk);
     if (HD) {
         float acc2[2][4][4];
         acc_zero(acc2);
         const int kk2 = sizeof(CT) == 2 ? (int)((a.r2 + 15) / 16 * 16) : (int)a.r2;
-        warp_mma<CT, 2, 4, false, true>::run(acc2, pp2[0], ldp2, qp2[0], ldq2, m0, n0, kk2);
+        warp_mma_ldm<CT, 2, 4, false, true>::run(acc2, pp2[0], ldp2, qp2[0], ldq2, m0, n0, kk2);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -439,6 +439,12 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);
     if (rc) return rc; /* *part stays NULL */
     *Zout = Z;
+    {   /* everything in CT, row-major: reduce_lean.cu (the same partials) */
+        const int Sl = rd_stages(dev, 0, lk_reduce_lean_stage_bytes(RP, KMAJ, 0));
+        int done = 0;
+        rc = lk_reduce_lean(ct, A, B, KMAJ, copyA && copyA->p ? copyA : NULL, M, K, RP, kper, Z, Sl, *part, s, &done);
+        if (rc || done) return rc;
+    }
     lk_view none;
     memset(&none, 0, sizeof none);
     k_reduce<CT, RP, KMAJ><<<dim3((unsigned)cdiv(M, RM), (unsigned)Z), NT, bytes, s>>>(*A, *B, copyA ? *copyA : none, M, K, kper, S, *part);
@@ -458,11 +464,12 @@ int reduce_ct(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i
 }
 
 /* bypass backward's per-token values from the two partial sets (g0 = dy·U, h0 = x·Dᵀ):
-   gh = c·q·g0 (fp32), h = RN_CT(q·h0), both with row pitch RPo (i ≥ rp: 0); σs partial per block
-   Σ s·m·q·g0·h0 (grid-stride with a fixed grid: deterministic). */
+   gh = RN_CT(c·q·g0) stored in CT, h = RN_CT(q·h0), both with row pitch RPo (i ≥ rp: 0) — the two
+   roundings of the eager chain (NUMERICS.md §1.6); σs partial per block Σ s·m·q·g0·h0 from the
+   unrounded values (grid-stride with a fixed grid: deterministic). */
 template <typename CT>
 __global__ __launch_bounds__(NT) void k_bwd_fin(const float *pg, int Zg, const float *ph, int Zh, i64 M, i64 rp, i64 RPo, i64 r,
-                                                lk_view mask, lk_view sigma, double smd, float *gh, CT *h, float *sigpart) {
+                                                lk_view mask, lk_view sigma, double smd, CT *gh, CT *h, float *sigpart) {
     __shared__ float red[NT / 32];
     const float sm = (float)smd, c = sm * sigma_ct<CT>(sigma);
     const i64 n = M * RPo;
@@ -475,7 +482,7 @@ __global__ __launch_bounds__(NT) void k_bwd_fin(const float *pg, int Zg, const f
             for (int z = 0; z < Zh; z++) h0 += ph[((i64)z * M + t) * rp + i];
         }
         const float q = i < r ? vget(mask, i, 1.0f) : 0.0f;
-        gh[idx] = c * q * g0;
+        gh[idx] = ct_of<CT>::from(c * q * g0);
         h[idx] = ct_of<CT>::from(q * h0);
         sp = fmaf(sm * q * g0, h0, sp);
     }
@@ -575,9 +582,14 @@ int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, co
     float *part = NULL;
     int rc = lk_scratch_alloc((void **)&part, (size_t)(Z * N * RP) * sizeof(float), s);
     if (rc) return rc;
-    k_colreduce<CT, RP, NPB><<<dim3((unsigned)nt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, N, mper, S, part);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colreduce failed: %s", cudaGetErrorString(e));
+    int done = 0;
+    if (NPB == 1) /* everything in CT, row-major: reduce_lean.cu (the same partials) */
+        rc = lk_colreduce_lean(ct, A, B, M, N, RP, mper, Z, rd_stages(dev, 0, lk_reduce_lean_stage_bytes(RP, 0, 1)), part, s, &done);
+    if (rc == LYCO_OK && !done) {
+        k_colreduce<CT, RP, NPB><<<dim3((unsigned)nt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, N, mper, S, part);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of colreduce failed: %s", cudaGetErrorString(e));
+    }
     if (rc == LYCO_OK) rc = colfin_launch(part, Z, N, RP, r, out, transpose, coef, sigma, ct, s);
     int rf = lk_scratch_free(part, s);
     return rc ? rc : rf;
@@ -701,10 +713,10 @@ extern "C" int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const
 }
 
 template <typename CT>
-static int bwd_fin_launch(const float *pg, i64 Zg, const float *ph, i64 Zh, i64 T, i64 rp, i64 RPo, const lk_locon *L, float *gh,
+static int bwd_fin_launch(const float *pg, i64 Zg, const float *ph, i64 Zh, i64 T, i64 rp, i64 RPo, const lk_locon *L, void *gh,
                           void *h, float *sigpart, i64 nblocks, cudaStream_t s) {
-    k_bwd_fin<CT><<<(unsigned)nblocks, NT, 0, s>>>(pg, (int)Zg, ph, (int)Zh, T, rp, RPo, L->r, L->mask, L->sigma, L->s * L->m, gh,
-                                                   (CT *)h, sigpart);
+    k_bwd_fin<CT><<<(unsigned)nblocks, NT, 0, s>>>(pg, (int)Zg, ph, (int)Zh, T, rp, RPo, L->r, L->mask, L->sigma, L->s * L->m,
+                                                   (CT *)gh, (CT *)h, sigpart);
     LK_LAUNCHED("bwd_fin");
     return LYCO_OK;
 }
@@ -716,7 +728,7 @@ static int reduce_dy_u(const lk_locon *L, const lk_view *dy, const lk_view *dy0,
 }
 
 extern "C" int lk_reduce_bypass_bwd(const lk_locon *L, const lk_view *x, const lk_view *dy, const lk_view *dy0, int64_t T,
-                                    float *gh, void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev,
+                                    void *gh, void *h, int64_t RPo, float *sigpart, int64_t nblocks, const lk_device *dev,
                                     void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     const i64 rp = lk_reduce_rank_tile(L->r);

@@ -1,0 +1,265 @@
+/*
+ * reduce_lean.cu — the common case of lowrank.cu's two split reductions with every run-time
+ * decision made at compile time:
+ *   row reduction    part[z][m][i] = Σ_{k ∈ range z} A[m, k]·B(i, k)      (B = r×K, or K×r "K-major")
+ *                    (bypass forward / backward h = x·Dᵀ, backward g = dy·U with dy0 = dy copied
+ *                    from the staged tiles, merge backward Γ·Dᵀ);
+ *   column reduction part[z][n][i] = Σ_{m ∈ range z} A[m, n]·B[m, i]      (A M×N, B M×r)
+ *                    (bypass backward d_up = dyᵀ·h and d_down = ghᵀ·x, merge backward d_down = Uᵀ·Γ)
+ * when A, B (and the copy target) are all in the 16-bit compute dtype CT, row-major with 16-byte
+ * aligned rows (LK_VEC), B in one part. Any M, N, K and rank ≤ 128: a 16-byte chunk across an
+ * edge copies its in-range elements and zero-fills the rest.
+ *
+ * Same tiles, split ranges, warp layout, k order and partial layout as lowrank.cu's k_reduce /
+ * k_colreduce, and the same fragments (warp_mma_ldm), so the partials — and everything finalised
+ * from them — are the same bit for bit; lowrank.cu's finalisers run unchanged.
+ *
+ * Why (H200 ncu, LoRA bypass backward 8192 tok × 4096² r32 bf16, docs/kernels.md "eighth
+ * session"): k_reduce ran at 34–39 % of DRAM bandwidth with 40–55 % issue utilisation, the general
+ * pipeline paying per chunk for run-time dtypes, strides and 64-bit indexing and two barriers per
+ * step; k_colreduce read its k-major operands with two 16-bit loads per fragment register. Here a
+ * step is: wait for its group, one barrier, issue the step S−1 ahead into the slot the previous
+ * step used (its readers are past the barrier), ldmatrix + mma.
+ *
+ * Shared memory (dynamic), per stage: row reduction A 64×72 + B 64×(RP+8) or RP×72 halfwords
+ * (RP 32: 14 KB), column reduction A 64×136 + B 64×(RP+8) (RP 32: 22 KB); S stages as lowrank.cu
+ * chooses them (three blocks per SM where they fit). No other memory. Deterministic.
+ * LYCO_CUDA_REDUCE_GENERAL=1 sends every call to lowrank.cu's general kernels (A/B).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/common.cuh"
+#include "cuda/kern_lowrank.h"
+
+namespace {
+
+const int RM = 64;  /* row reduction: rows per block */
+const int RK = 64;  /* k (row-reduction) / row (column-reduction) step */
+const int CN = 128; /* column reduction: columns per block */
+
+template <int RP, bool KMAJ> struct rl_layout {
+    static const int A = RM * (RK + 8) * 2;
+    static const int STAGE = A + (KMAJ ? RK * (RP + 8) : RP * (RK + 8)) * 2;
+};
+template <int RP> struct cl_layout {
+    static const int A = RK * (CN + 8) * 2;
+    static const int STAGE = A + RK * (RP + 8) * 2;
+};
+
+/* dy0 = the staged A tile (64 × 64 at (mb, kc)), 16-byte stores inside copyA, elements at its right edge */
+__device__ __forceinline__ void rl_copy_tile(const char *st, const lk_view &c, i64 mb, i64 kc) {
+    const int cpr = RK / 8;
+    const i64 rl = c.rows - mb, cl = c.cols - kc;
+    const int rows_in = rl < RM ? (int)rl : RM, cols_in = cl < RK ? (int)cl : RK;
+    char *base = (char *)c.p + (mb * c.s0 + kc) * 2;
+    const i64 pitch = c.s0 * 2;
+#pragma unroll
+    for (int k = 0; k < RM * cpr / NT; k++) {
+        const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
+        if (rr >= rows_in || cc >= cols_in) continue;
+        const char *src = st + (rr * (RK + 8) + cc) * 2;
+        char *dst = base + rr * pitch + cc * 2;
+        if (cc + 8 <= cols_in) *(uint4 *)dst = *(const uint4 *)src;
+        else
+            for (int e = 0; e < cols_in - cc; e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
+    }
+}
+
+template <typename CT, int RP, bool KMAJ, bool COPY>
+__global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
+    typedef rl_layout<RP, KMAJ> L;
+    const int NI = RP / 16;
+    extern __shared__ __align__(16) char dsm[];
+    const i64 M = A.rows, K = A.cols; /* the caller checked that these are the reduction's M and K */
+    const i64 mb = (i64)blockIdx.x * RM, z = blockIdx.y, k0 = z * kper;
+    const i64 ke = k0 + kper < K ? k0 + kper : K;
+    const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
+    float acc[1][NI][4];
+    acc_zero(acc);
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nk) {
+            char *st = dsm + s * L::STAGE;
+            lean_issue<RM, RK>(st, A, mb, k0 + (i64)s * RK);
+            if (KMAJ) lean_issue<RK, RP>(st + L::A, B, k0 + (i64)s * RK, 0);
+            else lean_issue<RP, RK>(st + L::A, B, 0, k0 + (i64)s * RK);
+        }
+        cp_commit();
+    }
+    for (int s = 0; s < nk; s++) {
+        cp_wait(S - 2);
+        __syncthreads(); /* step s visible; every warp is past step s − 1, whose slot is reloaded below */
+        const char *st = dsm + (s % S) * L::STAGE;
+        {
+            const int n = s + S - 1;
+            if (n < nk) {
+                char *sn = dsm + (n % S) * L::STAGE;
+                lean_issue<RM, RK>(sn, A, mb, k0 + (i64)n * RK);
+                if (KMAJ) lean_issue<RK, RP>(sn + L::A, B, k0 + (i64)n * RK, 0);
+                else lean_issue<RP, RK>(sn + L::A, B, 0, k0 + (i64)n * RK);
+            }
+            cp_commit();
+        }
+        if (COPY) rl_copy_tile(st, copyA, mb, k0 + (i64)s * RK);
+        warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, (const CT *)st, RK + 8, (const CT *)(st + L::A), KMAJ ? RP + 8 : RK + 8,
+                                                  m0, n0, RK);
+    }
+    cp_wait(0);
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const i64 m = mb + acc_row(m0, 0, e);
+            if (m < M) part[(z * M + m) * RP + acc_col(n0, ni, e)] = acc[0][ni][e];
+        }
+}
+
+template <typename CT, int RP>
+__global__ __launch_bounds__(NT) void k_colreduce_lean(lk_view A, lk_view B, i64 mper, int S, float *part) {
+    typedef cl_layout<RP> L;
+    const int NI = RP / 16;
+    extern __shared__ __align__(16) char dsm[];
+    const i64 M = A.rows, N = A.cols; /* checked by the caller */
+    const i64 nb = (i64)blockIdx.x * CN, z = blockIdx.y, k0 = z * mper;
+    const i64 ke = k0 + mper < M ? k0 + mper : M;
+    const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 32, n0 = (warp >> 2) * (RP / 2);
+    float acc[2][NI][4];
+    acc_zero(acc);
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nk) {
+            char *st = dsm + s * L::STAGE;
+            lean_issue<RK, CN>(st, A, k0 + (i64)s * RK, nb);
+            lean_issue<RK, RP>(st + L::A, B, k0 + (i64)s * RK, 0);
+        }
+        cp_commit();
+    }
+    for (int s = 0; s < nk; s++) {
+        cp_wait(S - 2);
+        __syncthreads();
+        const char *st = dsm + (s % S) * L::STAGE;
+        {
+            const int n = s + S - 1;
+            if (n < nk) {
+                char *sn = dsm + (n % S) * L::STAGE;
+                lean_issue<RK, CN>(sn, A, k0 + (i64)n * RK, nb);
+                lean_issue<RK, RP>(sn + L::A, B, k0 + (i64)n * RK, 0);
+            }
+            cp_commit();
+        }
+        warp_mma_ldm<CT, 2, NI, true, true>::run(acc, (const CT *)st, CN + 8, (const CT *)(st + L::A), RP + 8, m0, n0, RK);
+    }
+    cp_wait(0);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 n = nb + acc_row(m0, mi, e);
+                if (n < N) part[(z * N + n) * RP + acc_col(n0, ni, e)] = acc[mi][ni][e];
+            }
+}
+
+bool rl_view_ok(const lk_view &v, int ct) { return v.p && v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }
+
+bool rl_general_forced() {
+    const char *v = getenv("LYCO_CUDA_REDUCE_GENERAL");
+    return v && *v && *v != '0';
+}
+
+template <typename KERN> int rl_prepare(KERN k, int bytes) {
+    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return LYCO_OK;
+}
+
+template <typename CT, int RP, bool KMAJ>
+int rl_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 kper, i64 Z, int S, float *part, cudaStream_t s) {
+    const int bytes = S * rl_layout<RP, KMAJ>::STAGE;
+    const dim3 grid((unsigned)cdiv(A->rows, RM), (unsigned)Z);
+    int rc;
+    if (copyA) {
+        if ((rc = rl_prepare(k_reduce_lean<CT, RP, KMAJ, true>, bytes))) return rc;
+        k_reduce_lean<CT, RP, KMAJ, true><<<grid, NT, bytes, s>>>(*A, *B, *copyA, kper, S, part);
+    } else {
+        lk_view none;
+        memset(&none, 0, sizeof none);
+        if ((rc = rl_prepare(k_reduce_lean<CT, RP, KMAJ, false>, bytes))) return rc;
+        k_reduce_lean<CT, RP, KMAJ, false><<<grid, NT, bytes, s>>>(*A, *B, none, kper, S, part);
+    }
+    LK_LAUNCHED("reduce_lean");
+    return LYCO_OK;
+}
+
+template <typename CT, int RP>
+int cl_launch(const lk_view *A, const lk_view *B, i64 mper, i64 Z, int S, float *part, cudaStream_t s) {
+    const int bytes = S * cl_layout<RP>::STAGE;
+    int rc = rl_prepare(k_colreduce_lean<CT, RP>, bytes);
+    if (rc) return rc;
+    k_colreduce_lean<CT, RP><<<dim3((unsigned)cdiv(A->cols, CN), (unsigned)Z), NT, bytes, s>>>(*A, *B, mper, S, part);
+    LK_LAUNCHED("colreduce_lean");
+    return LYCO_OK;
+}
+
+template <typename CT, int RP>
+int rl_kmaj(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 kper, i64 Z, int S, float *part, cudaStream_t s) {
+    return kmaj ? rl_launch<CT, RP, true>(A, B, copyA, kper, Z, S, part, s) : rl_launch<CT, RP, false>(A, B, copyA, kper, Z, S, part, s);
+}
+
+template <typename CT>
+int rl_ct(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 rp, i64 kper, i64 Z, int S, float *part,
+          cudaStream_t s) {
+    switch (rp) {
+    case 16: return rl_kmaj<CT, 16>(A, B, kmaj, copyA, kper, Z, S, part, s);
+    case 32: return rl_kmaj<CT, 32>(A, B, kmaj, copyA, kper, Z, S, part, s);
+    case 64: return rl_kmaj<CT, 64>(A, B, kmaj, copyA, kper, Z, S, part, s);
+    default: return rl_kmaj<CT, 128>(A, B, kmaj, copyA, kper, Z, S, part, s);
+    }
+}
+
+template <typename CT>
+int cl_ct(const lk_view *A, const lk_view *B, i64 rp, i64 mper, i64 Z, int S, float *part, cudaStream_t s) {
+    switch (rp) {
+    case 16: return cl_launch<CT, 16>(A, B, mper, Z, S, part, s);
+    case 32: return cl_launch<CT, 32>(A, B, mper, Z, S, part, s);
+    case 64: return cl_launch<CT, 64>(A, B, mper, Z, S, part, s);
+    default: return cl_launch<CT, 128>(A, B, mper, Z, S, part, s);
+    }
+}
+
+bool lean_rp_ok(i64 rp) { return rp == 16 || rp == 32 || rp == 64 || rp == 128; }
+
+} // namespace
+
+extern "C" int lk_reduce_lean_stage_bytes(int64_t rp, int kmajor, int column) {
+    if (column) return (int)(RK * (CN + 8) * 2 + RK * (rp + 8) * 2);
+    return (int)(RM * (RK + 8) * 2 + (kmajor ? RK * (rp + 8) : rp * (RK + 8)) * 2);
+}
+
+extern "C" int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M,
+                              int64_t K, int64_t rp, int64_t kper, int64_t Z, int S, float *part, void *stream, int *done) {
+    *done = 0;
+    if ((ct != DT_BF16 && ct != DT_F16) || rl_general_forced() || !lean_rp_ok(rp) || S < 2) return LYCO_OK;
+    if (!rl_view_ok(*A, ct) || !rl_view_ok(*B, ct) || (copyA && !rl_view_ok(*copyA, ct))) return LYCO_OK;
+    if (A->rows != M || A->cols != K || (copyA && (copyA->rows != M || copyA->cols != K))) return LYCO_OK;
+    /* B's extent along k must be K (zero-filled beyond it, as raw_issue does); rank columns / rows
+       beyond rp are not read, missing ones are zero-filled, as in the general kernel */
+    if (b_kmajor ? B->rows != K : B->cols != K) return LYCO_OK;
+    if (cdiv(M, RM) > 2147483647LL || Z > 65535) return LYCO_OK;
+    *done = 1;
+    cudaStream_t s = (cudaStream_t)stream;
+    return ct == DT_BF16 ? rl_ct<bf16_t>(A, B, b_kmajor, copyA, rp, kper, Z, S, part, s)
+                         : rl_ct<f16_t>(A, B, b_kmajor, copyA, rp, kper, Z, S, part, s);
+}
+
+extern "C" int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t N, int64_t rp, int64_t mper,
+                                 int64_t Z, int S, float *part, void *stream, int *done) {
+    *done = 0;
+    if ((ct != DT_BF16 && ct != DT_F16) || rl_general_forced() || !lean_rp_ok(rp) || S < 2) return LYCO_OK;
+    if (!rl_view_ok(*A, ct) || !rl_view_ok(*B, ct) || A->rows != M || A->cols != N || B->rows != M) return LYCO_OK;
+    if (cdiv(N, CN) > 2147483647LL || Z > 65535) return LYCO_OK;
+    *done = 1;
+    cudaStream_t s = (cudaStream_t)stream;
+    return ct == DT_BF16 ? cl_ct<bf16_t>(A, B, rp, mper, Z, S, part, s) : cl_ct<f16_t>(A, B, rp, mper, Z, S, part, s);
+}
