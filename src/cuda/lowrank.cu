@@ -442,7 +442,9 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     {   /* everything in CT, row-major: reduce_lean.cu (the same partials) */
         const int Sl = rd_stages(dev, 0, lk_reduce_lean_stage_bytes(RP, KMAJ, 0));
         int done = 0;
-        rc = lk_reduce_lean(ct, A, B, KMAJ, copyA && copyA->p ? copyA : NULL, M, K, RP, kper, Z, Sl, *part, s, &done);
+        int64_t zu = Z;
+        rc = lk_reduce_lean(ct, A, B, KMAJ, copyA && copyA->p ? copyA : NULL, M, K, RP, kper, Z, Sl, *part, &zu, dev, s, &done);
+        *Zout = zu;
         if (rc || done) return rc;
     }
     lk_view none;
