@@ -65,13 +65,14 @@ int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, void *stream, 
    and stage count S; *done = 0 when the call is not theirs (nothing launched). Partials as
    lowrank.cu's k_reduce / k_colreduce, bit for bit — except lk_reduce_lean's wide kernel (rank
    tiles 16, 32; LYCO_CUDA_REDUCE_WIDE=0 turns it off), which chooses its own split (*Zused ≤ Z
-   partial sets) and sums in a different fixed order. lk_reduce_lean_stage_bytes: one stage. */
+   partial sets) and sums in a different fixed order. The column reduction's wide tiles (rank
+   tiles ≤ 64; LYCO_CUDA_COLREDUCE_WIDE=0 turns them off) keep the general kernel's sums. lk_reduce_lean_stage_bytes: one stage. */
 int lk_reduce_lean_stage_bytes(int64_t rp, int kmajor, int column);
 int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M, int64_t K,
                    int64_t rp, int64_t kper, int64_t Z, int S, float *part, int64_t *Zused, const lk_device *dev, void *stream,
                    int *done);
 int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t N, int64_t rp, int64_t mper,
-                      int64_t Z, int S, float *part, void *stream, int *done);
+                      int64_t Z, int S, float *part, const lk_device *dev, void *stream, int *done);
 /* A merge forward (out set, no stat_part): lk_expand, or with DoRA (dora.on; m = mult) the
    statistics launch, the statistics and the merge, with their scratch. */
 int lk_expand_merge(const lk_expand_args *a, const lk_device *dev, void *stream);

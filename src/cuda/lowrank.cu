@@ -586,7 +586,7 @@ int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, co
     if (rc) return rc;
     int done = 0;
     if (NPB == 1) /* everything in CT, row-major: reduce_lean.cu (the same partials) */
-        rc = lk_colreduce_lean(ct, A, B, M, N, RP, mper, Z, rd_stages(dev, 0, lk_reduce_lean_stage_bytes(RP, 0, 1)), part, s, &done);
+        rc = lk_colreduce_lean(ct, A, B, M, N, RP, mper, Z, rd_stages(dev, 0, lk_reduce_lean_stage_bytes(RP, 0, 1)), part, dev, s, &done);
     if (rc == LYCO_OK && !done) {
         k_colreduce<CT, RP, NPB><<<dim3((unsigned)nt, (unsigned)Z), NT, bytes, s>>>(*A, *B, M, N, mper, S, part);
         cudaError_t e = cudaGetLastError();

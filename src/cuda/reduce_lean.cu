@@ -42,9 +42,11 @@ template <int RP, bool KMAJ> struct rl_layout {
     static const int A = RM * (RK + 8) * 2;
     static const int STAGE = A + (KMAJ ? RK * (RP + 8) : RP * (RK + 8)) * 2;
 };
-template <int RP> struct cl_layout {
-    static const int A = RK * (CN + 8) * 2;
-    static const int STAGE = A + RK * (RP + 8) * 2;
+/* column reduction tiles: CNT columns × RKT rows a step (128 × 64, or the wide 256 × 32: 512
+   contiguous bytes per row; the same k16 sequence per column, so the same partials bit for bit) */
+template <int RP, int CNT = CN, int RKT = RK> struct cl_layout {
+    static const int A = RKT * (CNT + 8) * 2;
+    static const int STAGE = A + RKT * (RP + 8) * 2;
 };
 
 /* dy0 = the staged A tile (64 × 64 at (mb, kc)), 16-byte stores inside copyA, elements at its right edge */
@@ -207,23 +209,23 @@ __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_vie
     }
 }
 
-template <typename CT, int RP>
+template <typename CT, int RP, int CNT, int RKT>
 __global__ __launch_bounds__(NT) void k_colreduce_lean(lk_view A, lk_view B, i64 mper, int S, float *part) {
-    typedef cl_layout<RP> L;
-    const int NI = RP / 16;
+    typedef cl_layout<RP, CNT, RKT> L;
+    const int NI = RP / 16, MI = CNT / 64;
     extern __shared__ __align__(16) char dsm[];
     const i64 M = A.rows, N = A.cols; /* checked by the caller */
-    const i64 nb = (i64)blockIdx.x * CN, z = blockIdx.y, k0 = z * mper;
+    const i64 nb = (i64)blockIdx.x * CNT, z = blockIdx.y, k0 = z * mper;
     const i64 ke = k0 + mper < M ? k0 + mper : M;
-    const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
-    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 32, n0 = (warp >> 2) * (RP / 2);
-    float acc[2][NI][4];
+    const int nk = ke > k0 ? (int)cdiv(ke - k0, RKT) : 0;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * (CNT / 4), n0 = (warp >> 2) * (RP / 2);
+    float acc[MI][NI][4];
     acc_zero(acc);
     for (int s = 0; s < S - 1; s++) {
         if (s < nk) {
             char *st = dsm + s * L::STAGE;
-            lean_issue<RK, CN>(st, A, k0 + (i64)s * RK, nb);
-            lean_issue<RK, RP>(st + L::A, B, k0 + (i64)s * RK, 0);
+            lean_issue<RKT, CNT>(st, A, k0 + (i64)s * RKT, nb);
+            lean_issue<RKT, RP>(st + L::A, B, k0 + (i64)s * RKT, 0);
         }
         cp_commit();
     }
@@ -235,16 +237,16 @@ __global__ __launch_bounds__(NT) void k_colreduce_lean(lk_view A, lk_view B, i64
             const int n = s + S - 1;
             if (n < nk) {
                 char *sn = dsm + (n % S) * L::STAGE;
-                lean_issue<RK, CN>(sn, A, k0 + (i64)n * RK, nb);
-                lean_issue<RK, RP>(sn + L::A, B, k0 + (i64)n * RK, 0);
+                lean_issue<RKT, CNT>(sn, A, k0 + (i64)n * RKT, nb);
+                lean_issue<RKT, RP>(sn + L::A, B, k0 + (i64)n * RKT, 0);
             }
             cp_commit();
         }
-        warp_mma_ldm<CT, 2, NI, true, true>::run(acc, (const CT *)st, CN + 8, (const CT *)(st + L::A), RP + 8, m0, n0, RK);
+        warp_mma_ldm<CT, MI, NI, true, true>::run(acc, (const CT *)st, CNT + 8, (const CT *)(st + L::A), RP + 8, m0, n0, RKT);
     }
     cp_wait(0);
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -348,14 +350,33 @@ int rw_ct(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i6
     }
 }
 
-template <typename CT, int RP>
-int cl_launch(const lk_view *A, const lk_view *B, i64 mper, i64 Z, int S, float *part, cudaStream_t s) {
-    const int bytes = S * cl_layout<RP>::STAGE;
-    int rc = rl_prepare(k_colreduce_lean<CT, RP>, bytes);
+bool cl_wide_wanted() {
+    const char *v = getenv("LYCO_CUDA_COLREDUCE_WIDE");
+    return !(v && *v == '0');
+}
+
+template <typename CT, int RP, int CNT, int RKT>
+int cl_launch_t(const lk_view *A, const lk_view *B, i64 mper, i64 Z, int S, float *part, cudaStream_t s) {
+    const int bytes = S * cl_layout<RP, CNT, RKT>::STAGE;
+    int rc = rl_prepare(k_colreduce_lean<CT, RP, CNT, RKT>, bytes);
     if (rc) return rc;
-    k_colreduce_lean<CT, RP><<<dim3((unsigned)cdiv(A->cols, CN), (unsigned)Z), NT, bytes, s>>>(*A, *B, mper, S, part);
+    k_colreduce_lean<CT, RP, CNT, RKT><<<dim3((unsigned)cdiv(A->cols, CNT), (unsigned)Z), NT, bytes, s>>>(*A, *B, mper, S, part);
     LK_LAUNCHED("colreduce_lean");
     return LYCO_OK;
+}
+
+/* rank tiles ≤ 64 (128 goes to cl_launch_t directly): the wide tiles (256 × 32; stages for three
+   blocks per SM, else two) unless LYCO_CUDA_COLREDUCE_WIDE=0; else 128 × 64 with the caller's stages */
+template <typename CT, int RP>
+int cl_launch(const lk_view *A, const lk_view *B, i64 mper, i64 Z, int S, float *part, const lk_device *dev, cudaStream_t s) {
+    if (cl_wide_wanted()) {
+        const int st = cl_layout<RP, 256, 32>::STAGE;
+        for (int per = 3; per >= 2; per--)
+            for (int Sw = 4; Sw >= 2; Sw--)
+                if (Sw * st <= dev->smem_optin && Sw * st + 1024 <= dev->smem_sm / per)
+                    return cl_launch_t<CT, RP, 256, 32>(A, B, mper, Z, Sw, part, s);
+    }
+    return cl_launch_t<CT, RP, CN, RK>(A, B, mper, Z, S, part, s);
 }
 
 template <typename CT, int RP>
@@ -375,12 +396,12 @@ int rl_ct(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i6
 }
 
 template <typename CT>
-int cl_ct(const lk_view *A, const lk_view *B, i64 rp, i64 mper, i64 Z, int S, float *part, cudaStream_t s) {
+int cl_ct(const lk_view *A, const lk_view *B, i64 rp, i64 mper, i64 Z, int S, float *part, const lk_device *dev, cudaStream_t s) {
     switch (rp) {
-    case 16: return cl_launch<CT, 16>(A, B, mper, Z, S, part, s);
-    case 32: return cl_launch<CT, 32>(A, B, mper, Z, S, part, s);
-    case 64: return cl_launch<CT, 64>(A, B, mper, Z, S, part, s);
-    default: return cl_launch<CT, 128>(A, B, mper, Z, S, part, s);
+    case 16: return cl_launch<CT, 16>(A, B, mper, Z, S, part, dev, s);
+    case 32: return cl_launch<CT, 32>(A, B, mper, Z, S, part, dev, s);
+    case 64: return cl_launch<CT, 64>(A, B, mper, Z, S, part, dev, s);
+    default: return cl_launch_t<CT, 128, CN, RK>(A, B, mper, Z, S, part, s);
     }
 }
 
@@ -417,12 +438,12 @@ extern "C" int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, in
 }
 
 extern "C" int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t N, int64_t rp, int64_t mper,
-                                 int64_t Z, int S, float *part, void *stream, int *done) {
+                                 int64_t Z, int S, float *part, const lk_device *dev, void *stream, int *done) {
     *done = 0;
     if ((ct != DT_BF16 && ct != DT_F16) || rl_general_forced() || !lean_rp_ok(rp) || S < 2) return LYCO_OK;
     if (!rl_view_ok(*A, ct) || !rl_view_ok(*B, ct) || A->rows != M || A->cols != N || B->rows != M) return LYCO_OK;
     if (cdiv(N, CN) > 2147483647LL || Z > 65535) return LYCO_OK;
     *done = 1;
     cudaStream_t s = (cudaStream_t)stream;
-    return ct == DT_BF16 ? cl_ct<bf16_t>(A, B, rp, mper, Z, S, part, s) : cl_ct<f16_t>(A, B, rp, mper, Z, S, part, s);
+    return ct == DT_BF16 ? cl_ct<bf16_t>(A, B, rp, mper, Z, S, part, dev, s) : cl_ct<f16_t>(A, B, rp, mper, Z, S, part, dev, s);
 }
