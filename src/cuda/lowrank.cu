@@ -37,8 +37,8 @@
  * Γ·Dᵀ): a block owns 64 rows × one range of k (a multiple of 64 wide, so no 64-column step
  * straddles two ranges) and streams 64-column tiles of A and B through common.cuh's cp.async
  * pipeline (S stages), 8 warps as 4×2. Finalised in a fixed order z = 0, 1, …: hfin (mask, round
- * to CT: h exactly as NUMERICS.md §1.6 asks), bwd_fin (gh = c·q·g in fp32, h, the σs partials)
- * or locon.cu's k_fin_dup (d_up).
+ * to CT: h exactly as NUMERICS.md §1.6 asks), bwd_fin (gh = RN_CT(c·q·g) stored in CT, as the
+ * eager chain stores it, h, the σs partials) or locon.cu's k_fin_dup (d_up).
  * column reduction (part[z][n][i] = Σ_{m in range z} A[m,n]·B[m,i]; merge backward d_down = Uᵀ·Γ,
  * bypass backward d_up = dyᵀ·h and d_down = ghᵀ·x): a block owns 128 columns × the rank over one
  * range of rows; colfin applies coef·σ' and writes either orientation.
@@ -47,6 +47,7 @@
  * the fp32 partials (Z × rows × RP) and h (T × RP, CT).
  *
  * Deterministic: no atomics; tile shapes and split counts depend only on the shape and device.
+ * Every-operand-in-CT, row-major calls take reduce_lean.cu's / expand_lean.cu's kernels.
  * A/B: LYCO_CUDA_LOWRANK_LEGACY=1 sends these calls back to locon.cu's kernels (locon.cu).
  */
 #include <stdlib.h>

@@ -10,9 +10,13 @@
  * aligned rows (LK_VEC), B in one part. Any M, N, K and rank ≤ 128: a 16-byte chunk across an
  * edge copies its in-range elements and zero-fills the rest.
  *
- * Same tiles, split ranges, warp layout, k order and partial layout as lowrank.cu's k_reduce /
- * k_colreduce, and the same fragments (warp_mma_ldm), so the partials — and everything finalised
- * from them — are the same bit for bit; lowrank.cu's finalisers run unchanged.
+ * Three kernels. k_reduce_lean (64 × 64 steps) and k_colreduce_lean (128 × 64, or the wide 256 ×
+ * 32) keep lowrank.cu's split ranges, k order and partial layout and use the same fragments
+ * (warp_mma_ldm), so their partials — and everything finalised from them — are the general
+ * kernels' bit for bit. k_reduce_wide (32 × 256 steps, rank tiles 16 and 32, the default) chooses
+ * its own split (≤ the caller's partial sets) and adds four k slices in a fixed order: deterministic
+ * and within the same budgets, but not bitwise the general kernel. lowrank.cu's finalisers run
+ * unchanged on all of them.
  *
  * Why (H200 ncu, LoRA bypass backward 8192 tok × 4096² r32 bf16, docs/kernels.md "eighth
  * session"): k_reduce ran at 34–39 % of DRAM bandwidth with 40–55 % issue utilisation, the general
@@ -21,10 +25,17 @@
  * step is: wait for its group, one barrier, issue the step S−1 ahead into the slot the previous
  * step used (its readers are past the barrier), ldmatrix + mma.
  *
+ * Measured (H200, bf16, LoRA 8192 tokens × 4096², r 32; docs/kernels.md "tenth session"): h = x·Dᵀ
+ * 36.8 µs (general kernel 40–50), gh = dy·U with the dy0 copy 73 → 54 µs wide, d_up / d_down 28 →
+ * 26.5 µs wide — 1.7–2.5 TB/s, still short of the 4.1 TB/s copy ceiling (the factor tile re-read from
+ * L2 every step is the next suspect).
+ *
  * Shared memory (dynamic), per stage: row reduction A 64×72 + B 64×(RP+8) or RP×72 halfwords
- * (RP 32: 14 KB), column reduction A 64×136 + B 64×(RP+8) (RP 32: 22 KB); S stages as lowrank.cu
- * chooses them (three blocks per SM where they fit). No other memory. Deterministic.
- * LYCO_CUDA_REDUCE_GENERAL=1 sends every call to lowrank.cu's general kernels (A/B).
+ * (RP 32: 14 KB; wide: A 32×264 + B 256×(RP+8) or RP×264, RP 32: 33–37 KB, two blocks per SM),
+ * column reduction A 64×136 + B 64×(RP+8) (RP 32: 22 KB; wide: A 32×264 + B 32×(RP+8), 19 KB);
+ * S stages as lowrank.cu chooses them (three blocks per SM where they fit). No other memory.
+ * LYCO_CUDA_REDUCE_GENERAL=1 sends every call to lowrank.cu's general kernels, LYCO_CUDA_REDUCE_WIDE=0
+ * and LYCO_CUDA_COLREDUCE_WIDE=0 select the narrow tiles (A/B).
  */
 #include <stdlib.h>
 #include <string.h>
