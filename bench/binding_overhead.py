@@ -18,12 +18,14 @@ times N back-to-back calls of each way into the same C entry point and prints µ
               autograd formula; the gradients accumulate into .grad)
 
 and the differences between consecutive layers. `--profile` adds a cProfile of the custom_op
-calls (top functions by own time). Works on the CPU and, with --device cuda, on a GPU (the calls
+calls (top functions by own time; `--profile-way fwd+bwd` profiles another way). Works on the
+CPU and, with --device cuda, on a GPU (the calls
 are asynchronous there: the figure is the host time per call with the queue kept busy; one
 synchronize at the end of every timed loop is included, amortised over N).
 
   PYTHONPATH=python LYCO_LIBRARY=build/liblyco.so python3 bench/binding_overhead.py [--device cpu|cuda]
         [--n 20000] [--size 8] [--rank 2] [--dtype fp32|bf16|fp16] [--repeats 5] [--profile]
+        [--profile-way custom_op|fwd+bwd|...]
 
 Each figure is the median over --repeats loops of N calls (the minimum beside it).
 """
@@ -50,6 +52,9 @@ def parse(argv):
     ap.add_argument("--tokens", type=int, default=4, help="rows of x for the bypass")
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     ap.add_argument("--profile", action="store_true", help="cProfile the custom_op calls")
+    ap.add_argument("--profile-way", default="custom_op",
+                    help="which way --profile profiles (e.g. fwd+bwd: the backward then runs on the "
+                         "calling thread, autograd multithreading off, so that cProfile sees it)")
     return ap.parse_args(argv)
 
 
@@ -150,13 +155,14 @@ def main(argv):
         if args.profile:
             import cProfile
             import pstats
-            fn = dict(table)["custom_op"]
+            fn = dict(table)[args.profile_way]
             pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(min(args.n, 5000)):
-                fn()
-            pr.disable()
-            print("  cProfile of %d custom_op calls (own time, top 25):" % min(args.n, 5000))
+            with torch.autograd.set_multithreading_enabled(False):
+                pr.enable()
+                for _ in range(min(args.n, 5000)):
+                    fn()
+                pr.disable()
+            print("  cProfile of %d %s calls (own time, top 25):" % (min(args.n, 5000), args.profile_way))
             st = pstats.Stats(pr, stream=sys.stdout)
             st.sort_stats("tottime").print_stats(25)
         del keep

@@ -128,22 +128,23 @@ __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_vie
         }
 }
 
-/* The wide variant of the row reduction: a block owns WR = 32 rows and streams WK = 256 columns a
-   step (512 contiguous bytes per row, where k_reduce_lean reads 128: on the H200 its 64 × 64 tiles
-   ran at 1.8 TB/s, ~45 % of the copy rate, and the 64 × 128 tiles of the column reduction at 2.3 —
-   the DRAM pages are opened for too few bytes). 8 warps as 2 row groups × 4 k slices of 64; each
-   warp accumulates its 16 × RP block over its slice of every step; at the end the four slices are
-   added in the fixed order 0, 1, 2, 3 through shared memory. Deterministic, but a different
-   summation order from k_reduce (not bitwise the general kernel). */
-const int WR = 32, WK = 256;
-template <int RP, bool KMAJ> struct rw_layout {
+/* The wide variant of the row reduction: a block owns WR = 32 rows (LYCO_CUDA_REDUCE_WIDE=64: 64)
+   and streams WK = 256 columns a step (512 contiguous bytes per row where k_reduce_lean reads 128;
+   the hypothesis was that DRAM pages opened for 128 bytes held k_reduce_lean at 1.8 TB/s — it
+   moved gh + dy0 from 73 to 54 µs but h not at all: docs/kernels.md "tenth session"). 8 warps as
+   WR/16 row groups × 8/(WR/16) k slices; each warp accumulates its 16 × RP block over its slice of
+   every step; at the end the slices are added in the fixed order 0, 1, … through shared memory.
+   Deterministic, but a different summation order from k_reduce (not bitwise the general kernel).
+   64 rows halve the factor tile's L2 re-reads per byte of A (the next hypothesis, opt-in). */
+const int WK = 256;
+template <int RP, bool KMAJ, int WR> struct rw_layout {
     static const int A = WR * (WK + 8) * 2;
     static const int STAGE = A + (KMAJ ? WK * (RP + 8) : RP * (WK + 8)) * 2;
     static const int RED = 8 * 16 * RP * 4; /* the slices' accumulators (aliases the stages) */
 };
 
 /* dy0 = the staged A tile (WR × WK at (mb, kc)) */
-__device__ __forceinline__ void rw_copy_tile(const char *st, const lk_view &c, i64 mb, i64 kc) {
+template <int WR> __device__ __forceinline__ void rw_copy_tile(const char *st, const lk_view &c, i64 mb, i64 kc) {
     const int cpr = WK / 8;
     const i64 rl = c.rows - mb, cl = c.cols - kc;
     const int rows_in = rl < WR ? (int)rl : WR, cols_in = cl < WK ? (int)cl : WK;
@@ -161,28 +162,28 @@ __device__ __forceinline__ void rw_copy_tile(const char *st, const lk_view &c, i
     }
 }
 
-template <int RP, bool KMAJ>
+template <int RP, bool KMAJ, int WR>
 __device__ __forceinline__ void rw_issue(char *st, const lk_view &A, const lk_view &B, i64 mb, i64 kc) {
-    typedef rw_layout<RP, KMAJ> L;
+    typedef rw_layout<RP, KMAJ, WR> L;
     lean_issue<WR, WK>(st, A, mb, kc);
     if (KMAJ) lean_issue<WK, RP>(st + L::A, B, kc, 0);
     else lean_issue<RP, WK>(st + L::A, B, 0, kc);
 }
 
-template <typename CT, int RP, bool KMAJ, bool COPY>
+template <typename CT, int RP, bool KMAJ, bool COPY, int WR>
 __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
-    typedef rw_layout<RP, KMAJ> L;
-    const int NI = RP / 8;
+    typedef rw_layout<RP, KMAJ, WR> L;
+    const int NI = RP / 8, G = WR / 16, KSN = 8 / G, SW = WK / KSN; /* row groups, k slices, slice width */
     extern __shared__ __align__(16) char dsm[];
     const i64 M = A.rows, K = A.cols; /* checked by the caller */
     const i64 mb = (i64)blockIdx.x * WR, z = blockIdx.y, k0 = z * kper;
     const i64 ke = k0 + kper < K ? k0 + kper : K;
     const int nk = ke > k0 ? (int)cdiv(ke - k0, WK) : 0;
-    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 16, ks = warp >> 1;
+    const int warp = threadIdx.x >> 5, m0 = (warp % G) * 16, ks = warp / G;
     float acc[1][NI][4];
     acc_zero(acc);
     for (int s = 0; s < S - 1; s++) {
-        if (s < nk) rw_issue<RP, KMAJ>(dsm + s * L::STAGE, A, B, mb, k0 + (i64)s * WK);
+        if (s < nk) rw_issue<RP, KMAJ, WR>(dsm + s * L::STAGE, A, B, mb, k0 + (i64)s * WK);
         cp_commit();
     }
     for (int s = 0; s < nk; s++) {
@@ -191,13 +192,13 @@ __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_vie
         const char *st = dsm + (s % S) * L::STAGE;
         {
             const int n = s + S - 1;
-            if (n < nk) rw_issue<RP, KMAJ>(dsm + (n % S) * L::STAGE, A, B, mb, k0 + (i64)n * WK);
+            if (n < nk) rw_issue<RP, KMAJ, WR>(dsm + (n % S) * L::STAGE, A, B, mb, k0 + (i64)n * WK);
             cp_commit();
         }
-        if (COPY) rw_copy_tile(st, copyA, mb, k0 + (i64)s * WK);
-        const CT *As = (const CT *)st + ks * 64;
-        const CT *Bs = KMAJ ? (const CT *)(st + L::A) + ks * 64 * (RP + 8) : (const CT *)(st + L::A) + ks * 64;
-        warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, As, WK + 8, Bs, KMAJ ? RP + 8 : WK + 8, m0, 0, 64);
+        if (COPY) rw_copy_tile<WR>(st, copyA, mb, k0 + (i64)s * WK);
+        const CT *As = (const CT *)st + ks * SW;
+        const CT *Bs = KMAJ ? (const CT *)(st + L::A) + ks * SW * (RP + 8) : (const CT *)(st + L::A) + ks * SW;
+        warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, As, WK + 8, Bs, KMAJ ? RP + 8 : WK + 8, m0, 0, SW);
     }
     cp_wait(0);
     __syncthreads(); /* every warp is done with the stages: they hold the slices' accumulators now */
@@ -206,14 +207,14 @@ __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_vie
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) red[((ks * 2 + (warp & 1)) * NI * 4 + ni * 4 + e) * 32 + lane] = acc[0][ni][e];
+        for (int e = 0; e < 4; e++) red[((ks * G + warp % G) * NI * 4 + ni * 4 + e) * 32 + lane] = acc[0][ni][e];
     __syncthreads();
-    /* thread → (row group, ni, e, lane) entries; the four slices in order */
-    for (int q = threadIdx.x; q < 2 * NI * 4 * 32; q += NT) {
+    /* thread → (row group, ni, e, lane) entries; the slices in order */
+    for (int q = threadIdx.x; q < G * NI * 4 * 32; q += NT) {
         const int g = q / (NI * 4 * 32), rest = q % (NI * 4 * 32), ni = rest / (4 * 32), e = (rest / 32) % 4, ln = rest % 32;
-        float v = red[((0 * 2 + g) * NI * 4 + ni * 4 + e) * 32 + ln];
+        float v = red[(g * NI * 4 + ni * 4 + e) * 32 + ln];
 #pragma unroll
-        for (int k = 1; k < 4; k++) v += red[((k * 2 + g) * NI * 4 + ni * 4 + e) * 32 + ln];
+        for (int k = 1; k < KSN; k++) v += red[((k * G + g) * NI * 4 + ni * 4 + e) * 32 + ln];
         const int row = g * 16 + (ln >> 2) + 8 * (e >> 1), col = ni * 8 + 2 * (ln & 3) + (e & 1);
         const i64 m = mb + row;
         if (m < M) part[(z * M + m) * RP + col] = v;
@@ -297,9 +298,10 @@ int rl_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 kper
     return LYCO_OK;
 }
 
-bool rw_wanted() {
+/* LYCO_CUDA_REDUCE_WIDE: 0 = off, 64 = 64-row tiles (two k slices of 128), else 32 rows (four of 64) */
+int rw_rows() {
     const char *v = getenv("LYCO_CUDA_REDUCE_WIDE");
-    return !(v && *v == '0');
+    return v && *v == '0' ? 0 : v && atoi(v) == 64 ? 64 : 32;
 }
 
 /* stages and blocks per SM of the wide kernel: the deepest S ≤ 4 with two blocks per SM, else one */
@@ -315,10 +317,10 @@ void rw_stages(int stage, const lk_device *dev, int *S, int *per) {
             }
 }
 
-template <typename CT, int RP, bool KMAJ>
+template <typename CT, int RP, bool KMAJ, int WR>
 int rw_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i64 K, i64 Zmax, float *part, int64_t *Zused,
               const lk_device *dev, cudaStream_t s, int *done) {
-    typedef rw_layout<RP, KMAJ> L;
+    typedef rw_layout<RP, KMAJ, WR> L;
     int S, per;
     rw_stages(L::STAGE, dev, &S, &per);
     if (S < 2 || S * L::STAGE < L::RED) return LYCO_OK;
@@ -335,13 +337,13 @@ int rw_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i
     int rc;
     const dim3 grid((unsigned)mt, (unsigned)z);
     if (copyA) {
-        if ((rc = rl_prepare(k_reduce_wide<CT, RP, KMAJ, true>, bytes))) return rc;
-        k_reduce_wide<CT, RP, KMAJ, true><<<grid, NT, bytes, s>>>(*A, *B, *copyA, kper, S, part);
+        if ((rc = rl_prepare(k_reduce_wide<CT, RP, KMAJ, true, WR>, bytes))) return rc;
+        k_reduce_wide<CT, RP, KMAJ, true, WR><<<grid, NT, bytes, s>>>(*A, *B, *copyA, kper, S, part);
     } else {
         lk_view none;
         memset(&none, 0, sizeof none);
-        if ((rc = rl_prepare(k_reduce_wide<CT, RP, KMAJ, false>, bytes))) return rc;
-        k_reduce_wide<CT, RP, KMAJ, false><<<grid, NT, bytes, s>>>(*A, *B, none, kper, S, part);
+        if ((rc = rl_prepare(k_reduce_wide<CT, RP, KMAJ, false, WR>, bytes))) return rc;
+        k_reduce_wide<CT, RP, KMAJ, false, WR><<<grid, NT, bytes, s>>>(*A, *B, none, kper, S, part);
     }
     LK_LAUNCHED("reduce_wide");
     *Zused = z;
@@ -349,16 +351,23 @@ int rw_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 M, i
     return LYCO_OK;
 }
 
+template <typename CT, int WR>
+int rw_rp(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 M, i64 K, i64 rp, i64 Zmax, float *part,
+          int64_t *Zused, const lk_device *dev, cudaStream_t s, int *done) {
+    switch (rp) {
+    case 16: return kmaj ? rw_launch<CT, 16, true, WR>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done)
+                         : rw_launch<CT, 16, false, WR>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done);
+    case 32: return kmaj ? rw_launch<CT, 32, true, WR>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done)
+                         : rw_launch<CT, 32, false, WR>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done);
+    default: return LYCO_OK; /* rank tiles 64, 128: the B tile would crowd out the stages */
+    }
+}
+
 template <typename CT>
 int rw_ct(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 M, i64 K, i64 rp, i64 Zmax, float *part,
           int64_t *Zused, const lk_device *dev, cudaStream_t s, int *done) {
-    switch (rp) {
-    case 16: return kmaj ? rw_launch<CT, 16, true>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done)
-                         : rw_launch<CT, 16, false>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done);
-    case 32: return kmaj ? rw_launch<CT, 32, true>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done)
-                         : rw_launch<CT, 32, false>(A, B, copyA, M, K, Zmax, part, Zused, dev, s, done);
-    default: return LYCO_OK; /* rank tiles 64, 128: the B tile would crowd out the stages */
-    }
+    return rw_rows() == 64 ? rw_rp<CT, 64>(A, B, kmaj, copyA, M, K, rp, Zmax, part, Zused, dev, s, done)
+                           : rw_rp<CT, 32>(A, B, kmaj, copyA, M, K, rp, Zmax, part, Zused, dev, s, done);
 }
 
 bool cl_wide_wanted() {
@@ -437,7 +446,7 @@ extern "C" int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, in
     if (b_kmajor ? B->rows != K : B->cols != K) return LYCO_OK;
     if (cdiv(M, RM) > 2147483647LL || Z > 65535) return LYCO_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    if (rw_wanted()) {
+    if (rw_rows()) {
         const int rc = ct == DT_BF16 ? rw_ct<bf16_t>(A, B, b_kmajor, copyA, M, K, rp, Z, part, Zused, dev, s, done)
                                      : rw_ct<f16_t>(A, B, b_kmajor, copyA, M, K, rp, Z, part, Zused, dev, s, done);
         if (rc || *done) return rc;
