@@ -509,7 +509,7 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
                     g[j] = g[j] * dr->coef[k] - (m * dr->d[k] / (n * n)) * dr->S[k] * v / dr->norm2[k];
                 }
             }
-        } else {
+        } else if (m != 1.0f) { /* m = 1 (the common case) leaves g as it is: skip the pass */
             for (int64_t j = 0; j < IK; j++) g[j] *= m;
         }
         /* g = ∂L/∂(σs·ΔW); σs's gradient, then ∂L/∂ΔW */
