@@ -49,6 +49,9 @@ static shape S[] = {
     {"pure nn 6x16x256", 'n', 6, 16, 256, false},
     {"pure nn 96x64x256", 'n', 96, 64, 256, false},
     {"pure nn 32x64x256", 'n', 32, 64, 256, false},
+    {"tail8 nn 32x40x256", 'n', 32, 40, 256, false},
+    {"tail8 tn 32x8x1280", 'T', 32, 8, 1280, true},
+    {"tail8 nn 4x1288x64", 'n', 4, 1288, 64, false},
 };
 static void dims(const shape *s, int64_t *ar, int64_t *ac, int64_t *br, int64_t *bc) {
     /* stored shapes */

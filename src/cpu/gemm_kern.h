@@ -18,9 +18,9 @@
  *             the chained tail k ≥ K&~7, then + C_old
  *
  * Contents (all static, all names through KN):
- *   axpy_form   : nn/tn, nothing packed: 4×24 (micro4x24) and mr×16 (micro) register blocks, B
- *                 read in place, 8-lane and scalar column tails (tiny products, K < 8, M ≤ 4, and
- *                 the partial last 16 columns of the direct path)
+ *   axpy_form   : nn/tn, nothing packed: 4×24 (micro4x24), mr×16 (micro) and mr×8 (micro8)
+ *                 register blocks, B read in place, scalar column tails (tiny products, K < 8,
+ *                 M ≤ 4, and the partial last 16 columns of the direct path)
  *   dot_nt      : nt as dot products over K (3×4 blocks of 12 accumulators; B rows in groups of
  *                 DOT_JG so they stay in L2 while every A row block passes)
  *   pack_b_panel: NR-column k-major panels, zero-padded (for nt: the transpose, 8×8 blocks in
@@ -258,9 +258,31 @@ AI void KN(micro4x24)(int64_t K, const float *restrict a, int64_t ars, int64_t a
 }
 #undef GK_ROWS4
 
+/* C[mr × 8] (+)= A[mr × K]·B[K × 8], mr ≤ 4 a constant after inlining: the mr rows' FMA chains
+   interleaved (one chain per row was latency-bound: one FMA per FMA latency), each element in
+   micro's order. */
+#define GK_ROWS4(X) X(0) X(1) X(2) X(3)
+AI void KN(micro8)(const int mr, int64_t K, const float *restrict a, int64_t ars, int64_t acs, const float *restrict b,
+                   int64_t ldb, float *restrict c, int64_t ldc, bool accumulate) {
+#define GK_DECL(p) v8 c##p = KN(zero8)();
+    GK_ROWS4(GK_DECL)
+    for (int64_t k = 0; k < K; k++) {
+        const v8 bk = KN(ld8)(b + k * ldb);
+        const float *ak = a + k * acs;
+#define GK_STEP(p) if (mr > p) c##p = KN(vfma)(KN(bcp8)(ak + p * ars), bk, c##p);
+        GK_ROWS4(GK_STEP)
+    }
+#define GK_OUT(p) if (mr > p) { if (accumulate) c##p += KN(ld8)(c + p * ldc); KN(st8)(c + p * ldc, c##p); }
+    GK_ROWS4(GK_OUT)
+#undef GK_DECL
+#undef GK_STEP
+#undef GK_OUT
+}
+#undef GK_ROWS4
+
 /* The small path for nn/tn: C[M×N] (+)= op(A)·B with op(A)[i][k] = A[i·sa_i + k·sa_k], B rows
    contiguous (stride ldb), nothing packed: 4×24 and 4×16 register blocks (row tails: mr×16),
-   then 8-lane and scalar column tails, all in micro's order. */
+   then mr×8 blocks and scalar column tails, all in micro's order. */
 AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sa_i, int64_t sa_k, const float *B, int64_t ldb,
                       float *C, int64_t ldc, bool accumulate) {
     for (int64_t i = 0; i < M; i += 4) {
@@ -270,14 +292,14 @@ AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t s
         if (mr == 4)
             for (; j + 24 <= N; j += 24) KN(micro4x24)(K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
         for (; j + 16 <= N; j += 16) KN(micro_any)(mr, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
+        for (; j + 8 <= N; j += 8) switch (mr) {
+            case 4: KN(micro8)(4, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
+            case 3: KN(micro8)(3, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
+            case 2: KN(micro8)(2, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
+            default: KN(micro8)(1, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
+            }
         for (int64_t ii = 0; ii < mr; ii++) {
             int64_t jj = j;
-            for (; jj + 8 <= N; jj += 8) {
-                v8 acc = KN(zero8)();
-                for (int64_t k = 0; k < K; k++) acc = KN(vfma)(KN(bcp8)(a + ii * sa_i + k * sa_k), KN(ld8)(B + k * ldb + jj), acc);
-                if (accumulate) acc += KN(ld8)(c + ii * ldc + jj);
-                KN(st8)(c + ii * ldc + jj, acc);
-            }
             for (; jj < N; jj++) {
                 float s = 0.0f;
                 for (int64_t k = 0; k < K; k++) s = KN(fmas)(a[ii * sa_i + k * sa_k], B[k * ldb + jj], s);
