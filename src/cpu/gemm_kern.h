@@ -18,7 +18,7 @@
  *             the chained tail k ≥ K&~7, then + C_old
  *
  * Contents (all static, all names through KN):
- *   axpy_form   : nn/tn, nothing packed: 4×24 (micro4x24), mr×16 (micro) and mr×8 (micro8)
+ *   axpy_form   : nn/tn, nothing packed: 4×24 (micro4x24), mr×16 and mr×8 (micro, nv = 2, 1)
  *                 register blocks, B read in place, scalar column tails (tiny products, K < 8,
  *                 M ≤ 4, and the partial last 16 columns of the direct path)
  *   dot_nt      : nt as dot products over K (3×4 blocks of 12 accumulators; B rows in groups of
@@ -178,24 +178,26 @@ AI void KN(pack_b_panel)(mat B, int64_t k0, int64_t kc, int64_t j0, int64_t nr, 
     }
 }
 
-/* The micro-kernel: C[mr×16] (+)= A[mr × K]·B[K × 16], A(p, k) = a[p·ars + k·acs] read in place
-   (broadcasts: no packing for any layout of A), B row stride ldb; mr ≤ MR a constant after
-   inlining. acc = 0, k = 0…K−1 in order, then + C when accumulating: axpy_form's order. Named
-   accumulators (arrays of vectors were kept partly on the stack). */
+/* The micro-kernel: C[mr × 8·nv] (+)= A[mr × K]·B[K × 8·nv], nv = 2 (16 columns) or 1 (the
+   8-column tail of axpy_form: the rows' FMA chains interleaved, not one chain per row, which was
+   latency-bound), A read in place (broadcasts: no packing for any layout of A), B row stride ldb;
+   mr ≤ MR and nv constants after inlining. acc = 0, k = 0…K−1 in order, then + C when
+   accumulating: axpy_form's order. Named accumulators (arrays of vectors were kept partly on the
+   stack). */
 #define GK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-AI void KN(micro)(const int mr, int64_t K, const float *restrict a, int64_t ars, int64_t acs, const float *restrict b,
-                  int64_t ldb, float *restrict c, int64_t ldc, bool accumulate) {
+AI void KN(micro)(const int mr, const int nv, int64_t K, const float *restrict a, int64_t ars, int64_t acs,
+                  const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc, bool accumulate) {
 #define GK_DECL(p) v8 c##p##0 = KN(zero8)(), c##p##1 = c##p##0;
     GK_ROWS(GK_DECL)
     for (int64_t k = 0; k < K; k++) {
-        v8 b0 = KN(ld8)(b + k * ldb), b1 = KN(ld8)(b + k * ldb + 8);
+        v8 b0 = KN(ld8)(b + k * ldb), b1 = nv > 1 ? KN(ld8)(b + k * ldb + 8) : b0;
         const float *ak = a + k * acs;
-#define GK_STEP(p) if (mr > p) { v8 av = KN(bcp8)(ak + p * ars); c##p##0 = KN(vfma)(av, b0, c##p##0); c##p##1 = KN(vfma)(av, b1, c##p##1); }
+#define GK_STEP(p) if (mr > p) { v8 av = KN(bcp8)(ak + p * ars); c##p##0 = KN(vfma)(av, b0, c##p##0); if (nv > 1) c##p##1 = KN(vfma)(av, b1, c##p##1); }
         GK_ROWS(GK_STEP)
     }
-#define GK_ADDC(p) if (mr > p) { c##p##0 += KN(ld8)(c + p * ldc); c##p##1 += KN(ld8)(c + p * ldc + 8); }
+#define GK_ADDC(p) if (mr > p) { c##p##0 += KN(ld8)(c + p * ldc); if (nv > 1) c##p##1 += KN(ld8)(c + p * ldc + 8); }
     if (accumulate) { GK_ROWS(GK_ADDC) }
-#define GK_STOREC(p) if (mr > p) { KN(st8)(c + p * ldc, c##p##0); KN(st8)(c + p * ldc + 8, c##p##1); }
+#define GK_STOREC(p) if (mr > p) { KN(st8)(c + p * ldc, c##p##0); if (nv > 1) KN(st8)(c + p * ldc + 8, c##p##1); }
     GK_ROWS(GK_STOREC)
 #undef GK_DECL
 #undef GK_STEP
@@ -205,15 +207,15 @@ AI void KN(micro)(const int mr, int64_t K, const float *restrict a, int64_t ars,
 #undef GK_ROWS
 
 /* dispatch on mr (1…MR): every instance keeps its accumulators in registers */
-AI void KN(micro_any)(int64_t mr, int64_t K, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb, float *c,
-                      int64_t ldc, bool accumulate) {
+AI void KN(micro_any)(int64_t mr, const int nv, int64_t K, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, bool accumulate) {
     switch (mr) {
-    case 6: KN(micro)(6, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
-    case 5: KN(micro)(5, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
-    case 4: KN(micro)(4, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
-    case 3: KN(micro)(3, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
-    case 2: KN(micro)(2, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
-    default: KN(micro)(1, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 6: KN(micro)(6, nv, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 5: KN(micro)(5, nv, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 4: KN(micro)(4, nv, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 3: KN(micro)(3, nv, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    case 2: KN(micro)(2, nv, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+    default: KN(micro)(1, nv, K, a, ars, acs, b, ldb, c, ldc, accumulate); break;
     }
 }
 
@@ -221,14 +223,14 @@ AI void KN(micro_any)(int64_t mr, int64_t K, const float *a, int64_t ars, int64_
 AI void KN(tile)(int64_t mr, int64_t nr, int64_t K, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
                  float *c, int64_t ldc, bool accumulate) {
     if (nr == NR) {
-        KN(micro_any)(mr, K, a, ars, acs, b, ldb, c, ldc, accumulate);
+        KN(micro_any)(mr, 2, K, a, ars, acs, b, ldb, c, ldc, accumulate);
         return;
     }
     float t[MR * NR];
     if (accumulate)
         for (int64_t p = 0; p < mr; p++)
             for (int64_t j = 0; j < nr; j++) t[p * NR + j] = c[p * ldc + j];
-    KN(micro_any)(mr, K, a, ars, acs, b, ldb, t, NR, accumulate);
+    KN(micro_any)(mr, 2, K, a, ars, acs, b, ldb, t, NR, accumulate);
     for (int64_t p = 0; p < mr; p++)
         for (int64_t j = 0; j < nr; j++) c[p * ldc + j] = t[p * NR + j];
 }
@@ -258,31 +260,9 @@ AI void KN(micro4x24)(int64_t K, const float *restrict a, int64_t ars, int64_t a
 }
 #undef GK_ROWS4
 
-/* C[mr × 8] (+)= A[mr × K]·B[K × 8], mr ≤ 4 a constant after inlining: the mr rows' FMA chains
-   interleaved (one chain per row was latency-bound: one FMA per FMA latency), each element in
-   micro's order. */
-#define GK_ROWS4(X) X(0) X(1) X(2) X(3)
-AI void KN(micro8)(const int mr, int64_t K, const float *restrict a, int64_t ars, int64_t acs, const float *restrict b,
-                   int64_t ldb, float *restrict c, int64_t ldc, bool accumulate) {
-#define GK_DECL(p) v8 c##p = KN(zero8)();
-    GK_ROWS4(GK_DECL)
-    for (int64_t k = 0; k < K; k++) {
-        const v8 bk = KN(ld8)(b + k * ldb);
-        const float *ak = a + k * acs;
-#define GK_STEP(p) if (mr > p) c##p = KN(vfma)(KN(bcp8)(ak + p * ars), bk, c##p);
-        GK_ROWS4(GK_STEP)
-    }
-#define GK_OUT(p) if (mr > p) { if (accumulate) c##p += KN(ld8)(c + p * ldc); KN(st8)(c + p * ldc, c##p); }
-    GK_ROWS4(GK_OUT)
-#undef GK_DECL
-#undef GK_STEP
-#undef GK_OUT
-}
-#undef GK_ROWS4
-
 /* The small path for nn/tn: C[M×N] (+)= op(A)·B with op(A)[i][k] = A[i·sa_i + k·sa_k], B rows
    contiguous (stride ldb), nothing packed: 4×24 and 4×16 register blocks (row tails: mr×16),
-   then mr×8 blocks and scalar column tails, all in micro's order. */
+   then an mr×8 block and scalar column tails, all in micro's order. */
 AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sa_i, int64_t sa_k, const float *B, int64_t ldb,
                       float *C, int64_t ldc, bool accumulate) {
     for (int64_t i = 0; i < M; i += 4) {
@@ -291,13 +271,11 @@ AI void KN(axpy_form)(int64_t M, int64_t N, int64_t K, const float *A, int64_t s
         float *c = C + i * ldc;
         if (mr == 4)
             for (; j + 24 <= N; j += 24) KN(micro4x24)(K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
-        for (; j + 16 <= N; j += 16) KN(micro_any)(mr, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
-        for (; j + 8 <= N; j += 8) switch (mr) {
-            case 4: KN(micro8)(4, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
-            case 3: KN(micro8)(3, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
-            case 2: KN(micro8)(2, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
-            default: KN(micro8)(1, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate); break;
-            }
+        for (; j + 16 <= N; j += 16) KN(micro_any)(mr, 2, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
+        if (j + 8 <= N) {
+            KN(micro_any)(mr, 1, K, a, sa_i, sa_k, B + j, ldb, c + j, ldc, accumulate);
+            j += 8;
+        }
         for (int64_t ii = 0; ii < mr; ii++) {
             int64_t jj = j;
             for (; jj < N; jj++) {
