@@ -1013,8 +1013,6 @@ static int choose_stages(const lk_device *dev, int fixed, int stage, int Smax) {
     return 0;
 }
 
-#define LK_SMEM_ATTR(bytes, ...) LK_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)))
-
 template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args *a, const float *st, const lk_device *dev,
                                                           cudaStream_t s, bool *done) {
     const lk_locon &L = a->L;
@@ -1025,7 +1023,7 @@ template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_merge_fwd<CT, RP>);
+    LK_SMEM_OPTIN(bytes, k2_merge_fwd<CT, RP>);
     const i64 gy = cdiv(L.O, 64), nj = cdiv(L.IK, 128);
     i64 gx = cdiv(512, gy);
     if (gx > nj) gx = nj;
@@ -1149,7 +1147,7 @@ template <typename CT, int NR> static int launch_dup2_nr(const lk_merge_bwd_args
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_merge_dup<CT, NR>);
+    LK_SMEM_OPTIN(bytes, k2_merge_dup<CT, NR>);
     dim3 grid((unsigned)cdiv(a->L.O, 32), (unsigned)nch, (unsigned)z);
     k2_merge_dup<CT, NR><<<grid, NT, bytes, s>>>(*a, part, kper, RP, S);
     LK_LAUNCHED("merge_dup (pipelined)");
@@ -1174,7 +1172,7 @@ template <typename CT, int NR> static int launch_kred2(const kred_args &p, int n
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_kred<CT, NR>);
+    LK_SMEM_OPTIN(bytes, k2_kred<CT, NR>);
     dim3 grid((unsigned)cdiv(p.N, 64), (unsigned)nch, (unsigned)z);
     k2_kred<CT, NR><<<grid, NT, bytes, s>>>(p, S);
     LK_LAUNCHED("kred (pipelined)");
@@ -1337,7 +1335,7 @@ template <typename CT, int NR> static int bypass_fwd_nr(const lk_bypass_fwd_args
                  (long long)a->L.r, smem, dev->smem_optin);
         return LYCO_ERR_UNSUPPORTED;
     }
-    if (smem > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_bypass_fwd<CT, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LK_SMEM_OPTIN(smem, k_bypass_fwd<CT, NR>);
     const i64 ttiles = cdiv(a->T, BTL::BT), otiles = cdiv(a->L.O, BTL::BNO);
     i64 splits = 256 / ttiles;
     if (splits < 1) splits = 1;
@@ -1360,7 +1358,7 @@ template <typename CT, int RP> static int bypass_fwd_fast(const lk_bypass_fwd_ar
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_bypass_fwd<CT, RP>);
+    LK_SMEM_OPTIN(bytes, k2_bypass_fwd<CT, RP>);
     const i64 ttiles = cdiv(a->T, 32), otiles = cdiv(L.O, 64);
     i64 splits = 256 / ttiles;
     if (splits < 1) splits = 1;
@@ -1398,7 +1396,7 @@ template <typename CT, int NR> static int launch_bbh2(const lk_bypass_bwd_args *
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_bb_h<CT, NR>);
+    LK_SMEM_OPTIN(bytes, k2_bb_h<CT, NR>);
     k2_bb_h<CT, NR><<<(unsigned)tt, NT, bytes, s>>>(*a, hsc, ghsc, sigpart, RP, S);
     LK_LAUNCHED("bb_h (pipelined)");
     *done = true;

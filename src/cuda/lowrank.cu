@@ -289,7 +289,7 @@ template <typename CT, int RP, bool QT, int NPP> ex_layout ex_layout_of(const lk
 template <typename CT, int RP, bool QT, int NPP, bool HD> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
     const int bytes = ex_layout_of<CT, RP, QT, NPP>(a).total;
     /* the opt-in is needed once static + dynamic shared memory passes 48 KB (k_expand has 1.25 KB static) */
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT, NPP, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_expand<CT, RP, QT, NPP, HD>);
     const dim3 grid((unsigned)cdiv(a->M, EM), (unsigned)cdiv(a->N, EN));
     k_expand<CT, RP, QT, NPP, HD><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("expand");
@@ -434,7 +434,7 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     const int S = rd_stages(dev, l0.total, l0.stage);
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the low-rank reduction does not fit in shared memory");
     const int bytes = rd_plan(RP, KMAJ, ct, A->dt, B->dt, S).total;
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_reduce<CT, RP, KMAJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_reduce<CT, RP, KMAJ>);
     i64 Z, kper;
     rd_split(M, K, dev, &Z, &kper);
     int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);
@@ -572,7 +572,7 @@ int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, co
     const int S = rd_stages(dev, l0.total, l0.stage);
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the column reduction does not fit in shared memory");
     const int bytes = cr_plan(RP, NPB, ct, A->dt, B->dt, S).total;
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_colreduce<CT, RP, NPB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_colreduce<CT, RP, NPB>);
     /* split over rows: about three blocks per SM, at least 4 steps of 64 per block */
     const i64 nt = cdiv(N, CN);
     i64 Z = cdiv(lr_blocks_per_sm() * (i64)dev->sms, nt);
