@@ -208,8 +208,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_blocks_per_sm
 template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
     typedef lean_layout<RP, QT, HD> L;
     const int bytes = L::STAGES * L::BYTES;
-    if (bytes > 40 * 1024)
-        LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI>);
+    LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI>);
     const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)LM) * tiles_n;
     i64 grid = (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms;
     if (grid > tiles) grid = tiles;

@@ -160,8 +160,8 @@ int lk_fill_uniform(void *p, int32_t dt, int64_t n, uint64_t seed, double scale)
 int lk_scratch_alloc(void **p, size_t bytes, void *stream);
 int lk_scratch_free(void *p, void *stream);
 int lk_device_query(lk_device *dev);
-/* Dynamic shared memory above 48 KB for kernel func on the current device: cudaFuncSetAttribute
-   once per kernel, device and size (a no-op at or below 48 KB). */
+/* Dynamic shared memory for kernel func on the current device: cudaFuncSetAttribute once per
+   kernel, device and size (any size: static shared memory counts against the 48 KB default). */
 int lk_smem_optin(const void *func, int bytes);
 
 #ifdef __cplusplus

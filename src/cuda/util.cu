@@ -11,9 +11,12 @@
  *                   workspace once the API has one (see the report / DESIGN.md §2).
  *   lk_device_query the device facts the tile choices read (queried once per device and cached:
  *                   they cannot change within a process).
- *   lk_smem_optin   a kernel's dynamic shared memory opt-in above 48 KB, set once per kernel,
- *                   device and size (cudaFuncSetAttribute on every call was host time in every
- *                   launcher that needs it).
+ *   lk_smem_optin   a kernel's dynamic shared memory opt-in, set once per kernel, device and
+ *                   size (cudaFuncSetAttribute on every call was host time in every launcher that
+ *                   needs it). Set at any size, not only above 48 KB: the 48 KB default limit
+ *                   counts static + dynamic shared memory, so a kernel with static arrays needs
+ *                   the opt-in below 48 KB of dynamic memory (k_expand: 1.25 KB static; skipping
+ *                   ≤ 48 KB made its 47.5 KB launch fail with cudaErrorInvalidValue on the H200).
  * The two caches are small tables under one mutex (a miss calls the runtime and records it; a full
  * table just calls the runtime every time).
  */
@@ -35,7 +38,7 @@ int optin_n = 0;
 } // namespace
 
 extern "C" int lk_smem_optin(const void *func, int bytes) {
-    if (bytes <= 48 * 1024) return LYCO_OK;
+    if (bytes <= 0) return LYCO_OK;
     int d = 0;
     LK_CHECK(cudaGetDevice(&d));
     pthread_mutex_lock(&util_mu);
