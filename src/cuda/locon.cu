@@ -165,7 +165,7 @@ __global__ __launch_bounds__(NT) void k_merge_dup(lk_merge_bwd_args a, const flo
                     float v = 0.0f;
                     if (o < O && j < IK)
                         v = dora_gv(rnd_ct<CT>(tg.v[k][e]), rnd_ct<CT>(tw.v[k][e]), Cs[rr * P::LDC + cc + e],
-                                    st + 3 * dora_kept(a.dora, o, j, a.L.K));
+                                    st + 3 * dora_kept(a.dora, o, j, a.L.K), ct_of<CT>::dt);
                     store_parts<CT>(pa, np, rr * LDA + cc + e, v);
                 }
             }
@@ -284,7 +284,7 @@ template <typename CT, int NR> __global__ __launch_bounds__(NT) void k_kred(kred
                         float g = rnd_ct<CT>(tb.v[k][e]);
                         v = p.b_mode == 1 ? g * qo
                                           : dora_gv(g, rnd_ct<CT>(tw.v[k][e]), Cs[rr * P::LDC + cc + e],
-                                                    p.st + 3 * dora_kept(p.dora, o, j, p.L.K)) * qo;
+                                                    p.st + 3 * dora_kept(p.dora, o, j, p.L.K), ct_of<CT>::dt) * qo;
                     }
                     store_parts<CT>(pb, npb, rr * LDB + cc + e, v);
                 }
@@ -1516,10 +1516,56 @@ extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *d
     }
 }
 
+/* DoRA's merge backward on the lean kernels: GV = ∂L/∂V = RN_CT(g·f − γ·V) written once to a CT
+   scratch matrix (lowrank.cu's lk_dora_gv: the statistics launch, the statistics with
+   ∂L/∂dora_scale, the GV launch), then the plain backward with Γ = GV and m' = 1 (its lean
+   reductions). Before (H200, 4096² r32 bf16): ΔW recomputed and W, G read three times by the
+   general kernels, 560 µs. *done = false (nothing launched): the kernels above take the call. */
+static int merge_bwd_dora_lean(const lk_merge_bwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    const lk_locon &L = a->L;
+    *done = false;
+    if (lowrank_legacy() || L.ct == DT_F32 || lk_reduce_rank_tile(L.r) == 0) return LYCO_OK;
+    lk_expand_args e;
+    memset(&e, 0, sizeof e);
+    e.ct = L.ct;
+    e.M = L.O;
+    e.N = L.IK;
+    e.r = L.r;
+    e.P = L.U;
+    e.Q = L.D;
+    e.base = a->W;
+    e.rowmask = L.mask;
+    e.sigma = L.sigma;
+    e.row_scale = L.s;
+    e.sig_in_row = 1;
+    e.mult = L.m;
+    e.mode = 0;
+    e.dora = a->dora;
+    e.K = L.K;
+    lk_view gv = {};
+    int lean = 0;
+    int rc = lk_dora_gv(&e, &a->G, &gv, dev, s, &lean);
+    if (lean) {
+        *done = true;
+        lk_merge_bwd_args b = *a;
+        b.dora.on = 0;
+        b.L.m = 1.0;
+        b.G = gv;
+        if (rc == LYCO_OK && (b.gU.p || b.gD.p || b.gsigma.p)) rc = lk_locon_merge_bwd(&b, dev, s);
+    }
+    const int rf = gv.p ? lk_scratch_free((void *)gv.p, s) : LYCO_OK;
+    return rc ? rc : rf;
+}
+
 extern "C" int lk_locon_merge_bwd(const lk_merge_bwd_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (cdiv(a->L.r, 128) > 65535 || cdiv(a->L.O, 32) > 2147483647LL)
         return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: merge backward grid too large");
+    if (a->dora.on) {
+        bool done = false;
+        const int rd = merge_bwd_dora_lean(a, dev, s, &done);
+        if (rd || done) return rd;
+    }
     carve cv = {0, NULL};
     int rc = lk_scratch_alloc((void **)&cv.base, merge_bwd_bytes(a), s);
     if (rc) return rc;
