@@ -107,9 +107,7 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int
 }
 
 /* Persistent: block b takes tiles b, b + G, b + 2G, … (G = gridDim.x; tile t = (t / tiles_n,
-   t % tiles_n), or with a.reverse_tiles tile tiles − 1 − t: a second pass over the operands of a
-   first (DoRA's merge or GV after its statistics) then starts on the tiles the first one read
-   last, which may still be in L2; the order changes no result); with two stages the next tile's loads fly while this one is multiplied, merged
+   t % tiles_n)); with two stages the next tile's loads fly while this one is multiplied, merged
    and stored. Each tile: wait for its group, product, epilogue in place in its base buffer,
    16-byte stores from there; a barrier before its stage is loaded again. */
 template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
@@ -126,18 +124,15 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
     const int kk = (int)((a.r + 15) / 16 * 16), kk2 = HD ? (int)((a.r2 + 15) / 16 * 16) : 0;
 
-    const int rev = a.reverse_tiles ? tiles - 1 : -1; /* tile index: rev − t reversed, t otherwise */
-#define LEAN_TILE(t) (rev >= 0 ? rev - (t) : (t))
     int t = (int)blockIdx.x;
-    if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI>(a, dsm, LEAN_TILE(t) / tiles_n, LEAN_TILE(t) % tiles_n);
+    if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI>(a, dsm, t / tiles_n, t % tiles_n);
     cp_commit();
     for (int i = 0; t < tiles; t += G, i++) {
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
-        const int tm = LEAN_TILE(t) / tiles_n, tn = LEAN_TILE(t) % tiles_n;
+        const int tm = t / tiles_n, tn = t % tiles_n;
         const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
         if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
-        else if (t + G < tiles)
-            lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, LEAN_TILE(t + G) / tiles_n, LEAN_TILE(t + G) % tiles_n);
+        else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
         if (threadIdx.x < LM) {
             const i64 m = mb + threadIdx.x;
@@ -207,7 +202,6 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
         __syncthreads(); /* stage and rowc free for the next loads */
     }
     cp_wait(0);
-#undef LEAN_TILE
 }
 
 bool lean_view_ok(const lk_view &v, int ct) { return v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }

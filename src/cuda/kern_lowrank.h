@@ -52,8 +52,6 @@ typedef struct {
     int64_t r2;
     lk_view G;               /* DoRA backward: g = ∂L/∂W'' (M×N, CT; p NULL = none) */
     float *stat_part_g;      /* DoRA backward stats mode: Σ g·V partials, laid out as stat_part */
-    int32_t reverse_tiles;   /* lean kernel: walk the tiles last to first (same results; L2 reuse
-                                after a pass over the same operands; LYCO_CUDA_LEAN_REVERSE=0: off) */
 } lk_expand_args;
 
 /* Whether lk_expand can run a call (row-major out/base, r ≤ 128, grid limits); 0 = use another path. */

@@ -655,17 +655,6 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     }
 }
 
-/* The second pass of DoRA's merge / GV walks its tiles last to first (LYCO_CUDA_LEAN_REVERSE=0: in
-   order, for A/B): the statistics pass read those tiles' W (and g) last. */
-static int lean_reverse() {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LYCO_CUDA_LEAN_REVERSE");
-        v = !(e && *e == '0');
-    }
-    return v;
-}
-
 /* A merge forward through the expand: one launch; with DoRA a statistics launch (per-tile Σ V²
    partials), lk_dora_finish_parts, then the merge with those statistics. */
 extern "C" int lk_expand_merge(const lk_expand_args *e0, const lk_device *dev, void *stream) {
@@ -683,7 +672,6 @@ extern "C" int lk_expand_merge(const lk_expand_args *e0, const lk_device *dev, v
     rc = lk_expand(&st, dev, s);
     if (rc == LYCO_OK) rc = lk_dora_finish_parts(&dr, ws, NULL, tiles, n, kept, dr.on_out ? 1 : e0->K, e0->mult, e0->ct, ws + tiles * n, s);
     e.st = ws + tiles * n;
-    e.reverse_tiles = lean_reverse();
     if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
     const int rf = lk_scratch_free(ws, s);
     return rc ? rc : rf;
@@ -714,7 +702,6 @@ extern "C" int lk_dora_gv(const lk_expand_args *e0, const lk_view *G, lk_view *g
     rc = lk_scratch_alloc((void **)&gv->p, (size_t)(e0->M * pitch * es), s);
     *gv = lk_view{gv->p, pitch, 1, e0->M, e0->N, e0->ct, LK_VEC};
     e.out = *gv;
-    e.reverse_tiles = lean_reverse();
     int lean = 0;
     if (rc == LYCO_OK) rc = lk_expand_lean(&st, dev, s, &lean);
     if (rc == LYCO_OK)
