@@ -84,9 +84,26 @@ template <typename CT> struct lean_w { /* w of the base tile in shared memory (a
     __device__ float operator()(int r, int c) const { return bits16_to_f(((const unsigned short *)s)[r * LNP + c], ct_of<CT>::dt); }
 };
 
-/* merge_elem with DoRA (EPI 3), or DoRA's GV (EPI 6, g given), for element (o, j) */
-template <int EPI> __device__ __forceinline__ float lean_dora(const lk_expand_args &a, float g, float w, float dw, i64 o, i64 j) {
-    const float *s3 = a.st + 3 * ((o < a.M && j < a.N) ? dora_kept(a.dora, o, j, a.K) : 0);
+/* The DoRA statistics of the tile's rows (wd_on_out) or columns, staged in shared memory next to
+   rowc: sd[e][q] = st[3·kept + e] for tile row / column q (an index outside the matrix reads kept
+   index 0, whose element is never stored). Read from global memory per element they made the
+   DoRA epilogues run at half the plain merge's bandwidth (H200, 11008×4096: merge 137 µs against
+   69 for the same bytes without DoRA). */
+__device__ __forceinline__ void lean_dora_stage(const lk_expand_args &a, float (*sd)[LN], i64 mb, i64 nb) {
+    const int q = (int)threadIdx.x;
+    if (q >= (a.dora.on_out ? LM : LN)) return;
+    i64 k = 0;
+    if (a.dora.on_out) k = mb + q < a.M ? mb + q : 0;
+    else k = nb + q < a.N ? (nb + q) / a.K : 0;
+#pragma unroll
+    for (int e = 0; e < 3; e++) sd[e][q] = a.st[3 * k + e];
+}
+
+/* merge_elem with DoRA (EPI 3), or DoRA's GV (EPI 6, g given), for tile element (row, col) */
+template <int EPI>
+__device__ __forceinline__ float lean_dora(const lk_expand_args &a, const float (*sd)[LN], float g, float w, float dw, int row, int col) {
+    const int q = a.dora.on_out ? row : col;
+    const float s3[3] = {sd[0][q], sd[1][q], sd[2][q]};
     return EPI == 6 ? dora_gv(g, w, dw, s3, a.ct) : merge_elem(w, dw, a.mode, 0.0f, true, s3);
 }
 
@@ -115,6 +132,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const int S = L::STAGES;
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[LM];
+    __shared__ float sdora[EPI == 3 || EPI == 6 ? 3 : 1][LN]; /* DoRA statistics of the tile (lean_dora_stage) */
     const bool hasB = lean_epi<EPI>::BASE;
     const int G = (int)gridDim.x;
     const float sig = sigma_ct<CT>(a.sigma);
@@ -138,6 +156,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
             const i64 m = mb + threadIdx.x;
             rowc[threadIdx.x] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;
         }
+        if (EPI == 3 || EPI == 6) lean_dora_stage(a, sdora, mb, nb);
         if (S == 2) cp_wait(1);
         else cp_wait(0);
         __syncthreads(); /* tile t's operands, base and rowc are visible */
@@ -175,9 +194,9 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
                         const unsigned u = hasB ? *p : 0u;
                         const unsigned ug = EPI == 6 ? *(const unsigned *)(st + L::G + (row * LNP + col) * 2) : 0u;
                         const float d0 = acc[mi][ni][2 * h] * rc, d1 = acc[mi][ni][2 * h + 1] * rc;
-                        const float v0 = EPI >= 3 ? lean_dora<EPI>(a, lo16<CT>(ug), lo16<CT>(u), d0, mb + row, nb + col)
+                        const float v0 = EPI >= 3 ? lean_dora<EPI>(a, sdora, lo16<CT>(ug), lo16<CT>(u), d0, row, col)
                                                   : lean_merge<EPI>(lo16<CT>(u), d0, mf);
-                        const float v1 = EPI >= 3 ? lean_dora<EPI>(a, hi16<CT>(ug), hi16<CT>(u), d1, mb + row, nb + col + 1)
+                        const float v1 = EPI >= 3 ? lean_dora<EPI>(a, sdora, hi16<CT>(ug), hi16<CT>(u), d1, row, col + 1)
                                                   : lean_merge<EPI>(hi16<CT>(u), d1, mf);
                         *p = f_to_bits(v0, dt) | (f_to_bits(v1, dt) << 16);
                     }
