@@ -2,10 +2,11 @@
 """peers.py — lyco side by side with its peers (BENCH.md §2-§6), one run, one machine.
 
 Arms of every row (same function, same inputs, same output dtype):
-  lyco     lyco's kernels through the Python binding: the torch custom ops lyco::merge_fwd /
-           lyco::bypass_fwd (and their autograd backward ops) called directly with a spec string
-           built once per row, i.e. lyco.merge/lyco.bypass minus the per-call spec build; the
-           LyCORIS module switch (lyco.lycoris) would add a module's Python on top.
+  lyco     lyco's kernels through the Python binding's public calls lyco.merge / lyco.bypass, as a
+           training script makes them (outside torch.compile: autograd.Functions over the kernels;
+           the spec string cached per argument set; the torch custom ops lyco::merge_fwd /
+           lyco::bypass_fwd are what torch.compile traces); the LyCORIS module switch
+           (lyco.lycoris) would add a module's Python on top.
   eager    PyTorch eager running LyCORIS 4.x's own functional code (lycoris.functional.<algo>
            with backend="torch", the reference body; IA3: lycoris.modules.ia3._ia3_scale), composed
            as the LyCORIS module composes it (merge: W + ΔW, OFT/BOFT: (W + ΔW) in fp32 then cast;
@@ -260,11 +261,11 @@ class Problem:
         opts = {}
         if self.fam in ("lora", "loha", "lokr", "dora"):
             opts["scale"] = self.scale
+        # the public calls a training script makes (outside torch.compile they run through the
+        # binding's autograd.Functions; the spec string is cached per argument set)
         if self.dir == "merge":
-            spec = lyco.make_spec(algo, layer, slots, merge_mode="weight", **opts)
-            return lambda t: lyco.ops.merge_fwd(spec, t["W"], None, [t[s] for s in slots])[0]
-        spec = lyco.make_spec(algo, layer, slots, **opts)
-        return lambda t: lyco.ops.bypass_fwd(spec, t["x"], t["y0"], None, [t[s] for s in slots])
+            return lambda t: lyco.merge({s: t[s] for s in slots}, layer, algo=algo, weight=t["W"], mode="weight", **opts)
+        return lambda t: lyco.bypass(t["x"], {s: t[s] for s in slots}, layer, algo=algo, y0=t["y0"], **opts)
 
     # ---- arm (b): upstream LyCORIS functional code, eager ----
     def eager_fn(self):
@@ -1303,7 +1304,7 @@ def first_call_lines(fc, L):
 
 
 ARM_DOC = {
-    "lyco": "lyco's kernels via the binding's custom ops (lyco::merge_fwd / lyco::bypass_fwd, spec built once)",
+    "lyco": "lyco's kernels via the public lyco.merge / lyco.bypass (autograd.Functions over the kernels outside torch.compile; spec cached)",
     "eager": "PyTorch eager running LyCORIS 4.x's functional code (backend=\"torch\")",
     "compile": "torch.compile of the eager arm (default mode, dynamic=False, dynamo reset per row)",
     "lycoris": "LyCORIS 4.x's own fused Triton kernels (lycoris.kernels.autograd, backend=\"triton\")",

@@ -374,6 +374,10 @@ def _new_frame(d, dtype, device, shapes, views, call, keep):
 @torch.library.custom_op("lyco::bypass_fwd", mutates_args=())
 def bypass_fwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
                weight: Optional[torch.Tensor], tensors: List[torch.Tensor]) -> torch.Tensor:
+    return _bypass_fwd_impl(spec, x, y0, weight, tensors)
+
+
+def _bypass_fwd_impl(spec, x, y0, weight, tensors):
     fr = _frame(("bypass_fwd", spec, _sig(x), _sig(y0), _sig(weight), *map(_sig, tensors)),
                 lambda: _bypass_fwd_frame(spec, x, y0, weight, tensors))
     y = torch.empty(fr.shapes, dtype=fr.dtype, device=fr.device)
@@ -407,6 +411,10 @@ def bypass_bwd(spec: str, x: torch.Tensor, y0: Optional[torch.Tensor],
                weight: Optional[torch.Tensor], tensors: List[torch.Tensor], dy: torch.Tensor,
                need: List[bool]) -> List[torch.Tensor]:
     """[dx, dy0, grad of each slot]; an entry not needed is an empty tensor."""
+    return _bypass_bwd_impl(spec, x, y0, weight, tensors, dy, need)
+
+
+def _bypass_bwd_impl(spec, x, y0, weight, tensors, dy, need):
     d = parse_spec(spec)
     outs = _bypass_bwd_alloc(d, x, y0, tensors, need)
     fr = _frame(("bypass_bwd", spec, _sig(x), _sig(y0), _sig(weight), _sig(dy), tuple(need),
@@ -490,28 +498,57 @@ def _dy0_is_dy(d, dy, y0, operands):
     return dy.dtype != torch.float32 or all(t.dtype == torch.float32 for t in operands if t is not None)
 
 
-def _bypass_backward(ctx, dy):
+def _bypass_grads(ctx, dy, needs, bwd):
+    """(dx, dy0, [grad of each slot]) of a bypass; needs = (x, y0, weight, [each slot]) as
+    needs_input_grad says; bwd runs the backward (the op, or its implementation)."""
     x, y0, weight, *tensors = ctx.saved_tensors
     d = parse_spec(ctx.spec)
-    if ctx.has_w and _needs(ctx, 3):
+    need_x, need_y0, need_w, slot_need = needs
+    if ctx.has_w and need_w:
         raise NotImplementedError(
             f"lyco: bypass of {d['algo']} reads the base weight but gives it no gradient; "
             "freeze it (requires_grad_(False)) or compute the base layer's gradient yourself")
-    slot_need = _needs(ctx, 4, ctx.n)
-    need = [_needs(ctx, 1), ctx.has_y0 and _needs(ctx, 2)]
-    need += [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
+    need = [bool(need_x), ctx.has_y0 and bool(need_y0)]
+    need += [bool(slot_need[i]) and _trainable(d, i, t) for i, t in enumerate(tensors)]
     dy0 = None
     if need[1] and _dy0_is_dy(d, dy, y0, (x, weight if ctx.has_w else None, *tensors)):
         need[1], dy0 = False, dy
     if not any(need):
-        return None, None, dy0, None, [None] * ctx.n
-    outs = bypass_bwd(ctx.spec, x, y0 if ctx.has_y0 else None, weight if ctx.has_w else None,
-                      tensors, dy, need)
+        return None, dy0, [None] * ctx.n
+    outs = bwd(ctx.spec, x, y0 if ctx.has_y0 else None, weight if ctx.has_w else None,
+               tensors, dy, need)
     pick = [o if n else None for o, n in zip(outs, need)]
-    return None, pick[0], dy0 if dy0 is not None else pick[1], None, pick[2:]
+    return pick[0], dy0 if dy0 is not None else pick[1], pick[2:]
+
+
+def _bypass_backward(ctx, dy):
+    needs = (_needs(ctx, 1), _needs(ctx, 2), _needs(ctx, 3), _needs(ctx, 4, ctx.n))
+    dx, dy0, grads = _bypass_grads(ctx, dy, needs, bypass_bwd)
+    return None, dx, dy0, None, grads
 
 
 bypass_fwd.register_autograd(_bypass_backward, setup_context=_bypass_setup)
+
+
+class _Bypass(torch.autograd.Function):
+    """lyco.bypass outside torch.compile: the same implementation and backward as the
+    lyco::bypass_fwd op and its autograd formula, without torch.library's per-call dispatch
+    (its wrappers and the pytree flattening of the list arguments cost ~0.2 ms of host time per
+    call on the H200 machine, several times the C call: docs/python.md, bench/binding_overhead.py).
+    Under torch.compile the op path is traced instead (one graph node per layer)."""
+
+    @staticmethod
+    def forward(ctx, spec, x, y0, weight, *tensors):
+        y = _bypass_fwd_impl(spec, x, y0, weight, list(tensors))
+        _bypass_setup(ctx, (spec, x, y0, weight, tensors), y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        ni = ctx.needs_input_grad
+        dx, dy0, grads = _bypass_grads(ctx, dy, (ni[1], ni[2], ni[3], ni[4:]), _bypass_bwd_impl)
+        return (None, dx, dy0, None, *grads)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -531,6 +568,10 @@ def _merge_fwd_alloc(spec, weight, bias, tensors):
 def merge_fwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
               tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     """[W'' (or ΔW, or the unmerged W), b'' for Full/Norm (else an empty tensor)]."""
+    return _merge_fwd_impl(spec, weight, bias, tensors)
+
+
+def _merge_fwd_impl(spec, weight, bias, tensors):
     fr = _frame(("merge_fwd", spec, _sig(weight), _sig(bias), *map(_sig, tensors)),
                 lambda: _merge_fwd_frame(spec, weight, bias, tensors))
     out = torch.empty(fr.shapes[0], dtype=fr.dtype, device=fr.device)
@@ -569,6 +610,10 @@ def merge_bwd(spec: str, weight: Optional[torch.Tensor], bias: Optional[torch.Te
               tensors: List[torch.Tensor], d_out: torch.Tensor, d_out_bias: Optional[torch.Tensor],
               need: List[bool]) -> List[torch.Tensor]:
     """The gradient of each slot (an empty tensor where not needed)."""
+    return _merge_bwd_impl(spec, weight, bias, tensors, d_out, d_out_bias, need)
+
+
+def _merge_bwd_impl(spec, weight, bias, tensors, d_out, d_out_bias, need):
     outs = _merge_bwd_alloc(tensors, need)
     fr = _frame(("merge_bwd", spec, _sig(weight), _sig(bias), _sig(d_out), _sig(d_out_bias),
                  tuple(need), *map(_sig, tensors)),
@@ -631,27 +676,58 @@ def _base_grad(d, name, g, dtype):
     return (g if mode == "weight" else -g).to(dtype)
 
 
-def _merge_backward(ctx, grads):
+def _merge_grads(ctx, d_out, d_ob, needs, bwd):
+    """(∂L/∂W, ∂L/∂b, [grad of each slot]) of a merge; needs = (weight, bias, [each slot]) as
+    needs_input_grad says; bwd runs the backward (the op, or its implementation)."""
     weight, bias, *tensors = ctx.saved_tensors
     d = parse_spec(ctx.spec)
-    slot_need = _needs(ctx, 3, ctx.n)
-    need = [slot_need[i] and _trainable(d, i, t) for i, t in enumerate(tensors)]
-    d_out, d_ob = grads[0], grads[1]
+    need_w, need_b, slot_need = needs
+    need = [bool(slot_need[i]) and _trainable(d, i, t) for i, t in enumerate(tensors)]
     if not ctx.has_ob:
         d_ob = None
-    gw = _base_grad(d, "weight", d_out, weight.dtype) if _needs(ctx, 1) else None
-    gb = _base_grad(d, "bias", d_ob, bias.dtype) if ctx.has_b and _needs(ctx, 2) else None
+    gw = _base_grad(d, "weight", d_out, weight.dtype) if need_w else None
+    gb = _base_grad(d, "bias", d_ob, bias.dtype) if ctx.has_b and need_b else None
     if not any(need):
-        return None, gw, gb, [None] * ctx.n
+        return gw, gb, [None] * ctx.n
     dev = tensors[0].device
     if d_out is None:
         d_out = torch.zeros(ctx.out_shape, dtype=ctx.out_dtype, device=dev)
-    outs = merge_bwd(ctx.spec, weight if ctx.has_w else None, bias if ctx.has_b else None,
-                     tensors, d_out, d_ob, need)
-    return None, gw, gb, [o if n else None for o, n in zip(outs, need)]
+    outs = bwd(ctx.spec, weight if ctx.has_w else None, bias if ctx.has_b else None,
+               tensors, d_out, d_ob, need)
+    return gw, gb, [o if n else None for o, n in zip(outs, need)]
+
+
+def _merge_backward(ctx, grads):
+    needs = (_needs(ctx, 1), _needs(ctx, 2), _needs(ctx, 3, ctx.n))
+    gw, gb, slot_grads = _merge_grads(ctx, grads[0], grads[1], needs, merge_bwd)
+    return None, gw, gb, slot_grads
 
 
 merge_fwd.register_autograd(_merge_backward, setup_context=_merge_setup)
+
+
+class _Merge(torch.autograd.Function):
+    """lyco.merge outside torch.compile (see _Bypass): [W'', b''] from the op's implementation,
+    the op's backward formula on its implementation."""
+
+    @staticmethod
+    def forward(ctx, spec, weight, bias, *tensors):
+        out, ob = _merge_fwd_impl(spec, weight, bias, list(tensors))
+        _merge_setup(ctx, (spec, weight, bias, tensors), (out, ob))
+        if ob.numel() == 0:
+            ctx.mark_non_differentiable(ob)
+        return out, ob
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_ob):
+        ni = ctx.needs_input_grad
+        gw, gb, grads = _merge_grads(ctx, d_out, d_ob, (ni[1], ni[2], ni[3:]), _merge_bwd_impl)
+        return (None, gw, gb, *grads)
+
+
+def _compiling():
+    return torch.compiler.is_compiling()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -675,7 +751,9 @@ def bypass(x, tensors, layer, algo="locon", y0=None, weight=None, **options):
     and the other hyper-parameters of lyco_adapter. Differentiable in x, y0 and every factor."""
     slots, ts = _split(tensors)
     spec = make_spec(algo, layer, slots, **options)
-    return bypass_fwd(spec, x, y0, weight, ts)
+    if _compiling():
+        return bypass_fwd(spec, x, y0, weight, ts)
+    return _Bypass.apply(spec, x, y0, weight, *ts)
 
 
 def merge(tensors, layer, algo="locon", weight=None, bias=None, mode="delta", **options):
@@ -683,6 +761,9 @@ def merge(tensors, layer, algo="locon", weight=None, bias=None, mode="delta", **
     a bias slot, returns (W-side, bias-side). Differentiable in every adapter factor."""
     slots, ts = _split(tensors)
     spec = make_spec(algo, layer, slots, merge_mode=mode, **options)
-    out, ob = merge_fwd(spec, weight, bias, ts)
+    if _compiling():
+        out, ob = merge_fwd(spec, weight, bias, ts)
+    else:
+        out, ob = _Merge.apply(spec, weight, bias, *ts)
     with_bias = any(s in slots for s in ("diff_b", "b_norm")) and (mode == "delta" or bias is not None)
     return (out, ob) if with_bias else out

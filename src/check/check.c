@@ -330,6 +330,9 @@ static bool rounds_intermediate(const lyco_case *c, lyco_direction dir) {
        chunks in the compute dtype before x·ΔW̄ᵀ and dy·ΔW̄, where the eager chain stores the
        whole ΔW̄ */
     if (bypass && c->algo == LYCO_ALGO_LOHA && !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) return true;
+    /* DoRA's merge backward stores ∂L/∂V in the compute dtype before the factors' contractions
+       (every backend; the eager chain stores it too) */
+    if (dir == LYCO_DIR_MERGE_BWD && (c->opts & (CASE_DORA_OUT | CASE_DORA_IN))) return true;
     return bypass && (c->algo == LYCO_ALGO_LOCON || c->algo == LYCO_ALGO_DYLORA || c->algo == LYCO_ALGO_GLORA) &&
            !(c->opts & (CASE_DORA_OUT | CASE_DORA_IN));
 }

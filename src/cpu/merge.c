@@ -4,7 +4,8 @@
  * An algorithm supplies a generator of ΔW̄ rows (cpu_delta.rows: s and masks applied) and their
  * backward. The driver owns what is common (ALGORITHMS.md §1.3, §1.6):
  *   W'' = W + m·σs·ΔW            WEIGHT: W'', DELTA: W'' − W, UNMERGE: W − (W'' − W)
- *   DoRA: V = W + σs·ΔW, n = ‖V‖_axis + ε, c = d/n, c ← m(c−1)+1 (m ≠ 1), W'' = V⊙c
+ *   DoRA: V = W + σs·ΔW, n = ‖V‖_axis + ε, c = d/n, c ← m(c−1)+1 (m ≠ 1), W'' = V⊙c;
+ *         backward: ∂L/∂V = RN_CT(g·c − γ·V) (rounded as eager stores it, NUMERICS.md §1.6)
  * Rows are produced in blocks of RB rows by the thread that owns them and consumed in cache
  * (ΔW is never written whole unless it is the requested output); when the generator does not read
  * W, W's rows are loaded one at a time after the product, next to their combine (L1-hot), and the
@@ -509,6 +510,8 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
                     g[j] = g[j] * dr->coef[k] - (m * dr->d[k] / (n * n)) * dr->S[k] * v / dr->norm2[k];
                 }
             }
+            /* ∂L/∂V rounded to the compute dtype, as the eager chain stores it (NUMERICS.md §1.6) */
+            cpu_round(g, IK, T);
         } else if (m != 1.0f) { /* m = 1 (the common case) leaves g as it is: skip the pass */
             for (int64_t j = 0; j < IK; j++) g[j] *= m;
         }

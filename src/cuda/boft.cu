@@ -406,7 +406,7 @@ static int boft_bwd_run(const lk_oft_args *a, const oft_cay *cy, const boft_k *P
     if (rc) return rc;
     double *GNd = (double *)*mem;
     float *Wst = (float *)(GNd + gsz), *Gst = Wst + stg / 2, *rpart = Wst + stg, *GR = rpart + rsz;
-    LK_CHECK(cudaFuncSetAttribute(k_boft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LK_SMEM_OPTIN(smem, k_boft_bwd);
     if (want_b && a->M * a->nb > 0x7fffffff) return lyco_fail(LYCO_ERR_BACKEND, "cuda boft: too many blocks for the grid");
     for (i64 q = 0; q < nch; q++) {
         const i64 c0 = q * CC, cn = a->ncol - c0 < CC ? a->ncol - c0 : CC;
@@ -714,7 +714,7 @@ static int bs_setup(const lk_oft_args *a, oft_cay *cy, bs_k *P, i64 CC, size_t e
     P->ld = CC;
     if ((rc = boft_table(a, extra, mem, st))) return rc;
     P->tab = (const int *)*mem;
-    LK_CHECK(cudaFuncSetAttribute(k_bs_stage, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bs_stage_smem(a->bs, true)));
+    LK_SMEM_OPTIN(bs_stage_smem(a->bs, true), k_bs_stage);
     return LYCO_OK;
 }
 

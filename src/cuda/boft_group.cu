@@ -665,7 +665,7 @@ template <int B> static int bg_fwd_launch(const bg_k *P, const bg_geo *g, const 
     int rc = bg_grid(nsg * g->ntile, &grid);
     if (rc || grid == 0) return rc;
     const size_t smem = bg_smem(0, B, 0);
-    LK_CHECK(cudaFuncSetAttribute(k_bg_fwd<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LK_SMEM_OPTIN(smem, k_bg_fwd<B>);
     k_bg_fwd<B><<<grid, NT, smem, st>>>(*P, *g, Din, Dout, plain);
     LK_LAUNCHED("boft stage group (forward)");
     return LYCO_OK;
@@ -721,7 +721,7 @@ static int bg_bwd_launch(const bg_k *P, const bg_geo *g, const float *Xin, const
     if (rc || grid == 0) return rc;
     const int use_cp = cp_fits && g->i1 - g->i0 >= 3 && (want_b || (want_rho && g->i1 == P->M));
     const size_t smem = bg_smem(1, B, use_gh + use_cp);
-    LK_CHECK(cudaFuncSetAttribute(k_bg_bwd<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LK_SMEM_OPTIN(smem, k_bg_bwd<B>);
     k_bg_bwd<B><<<grid, NT, smem, st>>>(*P, *g, Xin, DGin, DGout, gpart, np, rpart, want_b, want_rho, use_cp, use_gh);
     LK_LAUNCHED("boft stage group (backward)");
     return LYCO_OK;

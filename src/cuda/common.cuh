@@ -56,6 +56,14 @@ enum { DT_F16 = 0, DT_BF16 = 1, DT_F32 = 2 };
                              cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
     } while (0)
 
+/* The kernel's dynamic shared memory opt-in (util.cu's lk_smem_optin: once per kernel, device, size);
+   the kernel last, so that a template-id's commas need no parentheses */
+#define LK_SMEM_OPTIN(bytes, ...)                                                                   \
+    do {                                                                                            \
+        const int rc_ = lk_smem_optin((const void *)(__VA_ARGS__), (int)(bytes));                   \
+        if (rc_) return rc_;                                                                        \
+    } while (0)
+
 static inline __host__ __device__ i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
 
 /* ---------------------------------------------------------------------------------------------

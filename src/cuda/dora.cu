@@ -51,11 +51,12 @@ extern "C" int lk_dora_finish(const lk_dora *dr, const float *ss, const float *s
     return LYCO_OK;
 }
 
-/* The same from nparts per-tile partials of Σ V² (ss[t·n + i], t in order; lowrank.cu's stats). */
-extern "C" int lk_dora_finish_parts(const lk_dora *dr, const float *ss, int64_t nparts, int64_t n, int64_t kept, int64_t per,
-                                    double m, int32_t ct, float *stats, void *stream) {
+/* The same from nparts per-tile partials of Σ V² (ss[t·n + i], t in order; lowrank.cu's stats) and,
+   for the backward, of Σ g·V (sg, laid out alike; NULL = forward). */
+extern "C" int lk_dora_finish_parts(const lk_dora *dr, const float *ss, const float *sg, int64_t nparts, int64_t n, int64_t kept,
+                                    int64_t per, double m, int32_t ct, float *stats, void *stream) {
     if (kept == 0) return LYCO_OK;
-    k_dora_finish<<<(unsigned)cdiv(kept, NT), NT, 0, (cudaStream_t)stream>>>(*dr, ss, NULL, nparts, n, kept, per, (float)m,
+    k_dora_finish<<<(unsigned)cdiv(kept, NT), NT, 0, (cudaStream_t)stream>>>(*dr, ss, sg, nparts, n, kept, per, (float)m,
                                                                               m == 1.0, ct, stats);
     LK_LAUNCHED("dora_finish (parts)");
     return LYCO_OK;

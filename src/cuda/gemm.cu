@@ -172,7 +172,7 @@ int gemm_k() {
 
 template <typename CT, bool AT, bool BT, int GK, int GS> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
     const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt, AT, BT, GK, GS).total;
-    LK_CHECK(cudaFuncSetAttribute(k_gemm<CT, AT, BT, GK, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_gemm<CT, AT, BT, GK, GS>);
     const dim3 grid((unsigned)cdiv(a->N, GN), (unsigned)cdiv(a->M, GM));
     k_gemm<CT, AT, BT, GK, GS><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("gemm");

@@ -67,7 +67,7 @@ typedef struct {
     lk_view grad_d;      /* ∂L/∂dora_scale (1×kept), p NULL = not wanted */
 } lk_dora;
 
-/* Device facts the tile choices read (cudaGetDeviceProperties, once per call). */
+/* Device facts the tile choices read (queried once per device: lk_device_query's cache). */
 typedef struct {
     int32_t sms;
     int32_t smem_optin;  /* max dynamic shared memory per block (bytes) */
@@ -160,6 +160,9 @@ int lk_fill_uniform(void *p, int32_t dt, int64_t n, uint64_t seed, double scale)
 int lk_scratch_alloc(void **p, size_t bytes, void *stream);
 int lk_scratch_free(void *p, void *stream);
 int lk_device_query(lk_device *dev);
+/* Dynamic shared memory for kernel func on the current device: cudaFuncSetAttribute once per
+   kernel, device and size (any size: static shared memory counts against the 48 KB default). */
+int lk_smem_optin(const void *func, int bytes);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,9 @@
  *   stats mode (stat_part ≠ NULL): nothing is written to out; Σ V² (V = RN_CT(base) + rowc·PQ)
  *   per row (dora.on_out) or per column goes to stat_part as per-tile fp32 partials:
  *   rows: stat_part[tile_n · M + m]; columns: stat_part[tile_m · N + n].
+ *   DoRA's backward (G ≠ absent; lean kernel only, everything CT): in stats mode Σ g·V goes to
+ *   stat_part_g beside Σ V²; with dora.on and st, out = GV = RN_CT(g·f − γ·V) (merge_ep.cuh's
+ *   dora_gv), the gradient the factors' contractions read (lk_dora_gv runs both).
  * reduce:  part[z][m][i] = Σ_{k ∈ range z} RN_CT(A[m, k]) · RN_CT(B[i, k])   (fp32 partials, i < RP;
  *          B given r×K, or K×r for dy·U), then, bypass forward, h[m][i] = RN_CT(q_i · Σ_z part[z][m][i])
  *          (hfin; q = the rank mask), or, bypass backward, gh and h from two such sets (bwd_fin).
@@ -47,6 +50,8 @@ typedef struct {
        becomes (Σ_k RN_CT(P[m,k])·RN_CT(Q[k,n])) · (Σ_k RN_CT(P2[m,k])·RN_CT(Q2[k,n])), both sums fp32 */
     lk_view P2, Q2;          /* M×r2, r2×N */
     int64_t r2;
+    lk_view G;               /* DoRA backward: g = ∂L/∂W'' (M×N, CT; p NULL = none) */
+    float *stat_part_g;      /* DoRA backward stats mode: Σ g·V partials, laid out as stat_part */
 } lk_expand_args;
 
 /* Whether lk_expand can run a call (row-major out/base, r ≤ 128, grid limits); 0 = use another path. */
@@ -57,8 +62,17 @@ int64_t lk_expand_stat_tiles(const lk_expand_args *a);
 int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
 /* The common case of lk_expand on a lean kernel (expand_lean.cu: everything in the 16-bit compute
    dtype, row-major 16-byte-aligned views, no DoRA / stats / split P): runs it and sets *done, or
-   leaves *done 0 for the general kernel. Same results bit for bit. */
+   leaves *done 0 for the general kernel. Same results bit for bit. The DoRA backward modes (G)
+   exist only here. lk_expand_lean_fits: whether it would take the call (nothing launched). */
 int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, void *stream, int *done);
+int lk_expand_lean_fits(const lk_expand_args *a, const lk_device *dev);
+/* DoRA merge backward's source on the lean kernel: the statistics launch (Σ V², Σ g·V per-tile
+   partials), lk_dora_finish_parts (statistics and ∂L/∂dora_scale), then GV = RN_CT(g·f − γ·V)
+   into *gv, an M×N CT matrix this call allocates (row pitch a multiple of 8; the caller frees
+   gv->p with lk_scratch_free, also on failure when non-NULL). e0: the merge forward's args (base W,
+   P = up, Q = down, scalars, rowmask, dora, K); out unused. *done = 0 (nothing launched, gv->p
+   NULL) when the lean kernel does not take the call. */
+int lk_dora_gv(const lk_expand_args *e0, const lk_view *G, lk_view *gv, const lk_device *dev, void *stream, int *done);
 
 /* The split reductions on lean kernels (reduce_lean.cu: A, B and copyA in the 16-bit compute dtype,
    row-major, 16-byte aligned rows; rank tile rp 16…128), with lowrank.cu's split (kper / mper, Z)

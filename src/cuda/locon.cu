@@ -165,7 +165,7 @@ __global__ __launch_bounds__(NT) void k_merge_dup(lk_merge_bwd_args a, const flo
                     float v = 0.0f;
                     if (o < O && j < IK)
                         v = dora_gv(rnd_ct<CT>(tg.v[k][e]), rnd_ct<CT>(tw.v[k][e]), Cs[rr * P::LDC + cc + e],
-                                    st + 3 * dora_kept(a.dora, o, j, a.L.K));
+                                    st + 3 * dora_kept(a.dora, o, j, a.L.K), ct_of<CT>::dt);
                     store_parts<CT>(pa, np, rr * LDA + cc + e, v);
                 }
             }
@@ -284,7 +284,7 @@ template <typename CT, int NR> __global__ __launch_bounds__(NT) void k_kred(kred
                         float g = rnd_ct<CT>(tb.v[k][e]);
                         v = p.b_mode == 1 ? g * qo
                                           : dora_gv(g, rnd_ct<CT>(tw.v[k][e]), Cs[rr * P::LDC + cc + e],
-                                                    p.st + 3 * dora_kept(p.dora, o, j, p.L.K)) * qo;
+                                                    p.st + 3 * dora_kept(p.dora, o, j, p.L.K), ct_of<CT>::dt) * qo;
                     }
                     store_parts<CT>(pb, npb, rr * LDB + cc + e, v);
                 }
@@ -1013,8 +1013,6 @@ static int choose_stages(const lk_device *dev, int fixed, int stage, int Smax) {
     return 0;
 }
 
-#define LK_SMEM_ATTR(bytes, ...) LK_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)))
-
 template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args *a, const float *st, const lk_device *dev,
                                                           cudaStream_t s, bool *done) {
     const lk_locon &L = a->L;
@@ -1025,7 +1023,7 @@ template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_merge_fwd<CT, RP>);
+    LK_SMEM_OPTIN(bytes, k2_merge_fwd<CT, RP>);
     const i64 gy = cdiv(L.O, 64), nj = cdiv(L.IK, 128);
     i64 gx = cdiv(512, gy);
     if (gx > nj) gx = nj;
@@ -1149,7 +1147,7 @@ template <typename CT, int NR> static int launch_dup2_nr(const lk_merge_bwd_args
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_merge_dup<CT, NR>);
+    LK_SMEM_OPTIN(bytes, k2_merge_dup<CT, NR>);
     dim3 grid((unsigned)cdiv(a->L.O, 32), (unsigned)nch, (unsigned)z);
     k2_merge_dup<CT, NR><<<grid, NT, bytes, s>>>(*a, part, kper, RP, S);
     LK_LAUNCHED("merge_dup (pipelined)");
@@ -1174,7 +1172,7 @@ template <typename CT, int NR> static int launch_kred2(const kred_args &p, int n
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_kred<CT, NR>);
+    LK_SMEM_OPTIN(bytes, k2_kred<CT, NR>);
     dim3 grid((unsigned)cdiv(p.N, 64), (unsigned)nch, (unsigned)z);
     k2_kred<CT, NR><<<grid, NT, bytes, s>>>(p, S);
     LK_LAUNCHED("kred (pipelined)");
@@ -1337,7 +1335,7 @@ template <typename CT, int NR> static int bypass_fwd_nr(const lk_bypass_fwd_args
                  (long long)a->L.r, smem, dev->smem_optin);
         return LYCO_ERR_UNSUPPORTED;
     }
-    if (smem > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k_bypass_fwd<CT, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LK_SMEM_OPTIN(smem, k_bypass_fwd<CT, NR>);
     const i64 ttiles = cdiv(a->T, BTL::BT), otiles = cdiv(a->L.O, BTL::BNO);
     i64 splits = 256 / ttiles;
     if (splits < 1) splits = 1;
@@ -1360,7 +1358,7 @@ template <typename CT, int RP> static int bypass_fwd_fast(const lk_bypass_fwd_ar
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_bypass_fwd<CT, RP>);
+    LK_SMEM_OPTIN(bytes, k2_bypass_fwd<CT, RP>);
     const i64 ttiles = cdiv(a->T, 32), otiles = cdiv(L.O, 64);
     i64 splits = 256 / ttiles;
     if (splits < 1) splits = 1;
@@ -1398,7 +1396,7 @@ template <typename CT, int NR> static int launch_bbh2(const lk_bypass_bwd_args *
     *done = false;
     if (S < 2) return LYCO_OK;
     const int bytes = fixed + S * stage;
-    LK_SMEM_ATTR(bytes, k2_bb_h<CT, NR>);
+    LK_SMEM_OPTIN(bytes, k2_bb_h<CT, NR>);
     k2_bb_h<CT, NR><<<(unsigned)tt, NT, bytes, s>>>(*a, hsc, ghsc, sigpart, RP, S);
     LK_LAUNCHED("bb_h (pipelined)");
     *done = true;
@@ -1518,10 +1516,56 @@ extern "C" int lk_locon_merge_fwd(const lk_merge_fwd_args *a, const lk_device *d
     }
 }
 
+/* DoRA's merge backward on the lean kernels: GV = ∂L/∂V = RN_CT(g·f − γ·V) written once to a CT
+   scratch matrix (lowrank.cu's lk_dora_gv: the statistics launch, the statistics with
+   ∂L/∂dora_scale, the GV launch), then the plain backward with Γ = GV and m' = 1 (its lean
+   reductions). Before (H200, 4096² r32 bf16): ΔW recomputed and W, G read three times by the
+   general kernels, 560 µs. *done = false (nothing launched): the kernels above take the call. */
+static int merge_bwd_dora_lean(const lk_merge_bwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    const lk_locon &L = a->L;
+    *done = false;
+    if (lowrank_legacy() || L.ct == DT_F32 || lk_reduce_rank_tile(L.r) == 0) return LYCO_OK;
+    lk_expand_args e;
+    memset(&e, 0, sizeof e);
+    e.ct = L.ct;
+    e.M = L.O;
+    e.N = L.IK;
+    e.r = L.r;
+    e.P = L.U;
+    e.Q = L.D;
+    e.base = a->W;
+    e.rowmask = L.mask;
+    e.sigma = L.sigma;
+    e.row_scale = L.s;
+    e.sig_in_row = 1;
+    e.mult = L.m;
+    e.mode = 0;
+    e.dora = a->dora;
+    e.K = L.K;
+    lk_view gv = {};
+    int lean = 0;
+    int rc = lk_dora_gv(&e, &a->G, &gv, dev, s, &lean);
+    if (lean) {
+        *done = true;
+        lk_merge_bwd_args b = *a;
+        b.dora.on = 0;
+        b.L.m = 1.0;
+        b.G = gv;
+        if (rc == LYCO_OK && (b.gU.p || b.gD.p || b.gsigma.p)) rc = lk_locon_merge_bwd(&b, dev, s);
+    }
+    const int rf = gv.p ? lk_scratch_free((void *)gv.p, s) : LYCO_OK;
+    return rc ? rc : rf;
+}
+
 extern "C" int lk_locon_merge_bwd(const lk_merge_bwd_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (cdiv(a->L.r, 128) > 65535 || cdiv(a->L.O, 32) > 2147483647LL)
         return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: merge backward grid too large");
+    if (a->dora.on) {
+        bool done = false;
+        const int rd = merge_bwd_dora_lean(a, dev, s, &done);
+        if (rd || done) return rd;
+    }
     carve cv = {0, NULL};
     int rc = lk_scratch_alloc((void **)&cv.base, merge_bwd_bytes(a), s);
     if (rc) return rc;

@@ -157,7 +157,7 @@ template <typename CT, int BM, int BN, bool BYP> struct loha_grad {
                 float gam;
                 if (dora) {
                     const float dw = (float)(rho[k] * (double)sig * r1[k][e] * r2[k][e]); /* as the producer rounds it */
-                    gam = dora_gv(g[k][e], w[k][e], dw, st + 3 * dora_kept(a.dora, o, j, L.K));
+                    gam = dora_gv(g[k][e], w[k][e], dw, st + 3 * dora_kept(a.dora, o, j, L.K), ct_of<CT>::dt);
                 } else {
                     gam = mf * g[k][e];
                 }

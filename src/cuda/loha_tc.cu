@@ -235,7 +235,7 @@ template <typename CT, int RP, bool BYP>
 int tc_grad_launch(const lk_loha_args *a, i64 o0, i64 rows, float *const *p, double *sigpart, cudaStream_t s) {
     const lk_loha &L = a->L;
     const int bytes = tg_plan(RP, ct_of<CT>::dt, L.A1.dt, L.B1.dt, L.A2.dt, L.B2.dt, a->G.dt, nsplit<CT>::n).total;
-    LK_CHECK(cudaFuncSetAttribute(k_loha_tc_grad<CT, RP, BYP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_loha_tc_grad<CT, RP, BYP>);
     const dim3 grid((unsigned)cdiv(L.IK, TN), (unsigned)cdiv(rows, TM), 2); /* z: the term */
     k_loha_tc_grad<CT, RP, BYP><<<grid, NT, bytes, s>>>(*a, o0, p[0], p[1], p[2], p[3], sigpart);
     LK_LAUNCHED("loha tc_grad");

@@ -106,7 +106,7 @@ __device__ __forceinline__ float lokr_gamma(const lokr_dev &A, const lk_view &G,
     const float g = round_to(vload(G, o, col), A.ct);
     if (!dr.on) return (float)A.m * g;
     const float w = round_to(vload(W, o, col), A.ct);
-    return dora_gv(g, w, sig * dl, st + 3 * dora_kept(dr, o, col, A.K));
+    return dora_gv(g, w, sig * dl, st + 3 * dora_kept(dr, o, col, A.K), A.ct);
 }
 
 /* G_W1 and G_σs partials: block (ip = i·c + p, z) reduces rows j ∈ [z·jper, (z+1)·jper). */

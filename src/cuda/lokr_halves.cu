@@ -2,7 +2,9 @@
  * lokr_halves.cu — LoKr's halves and gradient chains on the GPU (ALGORITHMS.md §2.3; the
  * formulas are in lokr_common.cuh). Everything here is small next to ΔW or the activations:
  * one thread per output element, fp64 accumulation in the CPU path's summation order, so the
- * halves match src/cpu/lokr.c to fp64 rounding. Shapes: W1 a×c, W2 b×dK (dK = d·K), factors
+ * halves match src/cpu/lokr.c to fp64 rounding — except products and partial sums with few
+ * outputs and long sums (warp_per_output), which take one warp per output element (32 strided
+ * fp64 runs and a fixed xor tree: deterministic, the same to fp64 rounding). Shapes: W1 a×c, W2 b×dK (dK = d·K), factors
  * w1_a a×r, w1_b r×c, w2_a b×r (Tucker r×b), w2_b r×dK (Tucker r×d), t2 r×r×K.
  * Extra memory (scratch, carved by the caller): the fp64 factor copies, W1d, W2d, W2f (and for
  * bypass W1s), Tucker's P; gradients: G1 a·c, G2 b·dK, G_P r·dK doubles.
@@ -10,6 +12,17 @@
 #include "cuda/lokr_common.cuh"
 
 static unsigned blocks_for(i64 n) { return (unsigned)(n > 0 ? cdiv(n, NT) : 1); }
+
+/* One warp per output (the _warp kernels) when the outputs are too few to fill the GPU one thread
+   each and every output sums a long run (≥ 64 terms); one thread per output otherwise. */
+static bool warp_per_output(i64 outputs, i64 terms) { return outputs < 16384 && terms >= 64; }
+
+/* Σ over the warp's lanes in a fixed xor-tree order */
+__device__ __forceinline__ double warp_sum_f64(double v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 
 /* dst[r·cols + c] = RN_CT(v[r, c]) in fp64 */
 __global__ __launch_bounds__(NT) void k_lokr_load(lk_view v, i64 rows, i64 cols, int ct, double *dst) {
@@ -27,6 +40,23 @@ __global__ __launch_bounds__(NT) void k_lokr_dmm(i64 M, i64 N, i64 Kd, const dou
     double acc = 0.0;
     for (i64 k = 0; k < Kd; k++) acc += A[i * ai + k * ak] * B[k * bk + j * bj];
     if (outd) outd[idx] = acc;
+    else vstore(outv, i, j, (float)acc);
+}
+
+/* The same with one warp per output element, for few outputs with long sums (G_W2·w2_bᵀ at
+   512×16 outputs of 512 terms took 85 µs one thread per element on the H200): lane l sums
+   k ≡ l (mod 32) in order, then a fixed xor tree (deterministic; fp64 throughout). */
+__global__ __launch_bounds__(NT) void k_lokr_dmm_warp(i64 M, i64 N, i64 Kd, const double *A, i64 ai, i64 ak, const double *B,
+                                                      i64 bk, i64 bj, double *outd, lk_view outv) {
+    const i64 w = ((i64)blockIdx.x * NT + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= M * N) return; /* warp-uniform */
+    const i64 i = w / N, j = w % N;
+    double acc = 0.0;
+    for (i64 k = lane; k < Kd; k += 32) acc += A[i * ai + k * ak] * B[k * bk + j * bj];
+    acc = warp_sum_f64(acc);
+    if (lane != 0) return;
+    if (outd) outd[w] = acc;
     else vstore(outv, i, j, (float)acc);
 }
 
@@ -61,6 +91,18 @@ __global__ __launch_bounds__(NT) void k_lokr_fin(const float *parts, i64 z, i64 
     double acc = 0.0;
     for (i64 k = 0; k < z; k++) acc += (double)parts[k * n + idx];
     G[idx] = acc * (scale * (double)lokr_sigma(sigma, ct));
+}
+
+/* The same with one warp per element, for few elements with many partials (the 8×8 W1 of the
+   bench's LoKr merge backward: 64 threads summing thousands of partials took 27.5 µs) */
+__global__ __launch_bounds__(NT) void k_lokr_fin_warp(const float *parts, i64 z, i64 n, double scale, lk_view sigma, int ct, double *G) {
+    const i64 w = ((i64)blockIdx.x * NT + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= n) return; /* warp-uniform */
+    double acc = 0.0;
+    for (i64 k = lane; k < z; k += 32) acc += (double)parts[k * n + w];
+    acc = warp_sum_f64(acc);
+    if (lane == 0) G[w] = acc * (scale * (double)lokr_sigma(sigma, ct));
 }
 
 /* out[i, j] = RN(G[i·cols + j]) */
@@ -116,6 +158,11 @@ static int dmm(i64 M, i64 N, i64 Kd, const double *A, i64 ai, i64 ak, const doub
                const lk_view *outv, cudaStream_t s) {
     lk_view none;
     memset(&none, 0, sizeof none);
+    if (warp_per_output(M * N, Kd)) {
+        k_lokr_dmm_warp<<<blocks_for(M * N * 32), NT, 0, s>>>(M, N, Kd, A, ai, ak, B, bk, bj, outd, outv ? *outv : none);
+        LK_LAUNCHED("lokr_dmm_warp");
+        return LYCO_OK;
+    }
     k_lokr_dmm<<<blocks_for(M * N), NT, 0, s>>>(M, N, Kd, A, ai, ak, B, bk, bj, outd, outv ? *outv : none);
     LK_LAUNCHED("lokr_dmm");
     return LYCO_OK;
@@ -268,6 +315,18 @@ static int chain_w2(const lk_lokr_args *a, const lokr_halves *h, const lokr_grad
     return LYCO_OK;
 }
 
+/* G = scale·σs·Σ_z parts (k_lokr_fin or, few elements with many partials, k_lokr_fin_warp) */
+static int fin(const float *parts, i64 z, i64 n, double scale, const lk_view &sigma, int ct, double *G, cudaStream_t s) {
+    if (warp_per_output(n, z)) {
+        k_lokr_fin_warp<<<blocks_for(n * 32), NT, 0, s>>>(parts, z, n, scale, sigma, ct, G);
+        LK_LAUNCHED("lokr_fin_warp");
+        return LYCO_OK;
+    }
+    k_lokr_fin<<<blocks_for(n), NT, 0, s>>>(parts, z, n, scale, sigma, ct, G);
+    LK_LAUNCHED("lokr_fin");
+    return LYCO_OK;
+}
+
 int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g, const float *pw1, i64 z1, const float *pw2,
                i64 z2, double scale1, const lk_view &sigma1, cudaStream_t s) {
     const i64 n1 = a->a * a->c, n2 = a->b * a->d * a->K;
@@ -275,14 +334,10 @@ int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g,
     memset(&none, 0, sizeof none);
     int rc;
     if (pw1) {
-        k_lokr_fin<<<blocks_for(n1), NT, 0, s>>>(pw1, z1, n1, scale1, sigma1, a->ct, g->G1);
-        LK_LAUNCHED("lokr_fin");
-        if ((rc = lokr_chain_w1(a, h, g->G1, s))) return rc;
+        if ((rc = fin(pw1, z1, n1, scale1, sigma1, a->ct, g->G1, s)) || (rc = lokr_chain_w1(a, h, g->G1, s))) return rc;
     }
     if (pw2) {
-        k_lokr_fin<<<blocks_for(n2), NT, 0, s>>>(pw2, z2, n2, 1.0, none, a->ct, g->G2);
-        LK_LAUNCHED("lokr_fin");
-        if ((rc = chain_w2(a, h, g, s))) return rc;
+        if ((rc = fin(pw2, z2, n2, 1.0, none, a->ct, g->G2, s)) || (rc = chain_w2(a, h, g, s))) return rc;
     }
     return LYCO_OK;
 }

@@ -268,7 +268,8 @@ template <typename CT, int RP, bool QT, int NPP, bool HD> __global__ __launch_bo
     __syncthreads(); /* base tile visible; operand buffers free for the result tile */
     const int pw = hasB ? raw_pitch(EN, wdt) : 0;
     if (stats) {
-        ex_tile_stats(a, acc, raw_w<CT>{sW, pw, a.base.dt}, rowc, red, m0, n0, (i64)blockIdx.x, (i64)blockIdx.y);
+        ex_tile_stats<false>(a, acc, raw_w<CT>{sW, pw, a.base.dt}, raw_w<CT>{sW, pw, a.base.dt}, rowc, red, m0, n0, (i64)blockIdx.x,
+                             (i64)blockIdx.y);
         return;
     }
     const float mf = (float)a.mult * (a.sig_in_mult ? sig : 1.0f);
@@ -289,7 +290,7 @@ template <typename CT, int RP, bool QT, int NPP> ex_layout ex_layout_of(const lk
 template <typename CT, int RP, bool QT, int NPP, bool HD> int ex_launch(const lk_expand_args *a, cudaStream_t s) {
     const int bytes = ex_layout_of<CT, RP, QT, NPP>(a).total;
     /* the opt-in is needed once static + dynamic shared memory passes 48 KB (k_expand has 1.25 KB static) */
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_expand<CT, RP, QT, NPP, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_expand<CT, RP, QT, NPP, HD>);
     const dim3 grid((unsigned)cdiv(a->M, EM), (unsigned)cdiv(a->N, EN));
     k_expand<CT, RP, QT, NPP, HD><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("expand");
@@ -434,7 +435,7 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     const int S = rd_stages(dev, l0.total, l0.stage);
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the low-rank reduction does not fit in shared memory");
     const int bytes = rd_plan(RP, KMAJ, ct, A->dt, B->dt, S).total;
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_reduce<CT, RP, KMAJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_reduce<CT, RP, KMAJ>);
     i64 Z, kper;
     rd_split(M, K, dev, &Z, &kper);
     int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);
@@ -572,7 +573,7 @@ int colreduce_launch(const lk_view *A, const lk_view *B, i64 M, i64 N, i64 r, co
     const int S = rd_stages(dev, l0.total, l0.stage);
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the column reduction does not fit in shared memory");
     const int bytes = cr_plan(RP, NPB, ct, A->dt, B->dt, S).total;
-    if (bytes > 40 * 1024) LK_CHECK(cudaFuncSetAttribute(k_colreduce<CT, RP, NPB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k_colreduce<CT, RP, NPB>);
     /* split over rows: about three blocks per SM, at least 4 steps of 64 per block */
     const i64 nt = cdiv(N, CN);
     i64 Z = cdiv(lr_blocks_per_sm() * (i64)dev->sms, nt);
@@ -646,6 +647,7 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     int lean = 0;
     const int st = lk_expand_lean(a, dev, stream, &lean);
     if (st || lean) return st;
+    if (a->G.p) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: DoRA's backward expand modes run on the lean kernel only");
     switch (a->ct) {
     case DT_BF16: return a->q_t ? ex_launch_rp<bf16_t, true>(a, s) : ex_launch_rp<bf16_t, false>(a, s);
     case DT_F16: return a->q_t ? ex_launch_rp<f16_t, true>(a, s) : ex_launch_rp<f16_t, false>(a, s);
@@ -668,9 +670,43 @@ extern "C" int lk_expand_merge(const lk_expand_args *e0, const lk_device *dev, v
     if (rc) return rc;
     st.stat_part = ws;
     rc = lk_expand(&st, dev, s);
-    if (rc == LYCO_OK) rc = lk_dora_finish_parts(&dr, ws, tiles, n, kept, dr.on_out ? 1 : e0->K, e0->mult, e0->ct, ws + tiles * n, s);
+    if (rc == LYCO_OK) rc = lk_dora_finish_parts(&dr, ws, NULL, tiles, n, kept, dr.on_out ? 1 : e0->K, e0->mult, e0->ct, ws + tiles * n, s);
     e.st = ws + tiles * n;
     if (rc == LYCO_OK) rc = lk_expand(&e, dev, s);
+    const int rf = lk_scratch_free(ws, s);
+    return rc ? rc : rf;
+}
+
+extern "C" int lk_dora_gv(const lk_expand_args *e0, const lk_view *G, lk_view *gv, const lk_device *dev, void *stream, int *done) {
+    cudaStream_t s = (cudaStream_t)stream;
+    *done = 0;
+    gv->p = NULL;
+    const lk_dora &dr = e0->dora;
+    if (!dr.on || e0->M <= 0 || e0->N <= 0) return LYCO_OK;
+    const i64 n = dr.on_out ? e0->M : e0->N, kept = dr.on_out ? e0->M : e0->N / e0->K;
+    const int es = e0->ct == DT_F32 ? 4 : 2;
+    const i64 pitch = cdiv(e0->N, 16 / es) * (16 / es); /* 16-byte rows */
+    lk_expand_args st = *e0, e = *e0;
+    memset(&st.out, 0, sizeof st.out);
+    st.G = e.G = *G;
+    const i64 tiles = lk_expand_stat_tiles(&st);
+    float *ws = NULL;
+    int rc = lk_scratch_alloc((void **)&ws, (size_t)(2 * tiles * n + 3 * kept) * sizeof(float), s);
+    if (rc) return rc;
+    st.stat_part = ws;
+    st.stat_part_g = ws + tiles * n;
+    e.st = ws + 2 * tiles * n;
+    e.out = lk_view{(const void *)ws, pitch, 1, e0->M, e0->N, e0->ct, LK_VEC}; /* placeholder pointer for the check */
+    if (!lk_expand_lean_fits(&st, dev) || !lk_expand_lean_fits(&e, dev)) return lk_scratch_free(ws, s);
+    *done = 1;
+    rc = lk_scratch_alloc((void **)&gv->p, (size_t)(e0->M * pitch * es), s);
+    *gv = lk_view{gv->p, pitch, 1, e0->M, e0->N, e0->ct, LK_VEC};
+    e.out = *gv;
+    int lean = 0;
+    if (rc == LYCO_OK) rc = lk_expand_lean(&st, dev, s, &lean);
+    if (rc == LYCO_OK)
+        rc = lk_dora_finish_parts(&dr, st.stat_part, st.stat_part_g, tiles, n, kept, dr.on_out ? 1 : e0->K, e0->mult, e0->ct, ws + 2 * tiles * n, s);
+    if (rc == LYCO_OK) rc = lk_expand_lean(&e, dev, s, &lean);
     const int rf = lk_scratch_free(ws, s);
     return rc ? rc : rf;
 }

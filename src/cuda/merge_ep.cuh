@@ -20,7 +20,7 @@
  *     order and writes st[k] = {f_k, f_k − 1, γ_k} with γ_k = m·d_k·S_k / (n_k²·‖V‖_k), and
  *     ∂L/∂d_k = m·S_k / n_k.
  * Backward source (GV = ∂L/∂V, what the LoCon backward contracts with its factors):
- *   GV = g·f_k − γ_k·V          (g = RN_CT(∂L/∂W''))
+ *   GV = RN_CT(g·f_k − γ_k·V)   (g = RN_CT(∂L/∂W''); rounded as the eager chain stores it)
  * The only cached values are these per-index fp32 statistics (3 floats per kept index, plus
  * 2 fp32 sums per row or column) in scratch.
  */
@@ -31,7 +31,7 @@
 
 extern "C" int lk_dora_finish(const lk_dora *dr, const float *ss, const float *sg, int64_t kept, int64_t per,
                               double m, int32_t ct, float *stats, void *stream);
-extern "C" int lk_dora_finish_parts(const lk_dora *dr, const float *ss, int64_t nparts, int64_t n, int64_t kept,
+extern "C" int lk_dora_finish_parts(const lk_dora *dr, const float *ss, const float *sg, int64_t nparts, int64_t n, int64_t kept,
                                     int64_t per, double m, int32_t ct, float *stats, void *stream);
 
 __device__ __forceinline__ i64 dora_kept(const lk_dora &dr, i64 o, i64 j, i64 K) { return dr.on_out ? o : j / K; }
@@ -47,10 +47,12 @@ __device__ __forceinline__ float merge_elem(float w, float dw, int mode, float m
     return fmaf(-mf, dw, w);
 }
 
-/* ∂L/∂V for one element (g, w already in CT). */
-__device__ __forceinline__ float dora_gv(float g, float w, float dw, const float *st) {
+/* ∂L/∂V for one element (g, w already in CT), rounded to the compute dtype ct: the eager chain
+   stores this gradient in the storage dtype before its contractions with the factors, and so do
+   the fused kernels (NUMERICS.md §1.6; docs/numerics.md lists the rounding points). */
+__device__ __forceinline__ float dora_gv(float g, float w, float dw, const float *st, int ct) {
     float V = w + dw;
-    return fmaf(g, st[0], -st[2] * V);
+    return round_to(fmaf(g, st[0], -st[2] * V), ct);
 }
 
 /* ---- pass 1: Σ V² (and Σ G·V) per row ---- */

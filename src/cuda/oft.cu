@@ -407,7 +407,7 @@ int oft_cay_fwd(oft_cay *s, const lk_oft_args *a, int family, cudaStream_t st) {
         LK_LAUNCHED("oft cayley norm");
     }
     const int smem = (int)(sizeof(float) * (size_t)(5 * s->nn + s->n));
-    LK_CHECK(cudaFuncSetAttribute(k_cay_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LK_SMEM_OPTIN(smem, k_cay_fwd);
     lk_view mask = family == OFT_FAM_DIAG ? a->mask : lk_view{};
     /* 128 threads when there are more blocks than two per SM (BOFT's M·nb): 92 registers × 256
        threads allow 2 resident CUDA blocks per SM, 128 threads 5 (LYCO_CUDA_CAY_THREADS forces) */
@@ -1597,7 +1597,7 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
         else k_doft_bwd_cols<32><<<grid, DC_NT, 0, st>>>(P, n, want_b, want_rho, gpart, rpart, vx, vgy, vgx);
     } else {
         const int smem = (int)(sizeof(float) * 5 * DTILE);
-        LK_CHECK(cudaFuncSetAttribute(k_doft_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        LK_SMEM_OPTIN(smem, k_doft_bwd);
         k_doft_bwd<<<grid, NT, smem, st>>>(P, want_b, want_rho, gpart, rpart);
     }
     LK_LAUNCHED("diag-oft backward");

@@ -276,7 +276,7 @@ bool rl_general_forced() {
 }
 
 template <typename KERN> int rl_prepare(KERN k, int bytes) {
-    if (bytes > 48 * 1024) LK_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LK_SMEM_OPTIN(bytes, k);
     return LYCO_OK;
 }
 

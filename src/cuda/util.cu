@@ -9,9 +9,60 @@
  *                   only by the backward directions and DoRA for fp32 partial sums and the rank
  *                   activations (sizes in each launcher's header). Replace with the context's
  *                   workspace once the API has one (see the report / DESIGN.md §2).
- *   lk_device_query the device facts the tile choices read.
+ *   lk_device_query the device facts the tile choices read (queried once per device and cached:
+ *                   they cannot change within a process).
+ *   lk_smem_optin   a kernel's dynamic shared memory opt-in, set once per kernel, device and
+ *                   size (cudaFuncSetAttribute on every call was host time in every launcher that
+ *                   needs it). Set at any size, not only above 48 KB: the 48 KB default limit
+ *                   counts static + dynamic shared memory, so a kernel with static arrays needs
+ *                   the opt-in below 48 KB of dynamic memory (k_expand: 1.25 KB static; skipping
+ *                   ≤ 48 KB made its 47.5 KB launch fail with cudaErrorInvalidValue on the H200).
+ * The two caches are small tables under one mutex (a miss calls the runtime and records it; a full
+ * table just calls the runtime every time).
  */
+#include <pthread.h>
+
 #include "cuda/common.cuh"
+
+namespace {
+pthread_mutex_t util_mu = PTHREAD_MUTEX_INITIALIZER;
+const int DEV_MAX = 64, OPTIN_MAX = 1024;
+lk_device dev_cache[DEV_MAX];
+bool dev_have[DEV_MAX];
+struct optin_entry {
+    const void *func;
+    int dev, bytes;
+};
+optin_entry optin_tab[OPTIN_MAX];
+int optin_n = 0;
+} // namespace
+
+extern "C" int lk_smem_optin(const void *func, int bytes) {
+    if (bytes <= 0) return LYCO_OK;
+    int d = 0;
+    LK_CHECK(cudaGetDevice(&d));
+    pthread_mutex_lock(&util_mu);
+    for (int i = 0; i < optin_n; i++)
+        if (optin_tab[i].func == func && optin_tab[i].dev == d && optin_tab[i].bytes >= bytes) {
+            pthread_mutex_unlock(&util_mu);
+            return LYCO_OK;
+        }
+    pthread_mutex_unlock(&util_mu);
+    LK_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    pthread_mutex_lock(&util_mu);
+    int i = 0;
+    while (i < optin_n && !(optin_tab[i].func == func && optin_tab[i].dev == d)) i++;
+    if (i < optin_n) {
+        if (optin_tab[i].bytes < bytes) optin_tab[i].bytes = bytes;
+    } else if (optin_n < OPTIN_MAX) {
+        optin_tab[optin_n].func = func;
+        optin_tab[optin_n].dev = d;
+        optin_tab[optin_n].bytes = bytes;
+        optin_n++;
+    }
+    pthread_mutex_unlock(&util_mu);
+    return LYCO_OK;
+}
 
 __global__ __launch_bounds__(NT) void k_copy_round(lk_view dst, lk_view src, int ct) {
     i64 n = dst.rows * dst.cols;
@@ -76,6 +127,13 @@ extern "C" int lk_scratch_free(void *p, void *stream) {
 extern "C" int lk_device_query(lk_device *dev) {
     int d = 0, v = 0;
     LK_CHECK(cudaGetDevice(&d));
+    if (d >= 0 && d < DEV_MAX) {
+        pthread_mutex_lock(&util_mu);
+        const bool have = dev_have[d];
+        if (have) *dev = dev_cache[d];
+        pthread_mutex_unlock(&util_mu);
+        if (have) return LYCO_OK;
+    }
     LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d));
     dev->sms = v;
     LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
@@ -84,5 +142,11 @@ extern "C" int lk_device_query(lk_device *dev) {
     dev->smem_sm = v;
     LK_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, d));
     dev->cc_major = v;
+    if (d >= 0 && d < DEV_MAX) {
+        pthread_mutex_lock(&util_mu);
+        dev_cache[d] = *dev;
+        dev_have[d] = true;
+        pthread_mutex_unlock(&util_mu);
+    }
     return LYCO_OK;
 }
