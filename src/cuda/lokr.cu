@@ -59,13 +59,16 @@ template <typename CT, int BM, int BN, int WM> struct lokr_delta {
 /* =============================================================================================
  * merge forward
  * =========================================================================================== */
-__global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk_view out, int mode, lk_dora dr,
-                                                       const float *st) {
-    const i64 nch = cdiv(A.IK, 8), total = A.O * nch;
+/* IX: the index type — int when O·IK and the chunk count fit (the 64-bit divisions per 8-column
+   chunk were a large share of the work), i64 otherwise. RN_f32(ρ_o·W1[i,p]) is formed once per
+   chunk and again only where p steps (the same value as per element). */
+template <typename IX>
+__global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk_view out, int mode, lk_dora dr, const float *st) {
+    const IX IK = (IX)A.IK, dK = (IX)A.dK, nch = (IX)cdiv(A.IK, 8), total = (IX)A.O * nch, b = (IX)A.b, c = (IX)A.c;
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
     const bool dora = dr.on != 0;
-    for (i64 q = (i64)blockIdx.x * NT + threadIdx.x; q < total; q += (i64)gridDim.x * NT) {
-        const i64 o = q / nch, c0 = (q % nch) * 8;
+    for (IX q = (IX)blockIdx.x * NT + (IX)threadIdx.x; q < total; q += (IX)gridDim.x * NT) {
+        const IX o = q / nch, c0 = (q % nch) * 8;
         float w[8], o8[8];
         if (W.p) {
             vload8(w, W, o, c0);
@@ -73,23 +76,26 @@ __global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk
 #pragma unroll
             for (int e = 0; e < 8; e++) w[e] = 0.0f;
         }
-        const i64 i = o / A.b, jr = o % A.b;
+        const IX i = o / b, jr = o % b;
         const double rho = lokr_rho(A, o);
-        i64 p = c0 / A.dK, n = c0 % A.dK; /* walked along the 8 columns */
+        IX p = c0 / dK, n = c0 % dK; /* walked along the 8 columns */
+        const float *w2row = A.W2f + (i64)jr * dK;
+        float w1s = p < c ? (float)(rho * A.W1d[(i64)i * c + p]) : 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            const i64 col = c0 + e;
+            const IX col = c0 + e;
             float dw = 0.0f;
             const float *s3 = NULL;
-            if (col < A.IK) {
-                dw = sig * ((float)(rho * A.W1d[i * A.c + p]) * A.W2f[jr * A.dK + n]);
+            if (col < IK) {
+                dw = sig * (w1s * w2row[n]);
                 if (dora) s3 = st + 3 * dora_kept(dr, o, col, A.K);
             } else if (dora) {
                 s3 = st;
             }
-            if (++n == A.dK) {
+            if (++n == dK) {
                 n = 0;
                 p++;
+                if (p < c) w1s = (float)(rho * A.W1d[(i64)i * c + p]);
             }
             o8[e] = merge_elem(round_to(w[e], A.ct), dw, mode, mf, dora, s3);
         }
@@ -287,7 +293,11 @@ static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *
     i64 grid = cdiv(total, NT), cap = (i64)dev->sms * 16;
     if (grid > cap) grid = cap;
     if (grid < 1) grid = 1;
-    k_lokr_merge_fwd<<<(unsigned)grid, NT, 0, s>>>(A, a->W, a->out, a->mode, a->dora, st);
+    /* int indices while every index and the grid-stride step stay below 2^31 */
+    if (total + grid * NT < 2147483647LL && a->O * a->I * a->K < 2147483647LL)
+        k_lokr_merge_fwd<int><<<(unsigned)grid, NT, 0, s>>>(A, a->W, a->out, a->mode, a->dora, st);
+    else
+        k_lokr_merge_fwd<i64><<<(unsigned)grid, NT, 0, s>>>(A, a->W, a->out, a->mode, a->dora, st);
     LK_LAUNCHED("lokr_merge_fwd");
     return LYCO_OK;
 }
