@@ -374,6 +374,27 @@ template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, co
     }
 }
 
+/* The store counterpart of lean_issue: an R×C tile of 16-bit values in shared memory (row pitch
+   C + 8 halfwords) to v at (r0, c0) — 16-byte stores inside v, the in-range elements of a chunk
+   across its right edge one by one, nothing below or right of v. The whole block takes part. */
+template <int R, int C> __device__ __forceinline__ void lean_store(const char *tile, const lk_view &v, i64 r0, i64 c0) {
+    const int cpr = C / 8;
+    const i64 rl = v.rows - r0, cl = v.cols - c0;
+    const int rows_in = rl < R ? (int)rl : R, cols_in = cl < C ? (int)cl : C;
+    char *base = (char *)v.p + (r0 * v.s0 + c0) * 2;
+    const i64 pitch = v.s0 * 2;
+#pragma unroll
+    for (int k = 0; k < (R * cpr + NT - 1) / NT; k++) {
+        const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
+        if (q >= R * cpr || rr >= rows_in || cc >= cols_in) continue;
+        const char *src = tile + (rr * (C + 8) + cc) * 2;
+        char *dst = base + rr * pitch + cc * 2;
+        if (cc + 8 <= cols_in) *(uint4 *)dst = *(const uint4 *)src;
+        else
+            for (int e = 0; e < cols_in - cc; e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
+    }
+}
+
 template <int R, int C> __device__ __forceinline__ void raw_issue(char *st, const lk_view &v, i64 r0, i64 c0) {
     if (v.dt == DT_F32) raw_issue_es<R, C, 4>(st, v, r0, c0);
     else raw_issue_es<R, C, 2>(st, v, r0, c0);

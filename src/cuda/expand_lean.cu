@@ -202,21 +202,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
                     }
                 }
             __syncthreads();
-            const int cpr = LN / 8;
-            const i64 rl = a.out.rows - mb, cl = a.out.cols - nb;
-            const int rows_in = rl < LM ? (int)rl : LM, cols_in = cl < LN ? (int)cl : LN;
-            char *obase = (char *)a.out.p + (mb * a.out.s0 + nb) * 2;
-            const i64 opitch = a.out.s0 * 2;
-#pragma unroll
-            for (int k = 0; k < LM * cpr / NT; k++) {
-                const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
-                if (rr >= rows_in || cc >= cols_in) continue;
-                const char *src = st + (rr * LNP + cc) * 2;
-                char *dst = obase + rr * opitch + cc * 2;
-                if (cc + 8 <= cols_in) *(uint4 *)dst = *(const uint4 *)src;
-                else
-                    for (int e = 0; e < cols_in - cc; e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
-            }
+            lean_store<LM, LN>(st, a.out, mb, nb);
         }
         __syncthreads(); /* stage and rowc free for the next loads */
     }

@@ -60,24 +60,6 @@ template <int RP, int CNT = CN, int RKT = RK> struct cl_layout {
     static const int STAGE = A + RKT * (RP + 8) * 2;
 };
 
-/* dy0 = the staged A tile (64 × 64 at (mb, kc)), 16-byte stores inside copyA, elements at its right edge */
-__device__ __forceinline__ void rl_copy_tile(const char *st, const lk_view &c, i64 mb, i64 kc) {
-    const int cpr = RK / 8;
-    const i64 rl = c.rows - mb, cl = c.cols - kc;
-    const int rows_in = rl < RM ? (int)rl : RM, cols_in = cl < RK ? (int)cl : RK;
-    char *base = (char *)c.p + (mb * c.s0 + kc) * 2;
-    const i64 pitch = c.s0 * 2;
-#pragma unroll
-    for (int k = 0; k < RM * cpr / NT; k++) {
-        const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
-        if (rr >= rows_in || cc >= cols_in) continue;
-        const char *src = st + (rr * (RK + 8) + cc) * 2;
-        char *dst = base + rr * pitch + cc * 2;
-        if (cc + 8 <= cols_in) *(uint4 *)dst = *(const uint4 *)src;
-        else
-            for (int e = 0; e < cols_in - cc; e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
-    }
-}
 
 template <typename CT, int RP, bool KMAJ, bool COPY>
 __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
@@ -114,7 +96,7 @@ __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_vie
             }
             cp_commit();
         }
-        if (COPY) rl_copy_tile(st, copyA, mb, k0 + (i64)s * RK);
+        if (COPY) lean_store<RM, RK>(st, copyA, mb, k0 + (i64)s * RK); /* dy0 = the staged A tile */
         warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, (const CT *)st, RK + 8, (const CT *)(st + L::A), KMAJ ? RP + 8 : RK + 8,
                                                   m0, n0, RK);
     }
@@ -143,24 +125,6 @@ template <int RP, bool KMAJ, int WR> struct rw_layout {
     static const int RED = 8 * 16 * RP * 4; /* the slices' accumulators (aliases the stages) */
 };
 
-/* dy0 = the staged A tile (WR × WK at (mb, kc)) */
-template <int WR> __device__ __forceinline__ void rw_copy_tile(const char *st, const lk_view &c, i64 mb, i64 kc) {
-    const int cpr = WK / 8;
-    const i64 rl = c.rows - mb, cl = c.cols - kc;
-    const int rows_in = rl < WR ? (int)rl : WR, cols_in = cl < WK ? (int)cl : WK;
-    char *base = (char *)c.p + (mb * c.s0 + kc) * 2;
-    const i64 pitch = c.s0 * 2;
-#pragma unroll
-    for (int k = 0; k < WR * cpr / NT; k++) {
-        const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
-        if (rr >= rows_in || cc >= cols_in) continue;
-        const char *src = st + (rr * (WK + 8) + cc) * 2;
-        char *dst = base + rr * pitch + cc * 2;
-        if (cc + 8 <= cols_in) *(uint4 *)dst = *(const uint4 *)src;
-        else
-            for (int e = 0; e < cols_in - cc; e++) ((unsigned short *)dst)[e] = ((const unsigned short *)src)[e];
-    }
-}
 
 template <int RP, bool KMAJ, int WR>
 __device__ __forceinline__ void rw_issue(char *st, const lk_view &A, const lk_view &B, i64 mb, i64 kc) {
@@ -195,7 +159,7 @@ __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_vie
             if (n < nk) rw_issue<RP, KMAJ, WR>(dsm + (n % S) * L::STAGE, A, B, mb, k0 + (i64)n * WK);
             cp_commit();
         }
-        if (COPY) rw_copy_tile<WR>(st, copyA, mb, k0 + (i64)s * WK);
+        if (COPY) lean_store<WR, WK>(st, copyA, mb, k0 + (i64)s * WK); /* dy0 = the staged A tile */
         const CT *As = (const CT *)st + ks * SW;
         const CT *Bs = KMAJ ? (const CT *)(st + L::A) + ks * SW * (RP + 8) : (const CT *)(st + L::A) + ks * SW;
         warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, As, WK + 8, Bs, KMAJ ? RP + 8 : WK + 8, m0, 0, SW);
