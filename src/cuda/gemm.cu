@@ -56,36 +56,6 @@ __host__ __device__ inline gm_layout gm_plan(int ct, int adt, int bdt, bool at, 
     return l;
 }
 
-/* acc (64×32 at m0, n0) += A·Bᵀ over one GK-wide stage. A: rows m with k fastest (pitch lda), or
-   (AT) rows k with m fastest; B likewise with n (BT: rows k). The lane addresses put the four
-   matrices of an x4 load where mma.m16n8k16 wants them: A a0..a3 = (m 0–7 | 8–15) × (k 0–7 | 8–15),
-   B (two n8 blocks) b0, b1 = k 0–7, 8–15. */
-template <typename CT, bool AT, bool BT, int GK>
-__device__ __forceinline__ void gm_warp(float (&acc)[4][4][4], const CT *As, int lda, const CT *Bs, int ldb, int m0, int n0) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int k0 = 0; k0 < GK; k0 += 16) {
-        unsigned a[4][4], b[4][2];
-#pragma unroll
-        for (int mi = 0; mi < 4; mi++) {
-            ldm4<AT>(a[mi], ldm_a_addr<CT, AT>(As, lda, m0 + mi * 16, k0, lane));
-        }
-#pragma unroll
-        for (int nj = 0; nj < 2; nj++) {
-            unsigned t[4];
-            ldm4<BT>(t, ldm_b_addr<CT, BT>(Bs, ldb, n0 + nj * 16, k0, lane));
-            b[2 * nj][0] = t[0];
-            b[2 * nj][1] = t[1];
-            b[2 * nj + 1][0] = t[2];
-            b[2 * nj + 1][1] = t[3];
-        }
-#pragma unroll
-        for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++) mma16816<CT>(acc[mi][ni], a[mi], b[ni]);
-    }
-}
-
 /* one k step of A and B into a stage (A then B, as gm_plan lays them out) */
 template <bool AT, bool BT, int GK> __device__ __forceinline__ void gm_issue(char *st, const pipe_op &A, const pipe_op &B, int s) {
     if (AT) raw_issue<GK, GM>(st, A.v, A.r0 + s * A.dr, A.c0);
@@ -127,7 +97,7 @@ template <typename CT, bool AT, bool BT, int GK, int GS> __global__ __launch_bou
             if (n < nk) gm_issue<AT, BT, GK>(dsm + (n % GS) * ly.stage, A, B, n);
             cp_commit();
         }
-        gm_warp<CT, AT, BT, GK>(acc, ap[0], lda, bp[0], ldb, m0, n0);
+        warp_mma_ldm<CT, 4, 4, AT, BT>::run(acc, ap[0], lda, bp[0], ldb, m0, n0, GK); /* acc (64×32 at m0, n0) += A·Bᵀ */
     }
     cp_wait(0);
     __syncthreads();

@@ -1039,10 +1039,9 @@ template <typename CT, int RP> static int merge_fwd_fast(const lk_merge_fwd_args
    grid or shared-memory limits). ---- */
 static bool lowrank_legacy() { return getenv("LYCO_CUDA_LOWRANK_LEGACY") != NULL; }
 
-static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
-    const lk_locon &L = a->L;
-    *done = false;
-    if (lowrank_legacy()) return LYCO_OK;
+/* lowrank.cu's expand over ΔW̄ = U·D on the merge side: base W, rowc = s·σs·q_o, multiplier m,
+   DoRA as given (out left for the caller) — the merge forward's and DoRA backward's shared args */
+static lk_expand_args merge_expand_args(const lk_locon &L, const lk_dora &dora, const lk_view &W, int mode) {
     lk_expand_args e;
     memset(&e, 0, sizeof e);
     e.ct = L.ct;
@@ -1051,16 +1050,24 @@ static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, c
     e.r = L.r;
     e.P = L.U;
     e.Q = L.D;
-    e.base = a->W;
-    e.out = a->out;
+    e.base = W;
     e.rowmask = L.mask;
     e.sigma = L.sigma;
     e.row_scale = L.s;
     e.sig_in_row = 1;
     e.mult = L.m;
-    e.mode = a->mode;
-    e.dora = a->dora;
+    e.mode = mode;
+    e.dora = dora;
     e.K = L.K;
+    return e;
+}
+
+static int merge_fwd_lowrank(const lk_merge_fwd_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    const lk_locon &L = a->L;
+    *done = false;
+    if (lowrank_legacy()) return LYCO_OK;
+    lk_expand_args e = merge_expand_args(L, a->dora, a->W, a->mode);
+    e.out = a->out;
     if (!lk_expand_fits(&e, dev)) return LYCO_OK;
     *done = true;
     return lk_expand_merge(&e, dev, s);
@@ -1525,23 +1532,7 @@ static int merge_bwd_dora_lean(const lk_merge_bwd_args *a, const lk_device *dev,
     const lk_locon &L = a->L;
     *done = false;
     if (lowrank_legacy() || L.ct == DT_F32 || lk_reduce_rank_tile(L.r) == 0) return LYCO_OK;
-    lk_expand_args e;
-    memset(&e, 0, sizeof e);
-    e.ct = L.ct;
-    e.M = L.O;
-    e.N = L.IK;
-    e.r = L.r;
-    e.P = L.U;
-    e.Q = L.D;
-    e.base = a->W;
-    e.rowmask = L.mask;
-    e.sigma = L.sigma;
-    e.row_scale = L.s;
-    e.sig_in_row = 1;
-    e.mult = L.m;
-    e.mode = 0;
-    e.dora = a->dora;
-    e.K = L.K;
+    const lk_expand_args e = merge_expand_args(L, a->dora, a->W, 0);
     lk_view gv = {};
     int lean = 0;
     int rc = lk_dora_gv(&e, &a->G, &gv, dev, s, &lean);

@@ -61,6 +61,27 @@ template <int RP, int CNT = CN, int RKT = RK> struct cl_layout {
 };
 
 
+/* The S-stage cp.async pipeline every lean reduction runs over its nk steps: issue(stage, s)
+   loads step s into a stage as one group, use(stage, s) consumes it. One barrier a step: step s
+   is visible and every warp is past step s − 1, whose stage is refilled with step s + S − 1
+   while step s is used. Returns with every group waited for. */
+template <class ISSUE, class USE>
+__device__ __forceinline__ void lean_pipeline(char *dsm, int stage_bytes, int S, int nk, const ISSUE &issue, const USE &use) {
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nk) issue(dsm + s * stage_bytes, s);
+        cp_commit();
+    }
+    for (int s = 0; s < nk; s++) {
+        cp_wait(S - 2);
+        __syncthreads();
+        const int n = s + S - 1;
+        if (n < nk) issue(dsm + (n % S) * stage_bytes, n);
+        cp_commit();
+        use((const char *)dsm + (s % S) * stage_bytes, s);
+    }
+    cp_wait(0);
+}
+
 template <typename CT, int RP, bool KMAJ, bool COPY>
 __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
     typedef rl_layout<RP, KMAJ> L;
@@ -73,34 +94,18 @@ __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_vie
     const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
     float acc[1][NI][4];
     acc_zero(acc);
-    for (int s = 0; s < S - 1; s++) {
-        if (s < nk) {
-            char *st = dsm + s * L::STAGE;
+    lean_pipeline(
+        dsm, L::STAGE, S, nk,
+        [&](char *st, int s) {
             lean_issue<RM, RK>(st, A, mb, k0 + (i64)s * RK);
             if (KMAJ) lean_issue<RK, RP>(st + L::A, B, k0 + (i64)s * RK, 0);
             else lean_issue<RP, RK>(st + L::A, B, 0, k0 + (i64)s * RK);
-        }
-        cp_commit();
-    }
-    for (int s = 0; s < nk; s++) {
-        cp_wait(S - 2);
-        __syncthreads(); /* step s visible; every warp is past step s − 1, whose slot is reloaded below */
-        const char *st = dsm + (s % S) * L::STAGE;
-        {
-            const int n = s + S - 1;
-            if (n < nk) {
-                char *sn = dsm + (n % S) * L::STAGE;
-                lean_issue<RM, RK>(sn, A, mb, k0 + (i64)n * RK);
-                if (KMAJ) lean_issue<RK, RP>(sn + L::A, B, k0 + (i64)n * RK, 0);
-                else lean_issue<RP, RK>(sn + L::A, B, 0, k0 + (i64)n * RK);
-            }
-            cp_commit();
-        }
-        if (COPY) lean_store<RM, RK>(st, copyA, mb, k0 + (i64)s * RK); /* dy0 = the staged A tile */
-        warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, (const CT *)st, RK + 8, (const CT *)(st + L::A), KMAJ ? RP + 8 : RK + 8,
-                                                  m0, n0, RK);
-    }
-    cp_wait(0);
+        },
+        [&](const char *st, int s) {
+            if (COPY) lean_store<RM, RK>(st, copyA, mb, k0 + (i64)s * RK); /* dy0 = the staged A tile */
+            warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, (const CT *)st, RK + 8, (const CT *)(st + L::A),
+                                                      KMAJ ? RP + 8 : RK + 8, m0, n0, RK);
+        });
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -146,25 +151,14 @@ __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_vie
     const int warp = threadIdx.x >> 5, m0 = (warp % G) * 16, ks = warp / G;
     float acc[1][NI][4];
     acc_zero(acc);
-    for (int s = 0; s < S - 1; s++) {
-        if (s < nk) rw_issue<RP, KMAJ, WR>(dsm + s * L::STAGE, A, B, mb, k0 + (i64)s * WK);
-        cp_commit();
-    }
-    for (int s = 0; s < nk; s++) {
-        cp_wait(S - 2);
-        __syncthreads();
-        const char *st = dsm + (s % S) * L::STAGE;
-        {
-            const int n = s + S - 1;
-            if (n < nk) rw_issue<RP, KMAJ, WR>(dsm + (n % S) * L::STAGE, A, B, mb, k0 + (i64)n * WK);
-            cp_commit();
-        }
-        if (COPY) lean_store<WR, WK>(st, copyA, mb, k0 + (i64)s * WK); /* dy0 = the staged A tile */
-        const CT *As = (const CT *)st + ks * SW;
-        const CT *Bs = KMAJ ? (const CT *)(st + L::A) + ks * SW * (RP + 8) : (const CT *)(st + L::A) + ks * SW;
-        warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, As, WK + 8, Bs, KMAJ ? RP + 8 : WK + 8, m0, 0, SW);
-    }
-    cp_wait(0);
+    lean_pipeline(
+        dsm, L::STAGE, S, nk, [&](char *st, int s) { rw_issue<RP, KMAJ, WR>(st, A, B, mb, k0 + (i64)s * WK); },
+        [&](const char *st, int s) {
+            if (COPY) lean_store<WR, WK>(st, copyA, mb, k0 + (i64)s * WK); /* dy0 = the staged A tile */
+            const CT *As = (const CT *)st + ks * SW;
+            const CT *Bs = KMAJ ? (const CT *)(st + L::A) + ks * SW * (RP + 8) : (const CT *)(st + L::A) + ks * SW;
+            warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, As, WK + 8, Bs, KMAJ ? RP + 8 : WK + 8, m0, 0, SW);
+        });
     __syncthreads(); /* every warp is done with the stages: they hold the slices' accumulators now */
     float *red = (float *)dsm;
     const int lane = threadIdx.x & 31;
@@ -197,30 +191,15 @@ __global__ __launch_bounds__(NT) void k_colreduce_lean(lk_view A, lk_view B, i64
     const int warp = threadIdx.x >> 5, m0 = (warp & 3) * (CNT / 4), n0 = (warp >> 2) * (RP / 2);
     float acc[MI][NI][4];
     acc_zero(acc);
-    for (int s = 0; s < S - 1; s++) {
-        if (s < nk) {
-            char *st = dsm + s * L::STAGE;
+    lean_pipeline(
+        dsm, L::STAGE, S, nk,
+        [&](char *st, int s) {
             lean_issue<RKT, CNT>(st, A, k0 + (i64)s * RKT, nb);
             lean_issue<RKT, RP>(st + L::A, B, k0 + (i64)s * RKT, 0);
-        }
-        cp_commit();
-    }
-    for (int s = 0; s < nk; s++) {
-        cp_wait(S - 2);
-        __syncthreads();
-        const char *st = dsm + (s % S) * L::STAGE;
-        {
-            const int n = s + S - 1;
-            if (n < nk) {
-                char *sn = dsm + (n % S) * L::STAGE;
-                lean_issue<RKT, CNT>(sn, A, k0 + (i64)n * RKT, nb);
-                lean_issue<RKT, RP>(sn + L::A, B, k0 + (i64)n * RKT, 0);
-            }
-            cp_commit();
-        }
-        warp_mma_ldm<CT, MI, NI, true, true>::run(acc, (const CT *)st, CNT + 8, (const CT *)(st + L::A), RP + 8, m0, n0, RKT);
-    }
-    cp_wait(0);
+        },
+        [&](const char *st, int) {
+            warp_mma_ldm<CT, MI, NI, true, true>::run(acc, (const CT *)st, CNT + 8, (const CT *)(st + L::A), RP + 8, m0, n0, RKT);
+        });
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
 #pragma unroll
