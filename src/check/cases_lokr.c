@@ -28,6 +28,9 @@ const lyco_case lyco_cases_lokr[] = {
      .tokens = 5, .alpha = 2, .opts = W12},
     {.name = "lokr_linear_w1lr_w2full", .algo = LYCO_ALGO_LOKR, .O = 18, .I = 20, .extra = {6, 4}, .rank = 2,
      .tokens = 4, .alpha = 3, .opts = CASE_W1_LOWRANK},
+    /* d·K = 16: the CUDA merge backward's vector form (k_lokr_mb_vec), with σs and a rank mask */
+    {.name = "lokr_linear_vec8_mask_scalar", .algo = LYCO_ALGO_LOKR, .O = 24, .I = 32, .extra = {3, 2}, .rank = 2,
+     .tokens = 5, .alpha = 2, .multiplier = 0.6, .opts = CASE_W2_LOWRANK | CASE_SCALAR | CASE_RANK_MASK},
     {.name = "lokr_linear_odd_strided_unaligned", .algo = LYCO_ALGO_LOKR, .O = 15, .I = 21, .extra = {3, 3}, .rank = 2,
      .tokens = 5, .alpha = 1.5, .opts = W12 | CASE_NONCONTIG | CASE_UNALIGNED | CASE_RANK_MASK},
     {.name = "lokr_conv2d_full_flat_s2p1", .algo = LYCO_ALGO_LOKR, CONV2(3, 3), .O = 8, .I = 6, .stride = {2, 2, 1},

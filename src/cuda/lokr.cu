@@ -28,12 +28,16 @@
  *   Default (unless LYCO_CUDA_LOKR_LEGACY=1, or c > MB_AC): both in ONE pass over G,
  *   k_lokr_mb_one — thread per (j,n) × a split of the i range (iper·c ≤ MB_AC), the G_W2 sum in a
  *   register, the G_W1[i,p] terms warp-reduced into shared memory and summed over the warps in
- *   order (fp32 partials per (j,n)-block), G_σs per block;
+ *   order (fp32 partials per (j,n)-block), G_σs per block; without DoRA, with d·K % 8 == 0 and G in
+ *   16-byte vectors its vector form k_lokr_mb_vec (thread per 8 elements of a row j, one 16-byte
+ *   load of G per (i,p));
  *   then the fixed-order finalisation (fp64) and the factor chain in fp64, one thread per
  *   output element, each gradient rounded once to its own dtype. Deterministic: no atomics,
  *   split counts depend on the shape only. Extra memory: the halves, z₁·a·c (×2 with σs) +
  *   z₂·b·dK fp32 partials, G_W1 / G_W2 (and Tucker's G_P) in fp64.
  */
+#include <stdlib.h>
+
 #include "cuda/lokr_common.cuh"
 
 /* =============================================================================================
@@ -230,6 +234,76 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_vi
     if (psig && threadIdx.x == 0) psig[z * gridDim.x + blockIdx.x] = (double)ssum;
 }
 
+/* The vector form of k_lokr_mb_one (no DoRA, d·K % 8 == 0, G in 16-byte vectors: LK_VEC):
+   thread per 8 consecutive elements (j, n..n+7) of one row j, block row blockIdx.y covers
+   i ∈ [y·iper, (y+1)·iper) (iper·c ≤ MB_AC). Per (i, p) one 16-byte load of G and the same element
+   terms as k_lokr_mb_one (Γ = m·RN_CT(G)); ρ_o and RN_f32(ρ_o·W1[i,p]) once per 8 elements. Sums:
+   G_W2 per element over (i, p) in order (register); G_W1[i,p] over the thread's 8 elements in
+   order, then the warp (fixed shuffle tree), then the 8 warps in order; G_σs per thread, then the
+   block. Deterministic. k_lokr_mb_one's generic per-element loads made it latency-bound (87–150 µs
+   at 0.2–0.4 TB/s, 4096² f8 bf16). */
+__global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 iper, float *pw1, double *psig,
+                                                    float *pw2) {
+    __shared__ float sw1[(NT / 32) * MB_AC];
+    __shared__ float red[NT / 32];
+    const i64 n2 = A.b * A.dK, ac = A.a * A.c, z = blockIdx.y;
+    const i64 i0 = z * iper, i1 = i0 + iper < A.a ? i0 + iper : A.a;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
+    const i64 e0 = ((i64)blockIdx.x * NT + threadIdx.x) * 8;
+    const bool ok = e0 < n2;
+    const i64 j = ok ? e0 / A.dK : 0, n0 = ok ? e0 % A.dK : 0;
+    float w2[8], acc2[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        w2[u] = ok ? A.W2f[e0 + u] : 0.0f;
+        acc2[u] = 0.0f;
+    }
+    float sacc = 0.0f;
+    for (i64 i = i0; i < i1; i++) {
+        const i64 o = i * A.b + j;
+        const double rho = ok ? lokr_rho(A, o) : 0.0;
+        const float rhof = (float)rho;
+#pragma unroll 4
+        for (i64 p = 0; p < A.c; p++) {
+            const float w1s = (float)(rho * A.W1d[i * A.c + p]);
+            float g[8];
+            if (ok) {
+                vload8(g, G, o, p * A.dK + n0);
+            } else {
+#pragma unroll
+                for (int u = 0; u < 8; u++) g[u] = 0.0f;
+            }
+            float g1 = 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float gam = mf * round_to(g[u], A.ct), dl = w1s * w2[u];
+                acc2[u] = fmaf(w1s, gam * sig, acc2[u]);
+                g1 = fmaf(rhof, (gam * sig) * w2[u], g1);
+                sacc = fmaf(gam, dl, sacc);
+            }
+            if (pw1) {
+                for (int off = 16; off > 0; off >>= 1) g1 += __shfl_down_sync(0xffffffffu, g1, off);
+                if (lane == 0) sw1[warp * MB_AC + (i - i0) * A.c + p] = g1;
+            }
+        }
+    }
+    if (pw2 && ok) {
+        float4 *d = (float4 *)(pw2 + z * n2 + e0);
+        d[0] = make_float4(acc2[0], acc2[1], acc2[2], acc2[3]);
+        d[1] = make_float4(acc2[4], acc2[5], acc2[6], acc2[7]);
+    }
+    const float ssum = psig ? block_sum(sacc, red) : 0.0f; /* synchronises */
+    __syncthreads();
+    if (pw1)
+        for (i64 e = threadIdx.x; e < (i1 - i0) * A.c; e += NT) {
+            float t = 0.0f;
+            for (int w = 0; w < NT / 32; w++) t += sw1[w * MB_AC + e];
+            pw1[(i64)blockIdx.x * ac + i0 * A.c + e] = t;
+        }
+    if (psig && threadIdx.x == 0) psig[z * gridDim.x + blockIdx.x] = (double)ssum;
+}
+
 /* =============================================================================================
  * launchers
  * =========================================================================================== */
@@ -304,10 +378,10 @@ static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *
 
 /* the one-pass plan: gx blocks over (j, n), z row blocks of iper rows i (iper·c ≤ MB_AC);
    false: use the two-kernel path */
-static bool mb_one_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *iper) {
+static bool mb_one_plan(const lk_lokr_args *a, bool vec, i64 *gx, i64 *z, i64 *iper) {
     const i64 n2 = a->b * a->d * a->K;
     if (a->legacy || a->c > MB_AC || a->a < 1 || n2 < 1) return false;
-    *gx = cdiv(n2, NT * MB_PT);
+    *gx = cdiv(n2, NT * (vec ? 8 : MB_PT));
     i64 zz = cdiv(1024, *gx);
     if (zz > a->a) zz = a->a;
     if (zz < 1) zz = 1;
@@ -318,7 +392,18 @@ static bool mb_one_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *iper) {
     return *gx <= 2147483647LL && *z <= 65535 && *gx * *z <= 2147483647LL;
 }
 
-static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, i64 gx, i64 z, i64 iper, cudaStream_t s) {
+/* k_lokr_mb_vec's conditions: no DoRA, rows of 8-element groups (d·K % 8 == 0), G in 16-byte
+   vectors; LYCO_CUDA_LOKR_MB_SCALAR=1 keeps k_lokr_mb_one (the A/B switch of the bench) */
+static bool mb_vec_ok(const lk_lokr_args *a) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("LYCO_CUDA_LOKR_MB_SCALAR");
+        off = e && e[0] == '1';
+    }
+    return !off && !a->dora.on && (a->d * a->K) % 8 == 0 && (a->G.flags & LK_VEC) && a->G.s1 == 1;
+}
+
+static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, bool vec, i64 gx, i64 z, i64 iper, cudaStream_t s) {
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
     const bool needsig = a->gsigma.p && !a->compat;
@@ -335,9 +420,15 @@ static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, i64 gx, i64 z, i64
     float *st = NULL;
     if (a->dora.on && (rc = dora_stats_any(A, a->dora, a->W, a->G, ws, &st, s))) return rc;
     if (need1 || need2 || needsig) {
-        k_lokr_mb_one<<<dim3((unsigned)gx, (unsigned)z), NT, 0, s>>>(A, a->G, a->W, a->dora, st, iper, need1 ? pw1 : NULL,
-                                                                     needsig ? psig : NULL, need2 ? pw2 : NULL);
-        LK_LAUNCHED("lokr_mb_one");
+        if (vec) {
+            k_lokr_mb_vec<<<dim3((unsigned)gx, (unsigned)z), NT, 0, s>>>(A, a->G, iper, need1 ? pw1 : NULL,
+                                                                         needsig ? psig : NULL, need2 ? pw2 : NULL);
+            LK_LAUNCHED("lokr_mb_vec");
+        } else {
+            k_lokr_mb_one<<<dim3((unsigned)gx, (unsigned)z), NT, 0, s>>>(A, a->G, a->W, a->dora, st, iper, need1 ? pw1 : NULL,
+                                                                         needsig ? psig : NULL, need2 ? pw2 : NULL);
+            LK_LAUNCHED("lokr_mb_one");
+        }
     }
     if (needsig && (rc = lokr_sum_store(psig, gx * z, a->gsigma, 1.0, s))) return rc;
     if (a->gsigma.p && a->compat && (rc = lk_copy_round(&a->gsigma, NULL, a->ct, s))) return rc;
@@ -348,7 +439,8 @@ static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, i64 gx, i64 z, i64
 
 static int merge_bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     i64 gx, z, iper;
-    if (mb_one_plan(a, &gx, &z, &iper)) return merge_bwd_one(a, cv, gx, z, iper, s);
+    const bool vec = mb_vec_ok(a);
+    if (mb_one_plan(a, vec, &gx, &z, &iper)) return merge_bwd_one(a, cv, vec, gx, z, iper, s);
     const mb_plan pl = mb_plan_of(a);
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
