@@ -30,7 +30,7 @@
  *   register, the G_W1[i,p] terms warp-reduced into shared memory and summed over the warps in
  *   order (fp32 partials per (j,n)-block), G_σs per block; without DoRA, with d·K % 8 == 0 and G in
  *   16-byte vectors its vector form k_lokr_mb_vec (thread per 8 elements of a row j, one 16-byte
- *   load of G per (i,p));
+ *   load of G per (i,p), the blocks split over (i,p) pairs rather than rows i);
  *   then the fixed-order finalisation (fp64) and the factor chain in fp64, one thread per
  *   output element, each gradient rounded once to its own dtype. Deterministic: no atomics,
  *   split counts depend on the shape only. Extra memory: the halves, z₁·a·c (×2 with σs) +
@@ -235,19 +235,21 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_vi
 }
 
 /* The vector form of k_lokr_mb_one (no DoRA, d·K % 8 == 0, G in 16-byte vectors: LK_VEC):
-   thread per 8 consecutive elements (j, n..n+7) of one row j, block row blockIdx.y covers
-   i ∈ [y·iper, (y+1)·iper) (iper·c ≤ MB_AC). Per (i, p) one 16-byte load of G and the same element
-   terms as k_lokr_mb_one (Γ = m·RN_CT(G)); ρ_o and RN_f32(ρ_o·W1[i,p]) once per 8 elements. Sums:
-   G_W2 per element over (i, p) in order (register); G_W1[i,p] over the thread's 8 elements in
-   order, then the warp (fixed shuffle tree), then the 8 warps in order; G_σs per thread, then the
-   block. Deterministic. k_lokr_mb_one's generic per-element loads made it latency-bound (87–150 µs
-   at 0.2–0.4 TB/s, 4096² f8 bf16). */
-__global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 iper, float *pw1, double *psig,
+   thread per 8 consecutive elements (j, n..n+7) of one row j; block row blockIdx.y covers the
+   flattened pairs q = i·c + p ∈ [y·qper, (y+1)·qper) (qper ≤ MB_AC: a split of p as well as of i,
+   so a few wide (j, n) blocks still fill the GPU). Per (i, p) one 16-byte load of G and the same
+   element terms as k_lokr_mb_one (Γ = m·RN_CT(G)); ρ_o once per i, RN_f32(ρ_o·W1[i,p]) once per 8
+   elements. Sums: G_W2 per element over its pairs in order (register → pw2[y·n2 + e]);
+   G_W1[i,p] over the thread's 8 elements in order, the warp (fixed shuffle tree), then the 8
+   warps in order (→ pw1[x·ac + q]); G_σs per thread, then the block (→ psig[y·gridDim.x + x]).
+   Deterministic. k_lokr_mb_one's generic per-element loads made it latency-bound (87–150 µs at
+   0.2–0.4 TB/s, 4096² f8 bf16). */
+__global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 qper, float *pw1, double *psig,
                                                     float *pw2) {
     __shared__ float sw1[(NT / 32) * MB_AC];
     __shared__ float red[NT / 32];
     const i64 n2 = A.b * A.dK, ac = A.a * A.c, z = blockIdx.y;
-    const i64 i0 = z * iper, i1 = i0 + iper < A.a ? i0 + iper : A.a;
+    const i64 q0 = z * qper, q1 = q0 + qper < ac ? q0 + qper : ac;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
     const i64 e0 = ((i64)blockIdx.x * NT + threadIdx.x) * 8;
@@ -260,12 +262,12 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 i
         acc2[u] = 0.0f;
     }
     float sacc = 0.0f;
-    for (i64 i = i0; i < i1; i++) {
-        const i64 o = i * A.b + j;
+    for (i64 i = q0 / A.c; i * A.c < q1; i++) {
+        const i64 o = i * A.b + j, pb = q0 > i * A.c ? q0 - i * A.c : 0, pe = q1 - i * A.c < A.c ? q1 - i * A.c : A.c;
         const double rho = ok ? lokr_rho(A, o) : 0.0;
         const float rhof = (float)rho;
 #pragma unroll 4
-        for (i64 p = 0; p < A.c; p++) {
+        for (i64 p = pb; p < pe; p++) {
             const float w1s = (float)(rho * A.W1d[i * A.c + p]);
             float g[8];
             if (ok) {
@@ -284,7 +286,7 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 i
             }
             if (pw1) {
                 for (int off = 16; off > 0; off >>= 1) g1 += __shfl_down_sync(0xffffffffu, g1, off);
-                if (lane == 0) sw1[warp * MB_AC + (i - i0) * A.c + p] = g1;
+                if (lane == 0) sw1[warp * MB_AC + (i * A.c + p - q0)] = g1;
             }
         }
     }
@@ -296,10 +298,10 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 i
     const float ssum = psig ? block_sum(sacc, red) : 0.0f; /* synchronises */
     __syncthreads();
     if (pw1)
-        for (i64 e = threadIdx.x; e < (i1 - i0) * A.c; e += NT) {
+        for (i64 e = threadIdx.x; e < q1 - q0; e += NT) {
             float t = 0.0f;
             for (int w = 0; w < NT / 32; w++) t += sw1[w * MB_AC + e];
-            pw1[(i64)blockIdx.x * ac + i0 * A.c + e] = t;
+            pw1[(i64)blockIdx.x * ac + q0 + e] = t;
         }
     if (psig && threadIdx.x == 0) psig[z * gridDim.x + blockIdx.x] = (double)ssum;
 }
@@ -378,10 +380,10 @@ static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *
 
 /* the one-pass plan: gx blocks over (j, n), z row blocks of iper rows i (iper·c ≤ MB_AC);
    false: use the two-kernel path */
-static bool mb_one_plan(const lk_lokr_args *a, bool vec, i64 *gx, i64 *z, i64 *iper) {
+static bool mb_one_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *iper) {
     const i64 n2 = a->b * a->d * a->K;
     if (a->legacy || a->c > MB_AC || a->a < 1 || n2 < 1) return false;
-    *gx = cdiv(n2, NT * (vec ? 8 : MB_PT));
+    *gx = cdiv(n2, NT * MB_PT);
     i64 zz = cdiv(1024, *gx);
     if (zz > a->a) zz = a->a;
     if (zz < 1) zz = 1;
@@ -392,17 +394,27 @@ static bool mb_one_plan(const lk_lokr_args *a, bool vec, i64 *gx, i64 *z, i64 *i
     return *gx <= 2147483647LL && *z <= 65535 && *gx * *z <= 2147483647LL;
 }
 
-/* k_lokr_mb_vec's conditions: no DoRA, rows of 8-element groups (d·K % 8 == 0), G in 16-byte
-   vectors; LYCO_CUDA_LOKR_MB_SCALAR=1 keeps k_lokr_mb_one (the A/B switch of the bench) */
-static bool mb_vec_ok(const lk_lokr_args *a) {
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("LYCO_CUDA_LOKR_MB_SCALAR");
-        off = e && e[0] == '1';
-    }
-    return !off && !a->dora.on && (a->d * a->K) % 8 == 0 && (a->G.flags & LK_VEC) && a->G.s1 == 1;
+/* k_lokr_mb_vec's plan: its conditions (no DoRA, rows of 8-element groups: d·K % 8 == 0, G in
+   16-byte vectors, not LYCO_CUDA_LOKR_LEGACY; LYCO_CUDA_LOKR_MB_SCALAR=1 keeps k_lokr_mb_one, the
+   A/B switch of the bench), gx blocks over (j, n), z blocks over the (i, p) pairs, qper pairs each
+   (8 ≤ qper ≤ MB_AC), up to about 2048 blocks (a function of the shape only: deterministic) */
+static bool mb_vec_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *qper) {
+    const char *e = getenv("LYCO_CUDA_LOKR_MB_SCALAR");
+    const i64 n2 = a->b * a->d * a->K, ac = a->a * a->c;
+    if ((e && e[0] == '1') || a->legacy || a->dora.on || (a->d * a->K) % 8 != 0 || !(a->G.flags & LK_VEC) || n2 < 1 ||
+        ac < 1)
+        return false;
+    *gx = cdiv(n2 / 8, NT);
+    i64 q = cdiv(ac, cdiv(2048, *gx));
+    if (q < 8) q = 8; /* the G_W2 partials (z·b·dK fp32) stay within a quarter of G's elements */
+    if (q > MB_AC) q = MB_AC;
+    if (q > ac) q = ac;
+    *qper = q;
+    *z = cdiv(ac, q);
+    return *gx <= 2147483647LL && *z <= 65535 && *gx * *z <= 2147483647LL;
 }
 
+/* vec: k_lokr_mb_vec with z blocks of iper (i, p) pairs; else k_lokr_mb_one with z blocks of iper rows i */
 static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, bool vec, i64 gx, i64 z, i64 iper, cudaStream_t s) {
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
@@ -439,8 +451,8 @@ static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, bool vec, i64 gx, 
 
 static int merge_bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     i64 gx, z, iper;
-    const bool vec = mb_vec_ok(a);
-    if (mb_one_plan(a, vec, &gx, &z, &iper)) return merge_bwd_one(a, cv, vec, gx, z, iper, s);
+    if (mb_vec_plan(a, &gx, &z, &iper)) return merge_bwd_one(a, cv, true, gx, z, iper, s);
+    if (mb_one_plan(a, &gx, &z, &iper)) return merge_bwd_one(a, cv, false, gx, z, iper, s);
     const mb_plan pl = mb_plan_of(a);
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
