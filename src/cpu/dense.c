@@ -59,9 +59,10 @@ int cpu_thread_id(void) {
 #endif
 }
 
-/* ---- blocking (AVX2: 16 ymm registers, 32 KB L1d, 512 KB L2 per core on the Zen 3 here) ---- */
+/* ---- blocking (32 KB L1d or more, 512 KB L2 or more per core) ---- */
 #define MR 6            /* micro-tile rows: 12 accumulators + 2 B vectors + 1 broadcast = 15 registers */
-#define NR 16           /* micro-tile columns: two 8-lane vectors */
+#define NR 32           /* the widest micro-tile (v4: two 16-lane vectors; v3 and portable: 16 columns,
+                           GNR in gemm_kern.h): thread ranges and packing buffers are sized by it */
 #define PACK_FLOATS 131072   /* packed B block: 512 KB (L2), K × (a multiple of NR) columns */
 /* nt always takes the dot products (8 k-lanes, fixed tree): the packed, single-chain path for
    K < 64 lost accuracy — DyLoRA conv merge_bwd fp16+fp32adapter at 23.3 ULP against 4.7 before and
@@ -79,6 +80,8 @@ enum { PATH_SMALL, PATH_DIRECT_B, PATH_PACKED_B };
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
 
 /* ---- the per-thread packing buffer ---- */
 static pthread_key_t pack_key;
@@ -116,6 +119,25 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 }
 
 /* ---- the kernels, once per ISA ---- */
+#ifdef CPU_V4
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v4")
+#define KN(name) name##_v4
+#define GK_FMA 1
+#define VF v16
+#define VI vi16
+#define VL 16
+#include "gemm_kern.h"
+#undef VL
+#undef VI
+#undef VF
+#undef GK_FMA
+#undef KN
+#pragma GCC pop_options
+#endif
+#define VF v8
+#define VI vi8
+#define VL 8
 #ifdef CPU_V3
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64-v3")
@@ -129,9 +151,18 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 #define KN(name) name##_base
 #include "gemm_kern.h"
 #undef KN
+#undef VL
+#undef VI
+#undef VF
 
 static void gemm_part(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C, int64_t ldc,
                       bool accumulate, float *buf, int64_t cap) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        gemm_part_v4(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
+        return;
+    }
+#endif
 #ifdef CPU_V3
     if (cpu_have_v3()) {
         gemm_part_v3(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);

@@ -8,7 +8,10 @@
  *     #pragma GCC target("arch=x86-64-v3")       (AVX2 + FMA + F16C + BMI)
  *     #define KN(name) name##_v3  …  #pragma GCC pop_options
  * and once plainly with KN(name) name##_base (portable x86-64 / any target) — and a small wrapper
- * calls the _v3 copy when cpu_have_v3() says the CPU has it (AVX-512 machines run the v3 code too).
+ * calls the _v3 copy when cpu_have_v3() says the CPU has it. dense.c's GEMM kernels have a third
+ * copy, _v4 under target("arch=x86-64-v4") with 16-lane vectors, taken when cpu_isa() ≥ 2; the
+ * other kernel files run their v3 copy on AVX-512 machines (they stream memory: wider vectors do
+ * not move them). LYCO_CPU_ISA=base|v3|v4 caps the level (tests run the lower copies with it).
  *
  * Why not CPU_HOT (cpu.h: GCC target_clones): GCC 12 compiles the GCC vector types and intrinsics
  * of always_inline helpers inlined into a target_clones / target("…") function as 128-bit halves
@@ -16,8 +19,8 @@
  * the helpers themselves are compiled for the ISA and the code is clean 256-bit AVX2
  * (docs/bench-cpu.md, "GEMM rewrite").
  *
- * CPU_V3 is defined where the v3 copy exists (GCC on x86-64; clang and other targets build only
- * the portable copy).
+ * CPU_V3 / CPU_V4 are defined where those copies exist (GCC on x86-64; clang and other targets
+ * build only the portable copy).
  */
 #ifndef LYCO_CPU_ISA_H
 #define LYCO_CPU_ISA_H
@@ -26,20 +29,40 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CPU_V3 1
+#define CPU_V4 1 /* dense.c's GEMM kernels also have an x86-64-v4 (AVX-512) copy */
 #include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-/* Whether this CPU runs x86-64-v3 code; asked once per translation unit, then a relaxed atomic
-   load (the conversions call this per run: on a 1-value run the cpuid query showed). */
-static inline bool cpu_have_v3(void) {
-    static int known; /* 0 unknown, 1 no, 2 yes */
+/* The instruction-set level the kernels run: 0 portable, 1 x86-64-v3 (AVX2 + FMA + F16C),
+   2 x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) — the CPU's, or lower when LYCO_CPU_ISA says so ("base",
+   "v3", "v4": for tests and A/B timing; a level the CPU lacks is never taken). Asked once per
+   translation unit, then a relaxed atomic load (the conversions call this per run: on a 1-value
+   run the cpuid query showed). */
+static inline int cpu_isa(void) {
+    static int known; /* 0 unknown, else level + 1 */
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (k == 0) {
         __builtin_cpu_init();
-        k = __builtin_cpu_supports("x86-64-v3") ? 2 : 1;
+        int hw = __builtin_cpu_supports("x86-64-v4") ? 2 : __builtin_cpu_supports("x86-64-v3") ? 1 : 0, want = hw;
+        const char *e = getenv("LYCO_CPU_ISA");
+        if (e && *e) {
+            want = !strcmp(e, "base") ? 0 : !strcmp(e, "v3") ? 1 : !strcmp(e, "v4") ? 2 : -1;
+            if (want < 0) {
+                static int warned;
+                if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                    fprintf(stderr, "lyco: LYCO_CPU_ISA=\"%s\" ignored (expected base, v3 or v4)\n", e);
+                want = hw;
+            }
+        }
+        k = (want < hw ? want : hw) + 1;
         __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     }
-    return k == 2;
+    return k - 1;
 }
+/* Whether the x86-64-v3 copies run (AVX-512 machines run them too where no v4 copy exists). */
+static inline bool cpu_have_v3(void) { return cpu_isa() >= 1; }
 #endif
 
 #endif
