@@ -148,7 +148,39 @@ AI void KN(dot_block)(const int P, const int Q, int64_t K, const float *A, int64
         }
 }
 
-/* C[M×N] (+)= A[M×K]·B[N×K]ᵀ as dot products over K */
+#if defined(GK_FMA) && VL == 16
+/* dot_block with two outputs per 16-lane register: lanes 0–7 hold output (p, 2h)'s 8 k-lanes and
+   lanes 8–15 output (p, 2h+1)'s (A's 8 k-values broadcast to both halves, B rows 2h and 2h+1
+   side by side), so every lane is the same FMA chain as dot_block's and the result is bitwise
+   dot_block's at twice the FMA width. P ≤ 3 rows, H ≤ 4 column pairs (constants after inlining). */
+AI void KN(dot_block2)(const int P, const int H, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                       int64_t ldc, bool accumulate) {
+    int64_t K8 = K & ~(int64_t)7;
+    __m512 acc[3][4];
+    for (int p = 0; p < 3; p++)
+        for (int h = 0; h < 4; h++) acc[p][h] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K8; k += 8) {
+        __m512 a[3];
+        for (int p = 0; p < P; p++) a[p] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A + p * lda + k));
+        for (int h = 0; h < H; h++) {
+            const float *b = B + 2 * h * ldb + k;
+            __m512 bb = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(b)), _mm256_loadu_ps(b + ldb), 1);
+            for (int p = 0; p < P; p++) acc[p][h] = _mm512_fmadd_ps(a[p], bb, acc[p][h]);
+        }
+    }
+    for (int p = 0; p < P; p++)
+        for (int h = 0; h < H; h++)
+            for (int e = 0; e < 2; e++) {
+                v8 half = e ? (v8)_mm512_extractf32x8_ps(acc[p][h], 1) : (v8)_mm512_castps512_ps256(acc[p][h]);
+                float s = KN(hsum8)(half) + KN(dot_tail)(A + p * lda, B + (2 * h + e) * ldb, K8, K);
+                float *c = C + p * ldc + 2 * h + e;
+                *c = accumulate ? *c + s : s;
+            }
+}
+#endif
+
+/* C[M×N] (+)= A[M×K]·B[N×K]ᵀ as dot products over K (v4: dot_block2's column pairs, then
+   dot_block for an odd last column — the same sums) */
 AI void KN(dot_nt)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                    bool accumulate) {
     for (int64_t jg = 0; jg < N; jg += DOT_JG) {
@@ -156,11 +188,19 @@ AI void KN(dot_nt)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
         int64_t i = 0;
         for (; i + 3 <= M; i += 3) {
             int64_t j = jg;
+#if defined(GK_FMA) && VL == 16
+            for (; j + 8 <= je; j += 8) KN(dot_block2)(3, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
+            for (; j + 2 <= je; j += 2) KN(dot_block2)(3, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
+#endif
             for (; j + 4 <= je; j += 4) KN(dot_block)(3, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
             for (; j < je; j++) KN(dot_block)(3, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
         }
         for (; i < M; i++) {
             int64_t j = jg;
+#if defined(GK_FMA) && VL == 16
+            for (; j + 8 <= je; j += 8) KN(dot_block2)(1, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
+            for (; j + 2 <= je; j += 2) KN(dot_block2)(1, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
+#endif
             for (; j + 4 <= je; j += 4) KN(dot_block)(1, 4, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
             for (; j < je; j++) KN(dot_block)(1, 1, K, A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, accumulate);
         }
