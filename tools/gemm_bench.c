@@ -40,6 +40,8 @@ static shape S[] = {
     {"full bwd nn 64x1280x64", 'n', 64, 1280, 64, true},
     {"full bwd tn 64x1280x64", 'T', 64, 1280, 64, true},
     {"sgemm ceiling nn 32x1024x1024", 'n', 32, 1024, 1024, false},
+    {"oft nn 64x16x16", 'n', 64, 16, 16, false},
+    {"oft tn 16x64x16", 'T', 16, 64, 16, false},
     {"boft nn 10x64x10", 'n', 10, 64, 10, false},
     {"loha merge nn 4x1280x32", 'n', 4, 1280, 32, false},
     {"loha bwd nn 8x256x32", 'n', 8, 256, 32, false},

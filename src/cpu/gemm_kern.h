@@ -385,6 +385,12 @@ AI void KN(blocked)(int64_t M, int64_t N, int64_t K, mat A, mat B, float *C, int
             for (int64_t jr = 0; jr < nc; jr += GNR) {
                 int64_t nr = nc - jr < GNR ? nc - jr : GNR;
                 float *c = C + ic * ldc + jc + jr;
+                if (!pack_b && nr == VL) { /* v4's 16-column blocks (a Diag-OFT block): MR chains a vector */
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        KN(micro_any)(mc - ir < MR ? mc - ir : MR, 1, K, a + ir * A.rs, A.rs, A.cs, B.p + jc + jr, B.rs,
+                                      c + ir * ldc, ldc, accumulate);
+                    continue;
+                }
                 if (!pack_b && nr < GNR) {
                     KN(axpy_form)(mc, nr, K, a, A.rs, A.cs, B.p + jc + jr, B.rs, c, ldc, accumulate);
                     continue;
