@@ -185,7 +185,29 @@ static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
 /* ---- the generator kernels, once per ISA (isa.h, loha_kern.h) ---- */
+#ifdef CPU_V4
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v4")
+#define KN(name) name##_v4
+#define LK_V3 1
+#define VD v8d
+#define VFH v8f
+#define DL 8
+#include "loha_kern.h"
+#undef DL
+#undef VFH
+#undef VD
+#undef LK_V3
+#undef KN
+#pragma GCC pop_options
+#endif
+#define VD v4d
+#define VFH v4f
+#define DL 4
 #ifdef CPU_V3
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64-v3")
@@ -199,9 +221,18 @@ typedef float v4f __attribute__((vector_size(16)));
 #define KN(name) name##_base
 #include "loha_kern.h"
 #undef KN
+#undef DL
+#undef VFH
+#undef VD
 
 static void gen(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
                 bool trans) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        gen_v4(s, o0, nr, j0, nc, lambda, out, ldo, trans);
+        return;
+    }
+#endif
 #ifdef CPU_V3
     if (cpu_have_v3()) {
         gen_v3(s, o0, nr, j0, nc, lambda, out, ldo, trans);

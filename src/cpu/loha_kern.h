@@ -2,7 +2,10 @@
  * loha_kern.h — LoHa's fp64 ΔW̄ generator (gen: rectangles of λ·ρ_o·R_1⊙R_2 in 4 × 4 register
  * blocks) and the fp64 dot of G with ΔW̄ rows (dot_rows_d, for G_σs), written once and included by
  * loha.c once per ISA (isa.h): KN(name) = name_v3 under `#pragma GCC target("arch=x86-64-v3")`,
- * name_base for the portable build. Not a public header.
+ * name_base for the portable build (both DL = 4 fp64 lanes), and the generator alone again as
+ * name_v4 under "arch=x86-64-v4" with DL = 8 lanes (4 × 8 blocks; every element is the same
+ * chain of operations at any lane count, so v4's ΔW̄ is bitwise v3's; dot_rows_d sums across
+ * lanes and stays 4-lane). Not a public header.
  *
  * Why (docs/bench-cpu.md, "Streaming merges"): as a target_clones (CPU_HOT) function GCC 12 built
  * the 4-lane fp64 vector code of the inlined helpers from 128-bit halves — each B̄ load as two
@@ -11,23 +14,31 @@
  * written as _mm256_cvtps_pd, LK_V3): one vcvtps2pd ymm per load and vbroadcastsd from memory. Same operations, same FMA contraction (the v3 copy fuses
  * `a += c·v` as the v3 clone did; the portable copy has no FMA, as the default clone had): the
  * values are bitwise those of the clones.
- * Expects from loha.c: loha_t, term_t, v4d, v4f, cpu_thread_id(). Shapes, tiling and memory: see
+ * Expects from loha.c: loha_t, term_t, VD / VFH (DL fp64 / fp32 lanes), DL, cpu_thread_id(). Shapes, tiling and memory: see
  * loha.c.
  */
 
 
-/* 4 floats widened to fp64 (exact): one vcvtps2pd ymm in the v3 build (GCC lowers the generic
-   __builtin_convertvector to two 128-bit halves even there) */
-static inline __attribute__((always_inline)) v4d KN(ld4f)(const float *p) {
-#ifdef LK_V3
-    return (v4d)_mm256_cvtps_pd(_mm_loadu_ps(p));
+/* DL floats widened to fp64 (exact): one vcvtps2pd ymm (zmm) in the v3 (v4) build (GCC lowers
+   the generic __builtin_convertvector to two 128-bit halves even there) */
+static inline __attribute__((always_inline)) VD KN(ld4f)(const float *p) {
+#if defined(LK_V3) && DL == 8
+    return (VD)_mm512_cvtps_pd(_mm256_loadu_ps(p));
+#elif defined(LK_V3)
+    return (VD)_mm256_cvtps_pd(_mm_loadu_ps(p));
 #else
-    v4f v;
+    VFH v;
     memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, v4d);
+    return __builtin_convertvector(v, VD);
 #endif
 }
-static inline __attribute__((always_inline)) v4d KN(bc4)(double a) { return (v4d){a, a, a, a}; }
+static inline __attribute__((always_inline)) VD KN(bc4)(double a) {
+#if DL == 8
+    return (VD){a, a, a, a, a, a, a, a};
+#else
+    return (VD){a, a, a, a};
+#endif
+}
 
 /* Coefficients of up to 4 rows o0 … o0+rb, interleaved c[k·4 + i] (rows past rb are zero):
    c1 = λ·ρ_o·Ā_1[o,k], c2 = Ā_2[o,k], in fp64. */
@@ -41,15 +52,15 @@ static inline __attribute__((always_inline)) void KN(coefs)(const loha_t *s, int
     }
 }
 
-/* The 4 × 4 block at columns j … j+3 of those rows: p[i] = (Σ_k c1·B̄_1[k, j…])·(Σ_k c2·B̄_2[k, j…]),
+/* The 4 × DL block at columns j … j+DL−1 of those rows: p[i] = (Σ_k c1·B̄_1[k, j…])·(Σ_k c2·B̄_2[k, j…]),
    fp64 register accumulators (8 of them), B̄ converted as it is loaded. */
 static inline __attribute__((always_inline)) void KN(block4)(const loha_t *s, int64_t j, const double *c1, const double *c2,
-                                                         v4d *p) {
+                                                         VD *p) {
     const term_t *t1 = &s->t[0], *t2 = &s->t[1];
     int64_t IK = s->IK;
-    v4d a0 = KN(bc4)(0), a1 = KN(bc4)(0), a2 = KN(bc4)(0), a3 = KN(bc4)(0), b0 = KN(bc4)(0), b1 = KN(bc4)(0), b2 = KN(bc4)(0), b3 = KN(bc4)(0);
+    VD a0 = KN(bc4)(0), a1 = KN(bc4)(0), a2 = KN(bc4)(0), a3 = KN(bc4)(0), b0 = KN(bc4)(0), b1 = KN(bc4)(0), b2 = KN(bc4)(0), b3 = KN(bc4)(0);
     for (int64_t k = 0; k < t1->r; k++) {
-        v4d v = KN(ld4f)(t1->B + k * IK + j);
+        VD v = KN(ld4f)(t1->B + k * IK + j);
         const double *c = c1 + k * 4;
         a0 += KN(bc4)(c[0]) * v;
         a1 += KN(bc4)(c[1]) * v;
@@ -57,7 +68,7 @@ static inline __attribute__((always_inline)) void KN(block4)(const loha_t *s, in
         a3 += KN(bc4)(c[3]) * v;
     }
     for (int64_t k = 0; k < t2->r; k++) {
-        v4d v = KN(ld4f)(t2->B + k * IK + j);
+        VD v = KN(ld4f)(t2->B + k * IK + j);
         const double *c = c2 + k * 4;
         b0 += KN(bc4)(c[0]) * v;
         b1 += KN(bc4)(c[1]) * v;
@@ -82,7 +93,7 @@ static inline __attribute__((always_inline)) double KN(elem_d)(const loha_t *s, 
 
 /* out[rr·ldo + jj] = rnd(λ·ρ_o·R_1[o,j]·R_2[o,j]) for o = o0+rr < o0+nr, j = j0+jj < j0+nc (trans:
    out[jj·ldo + rr]): the two r-term sums, the Hadamard product and every scale factor in fp64, one
-   rounding per element; 4 × 4 register blocks. */
+   rounding per element; 4 × DL register blocks. */
 static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
                 bool trans) {
     double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r;
@@ -90,11 +101,11 @@ static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t
         int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
         KN(coefs)(s, o0 + r0, rb, lambda, c1, c2);
         int64_t jj = 0;
-        for (; jj + 4 <= nc; jj += 4) {
-            v4d p[4];
+        for (; jj + DL <= nc; jj += DL) {
+            VD p[4];
             KN(block4)(s, j0 + jj, c1, c2, p);
             for (int64_t i = 0; i < rb; i++)
-                for (int q = 0; q < 4; q++) {
+                for (int q = 0; q < DL; q++) {
                     float v = (float)p[i][q];
                     if (trans) out[(jj + q) * ldo + r0 + i] = v;
                     else out[(r0 + i) * ldo + jj + q] = v;
@@ -109,17 +120,18 @@ static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t
     }
 }
 
+#if DL == 4
 /* Σ_{rr,j} G[rr·IK + j]·ΔW̄[o0+rr, j], all in fp64 (G_σs: a cancelling sum, kept exact-ish). */
 static double KN(dot_rows_d)(const loha_t *s, int64_t o0, int64_t nr, const float *G) {
     double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r, tail = 0.0;
     int64_t IK = s->IK;
-    v4d acc = KN(bc4)(0);
+    VD acc = KN(bc4)(0);
     for (int64_t r0 = 0; r0 < nr; r0 += 4) {
         int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
         KN(coefs)(s, o0 + r0, rb, 1.0, c1, c2);
         int64_t jj = 0;
         for (; jj + 4 <= IK; jj += 4) {
-            v4d p[4];
+            VD p[4];
             KN(block4)(s, jj, c1, c2, p);
             for (int64_t i = 0; i < rb; i++) acc += KN(ld4f)(G + (r0 + i) * IK + jj) * p[i];
         }
@@ -128,3 +140,4 @@ static double KN(dot_rows_d)(const loha_t *s, int64_t o0, int64_t nr, const floa
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + tail;
 }
+#endif
