@@ -44,6 +44,8 @@ static void fill_factors(const lyco_call *c, lk_lokr_args *k, lk_view_req *rq, i
     k->m = c->m;
     const char *lg = getenv("LYCO_CUDA_LOKR_LEGACY");
     k->legacy = lg && lg[0] == '1' ? 1 : 0;
+    const char *ms = getenv("LYCO_CUDA_LOKR_MB_SCALAR");
+    k->mb_scalar = ms && ms[0] == '1' ? 1 : 0;
     rq[(*n)++] = (lk_view_req){k->w1_full ? a->tensor[LYCO_LOKR_W1] : NULL, "lokr_w1", 1, &k->w1};
     rq[(*n)++] = (lk_view_req){k->w1_full ? NULL : a->tensor[LYCO_LOKR_W1_A], "lokr_w1_a", 1, &k->w1a};
     rq[(*n)++] = (lk_view_req){k->w1_full ? NULL : a->tensor[LYCO_LOKR_W1_B], "lokr_w1_b", 1, &k->w1b};

@@ -28,6 +28,7 @@ typedef struct {
     int32_t w1_full, w2_full, tucker;    /* which forms the halves take */
     int32_t compat;                      /* merge with LYCO_FLAG_UPSTREAM_MERGE_SCALE: s' = s², no σs */
     int32_t legacy;                      /* LYCO_CUDA_LOKR_LEGACY=1: the first (GPU-verified) kernels only */
+    int32_t mb_scalar;                   /* LYCO_CUDA_LOKR_MB_SCALAR=1: merge backward without k_lokr_mb_vec */
     lk_view w1, w1a, w1b, w2, w2a, w2b, t2;
     lk_view mask;                        /* merge: q_o (1×O); p NULL = none */
     lk_view sigma;                       /* σs (1×1); p NULL = 1 */

@@ -36,8 +36,6 @@
  *   split counts depend on the shape only. Extra memory: the halves, z₁·a·c (×2 with σs) +
  *   z₂·b·dK fp32 partials, G_W1 / G_W2 (and Tucker's G_P) in fp64.
  */
-#include <stdlib.h>
-
 #include "cuda/lokr_common.cuh"
 
 /* =============================================================================================
@@ -169,13 +167,35 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_w2(lokr_dev A, lk_view G, lk_vie
     pw2[z * n2 + idx] = acc;
 }
 
+#define MB_AC 256 /* (i, p) slots per block of the one-pass kernels (their shared G_W1 terms) */
+/* The one-pass kernels' G_W1 slot: a warp's term summed over its lanes (fixed shuffle tree) into
+   this warp's row of sw1 (NT/32 rows of MB_AC); slot = sw1 + the (i, p) index within the block. */
+__device__ __forceinline__ void mb_warp_put(float g1, float *slot) {
+    for (int off = 16; off > 0; off >>= 1) g1 += __shfl_down_sync(0xffffffffu, g1, off);
+    if (threadIdx.x % 32 == 0) slot[(threadIdx.x / 32) * MB_AC] = g1;
+}
+
+/* The one-pass kernels' block end: G_σs = the block sum of sacc → *psig_out (when given); the n
+   G_W1 slots summed over the warps in order → pw1_out[0..n) (when given). Synchronises. */
+__device__ __forceinline__ void mb_block_finish(float sacc, float *red, const float *sw1, i64 n, float *pw1_out,
+                                                double *psig_out) {
+    const float ssum = psig_out ? block_sum(sacc, red) : 0.0f; /* synchronises */
+    __syncthreads();
+    if (pw1_out)
+        for (i64 e = threadIdx.x; e < n; e += NT) {
+            float t = 0.0f;
+            for (int w = 0; w < NT / 32; w++) t += sw1[w * MB_AC + e];
+            pw1_out[e] = t;
+        }
+    if (psig_out && threadIdx.x == 0) *psig_out = (double)ssum;
+}
+
 /* One pass over G (not LYCO_CUDA_LOKR_LEGACY): thread per MB_PT elements (j, n) = idx, block row
    blockIdx.y covers i ∈ [y·iper, (y+1)·iper) (iper·c ≤ MB_AC). Per (i, p) the thread forms the same
    element terms as k_lokr_mb_w1 / k_lokr_mb_w2: its G_W2 sum over (i, p) stays in a register
    (→ pw2[y·n2 + idx]); its G_W1[i,p] term is summed over the warp (fixed shuffle tree) into
    shared memory, then over the 8 warps in order (→ pw1[x·ac + i·c + p], z₁ = gridDim.x); G_σs:
    fp32 per thread, block sum → psig[y·gridDim.x + x]. */
-#define MB_AC 256
 #define MB_PT 4 /* (j, n) elements per thread: idx = blockIdx.x·NT·MB_PT + u·NT + threadIdx.x */
 __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_view W, lk_dora dr, const float *st, i64 iper,
                                                     float *pw1, double *psig, float *pw2) {
@@ -183,7 +203,6 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_vi
     __shared__ float red[NT / 32];
     const i64 n2 = A.b * A.dK, ac = A.a * A.c, z = blockIdx.y;
     const i64 i0 = z * iper, i1 = i0 + iper < A.a ? i0 + iper : A.a;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f;
     i64 idx[MB_PT], j[MB_PT], n[MB_PT];
     float w2[MB_PT], acc2[MB_PT];
@@ -213,25 +232,15 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_one(lokr_dev A, lk_view G, lk_vi
                 g1 = fmaf((float)rho[u], (gam * sig) * w2[u], g1);
                 sacc = fmaf(gam, dl, sacc);
             }
-            if (pw1) {
-                for (int off = 16; off > 0; off >>= 1) g1 += __shfl_down_sync(0xffffffffu, g1, off);
-                if (lane == 0) sw1[warp * MB_AC + (i - i0) * A.c + p] = g1;
-            }
+            if (pw1) mb_warp_put(g1, sw1 + (i - i0) * A.c + p);
         }
     }
     if (pw2)
 #pragma unroll
         for (int u = 0; u < MB_PT; u++)
             if (idx[u] < n2) pw2[z * n2 + idx[u]] = acc2[u];
-    const float ssum = psig ? block_sum(sacc, red) : 0.0f; /* synchronises */
-    __syncthreads();
-    if (pw1)
-        for (i64 e = threadIdx.x; e < (i1 - i0) * A.c; e += NT) {
-            float t = 0.0f;
-            for (int w = 0; w < NT / 32; w++) t += sw1[w * MB_AC + e];
-            pw1[(i64)blockIdx.x * ac + i0 * A.c + e] = t;
-        }
-    if (psig && threadIdx.x == 0) psig[z * gridDim.x + blockIdx.x] = (double)ssum;
+    mb_block_finish(sacc, red, sw1, (i1 - i0) * A.c, pw1 ? pw1 + (i64)blockIdx.x * ac + i0 * A.c : NULL,
+                    psig ? psig + z * gridDim.x + blockIdx.x : NULL);
 }
 
 /* The vector form of k_lokr_mb_one (no DoRA, d·K % 8 == 0, G in 16-byte vectors: LK_VEC):
@@ -250,7 +259,6 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 q
     __shared__ float red[NT / 32];
     const i64 n2 = A.b * A.dK, ac = A.a * A.c, z = blockIdx.y;
     const i64 q0 = z * qper, q1 = q0 + qper < ac ? q0 + qper : ac;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
     const i64 e0 = ((i64)blockIdx.x * NT + threadIdx.x) * 8;
     const bool ok = e0 < n2;
@@ -284,10 +292,7 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 q
                 g1 = fmaf(rhof, (gam * sig) * w2[u], g1);
                 sacc = fmaf(gam, dl, sacc);
             }
-            if (pw1) {
-                for (int off = 16; off > 0; off >>= 1) g1 += __shfl_down_sync(0xffffffffu, g1, off);
-                if (lane == 0) sw1[warp * MB_AC + (i * A.c + p - q0)] = g1;
-            }
+            if (pw1) mb_warp_put(g1, sw1 + (i * A.c + p - q0));
         }
     }
     if (pw2 && ok) {
@@ -295,15 +300,8 @@ __global__ __launch_bounds__(NT) void k_lokr_mb_vec(lokr_dev A, lk_view G, i64 q
         d[0] = make_float4(acc2[0], acc2[1], acc2[2], acc2[3]);
         d[1] = make_float4(acc2[4], acc2[5], acc2[6], acc2[7]);
     }
-    const float ssum = psig ? block_sum(sacc, red) : 0.0f; /* synchronises */
-    __syncthreads();
-    if (pw1)
-        for (i64 e = threadIdx.x; e < q1 - q0; e += NT) {
-            float t = 0.0f;
-            for (int w = 0; w < NT / 32; w++) t += sw1[w * MB_AC + e];
-            pw1[(i64)blockIdx.x * ac + q0 + e] = t;
-        }
-    if (psig && threadIdx.x == 0) psig[z * gridDim.x + blockIdx.x] = (double)ssum;
+    mb_block_finish(sacc, red, sw1, q1 - q0, pw1 ? pw1 + (i64)blockIdx.x * ac + q0 : NULL,
+                    psig ? psig + z * gridDim.x + blockIdx.x : NULL);
 }
 
 /* =============================================================================================
@@ -399,9 +397,8 @@ static bool mb_one_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *iper) {
    A/B switch of the bench), gx blocks over (j, n), z blocks over the (i, p) pairs, qper pairs each
    (8 ≤ qper ≤ MB_AC), up to about 2048 blocks (a function of the shape only: deterministic) */
 static bool mb_vec_plan(const lk_lokr_args *a, i64 *gx, i64 *z, i64 *qper) {
-    const char *e = getenv("LYCO_CUDA_LOKR_MB_SCALAR");
     const i64 n2 = a->b * a->d * a->K, ac = a->a * a->c;
-    if ((e && e[0] == '1') || a->legacy || a->dora.on || (a->d * a->K) % 8 != 0 || !(a->G.flags & LK_VEC) || n2 < 1 ||
+    if (a->mb_scalar || a->legacy || a->dora.on || (a->d * a->K) % 8 != 0 || !(a->G.flags & LK_VEC) || n2 < 1 ||
         ac < 1)
         return false;
     *gx = cdiv(n2 / 8, NT);
