@@ -88,24 +88,25 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     for (int64_t k = 0; k < nblk; k++) {
         const float *Bk = B + k * nn;
         float *Qk = cy->Q0 + k * nn;
-        float part = 0.0f;
+        double part = 0.0;
         for (int64_t a = 0; a < n; a++)
             for (int64_t b = 0; b < n; b++) {
                 float q = Bk[a * n + b] - Bk[b * n + a];
                 Qk[a * n + b] = q;
-                part += q * q;
+                part += (double)q * (double)q;
             }
-        ss += (double)part;
+        ss += part;
     }
     cy->q0norm = sqrt(ss);
     double nu = cy->q0norm + 1e-8;
     cy->active = kc > 0.0 && nu > kc;
     cy->scale = cy->active ? (float)(kc / nu) : 1.0f;
+    const double sd = cy->active ? kc / nu : 1.0;
 #pragma omp parallel for schedule(static) if (nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < nblk; k++) {
         float *M = scratch + (size_t)cpu_thread_id() * (size_t)per_all, *Q = M + nn, *Tm = Q + nn;
         const float *Q0k = cy->Q0 + k * nn;
-        for (int64_t i = 0; i < nn; i++) Q[i] = cy->active ? Q0k[i] * cy->scale : Q0k[i];
+        for (int64_t i = 0; i < nn; i++) Q[i] = cy->active ? (float)((double)Q0k[i] * sd) : Q0k[i];
         block_fwd(n, Q, cy->A + k * nn, cy->Rm1 + k * nn, M, Tm, (double *)(void *)(M + per));
     }
     free(scratch);

@@ -9,7 +9,7 @@
  *   G_R = m·G_M (⊙ D);  G_B = Cayley adjoint;  bypass dy0_k = M_k·G''_k (delta-only:
  *   (M_k − I)·G''_k + (ρ_k − 1) ⊙ dy_k).  X, GY and ρ are rounded to the compute dtype on load.
  *
- * Cayley (once per call, oft.cuh): with a constraint k_cay_part (‖Q0_k‖² per block) → k_sum_f2d
+ * Cayley (once per call, oft.cuh): with a constraint k_cay_part (‖Q0_k‖² per block, fp64) → k_sum_d2d
  * (one block, fixed order); then k_cay_fwd (one CUDA block per OFT block, forming Q0 itself when
  * there is no constraint: Gauss–Jordan — by one warp with rows in registers for bs ≤ 32 — plus
  * one refinement of A and of R − I with double residuals, in shared memory) writes A, R − I, M
@@ -61,28 +61,21 @@ __device__ __forceinline__ float blk_ct(const lk_blk &B, i64 nb, i64 k, i64 r, i
     return round_to(ld_elem(blk_addr(B, k / nb, k % nb, r, c), B.dt, B.flags & LK_UNALIGNED), ct);
 }
 
-/* Q0 = B − Bᵀ per block (B rounded to CT), part[k] = ‖Q0_k‖²_F (fp32) */
-__global__ __launch_bounds__(NT) void k_cay_part(lk_blk B, int ct, i64 nb, i64 n, float *Q0, float *part) {
-    __shared__ float red[NT / 32];
+/* Q0 = B − Bᵀ per block (B rounded to CT), part[k] = ‖Q0_k‖²_F in fp64 (the constraint scales all of
+   R − I by κc/ν: an fp32 norm's error is a systematic relative error on every element of ΔW —
+   the CPU's fp32 chain reached 19.8 ULP on a delta merge, budget 15.2) */
+__global__ __launch_bounds__(NT) void k_cay_part(lk_blk B, int ct, i64 nb, i64 n, float *Q0, double *part) {
+    __shared__ double red[NT];
     const i64 k = blockIdx.x, nn = n * n;
-    float acc = 0.0f;
+    double acc = 0.0;
     for (i64 e = threadIdx.x; e < nn; e += NT) {
         i64 a = e / n, b = e % n;
         float q = blk_ct(B, nb, k, a, b, ct) - blk_ct(B, nb, k, b, a, ct);
         Q0[k * nn + e] = q;
-        acc = fmaf(q, q, acc);
+        acc += (double)q * (double)q;
     }
-    float s = block_sum(acc, red);
-    if (threadIdx.x == 0) part[k] = s;
-}
-
-/* out[0] = Σ_k (double)in[k], fixed order (one block) */
-__global__ __launch_bounds__(NT) void k_sum_f2d(const float *in, i64 n, double *out) {
-    __shared__ double red[NT];
-    double acc = 0.0;
-    for (i64 i = threadIdx.x; i < n; i += NT) acc += (double)in[i];
     double s = block_sum_d(acc, red);
-    if (threadIdx.x == 0) out[0] = s;
+    if (threadIdx.x == 0) part[k] = s;
 }
 __global__ __launch_bounds__(NT) void k_sum_d2d(const double *in, i64 n, double *out) {
     __shared__ double red[NT];
@@ -94,7 +87,7 @@ __global__ __launch_bounds__(NT) void k_sum_d2d(const double *in, i64 n, double 
 
 struct cay_scale {
     bool active;
-    float scale;
+    double scale; /* κc/ν (1 when inactive): Q = RN_f32(Q0·scale), one rounding */
     double q0norm, nu;
 };
 __device__ __forceinline__ cay_scale cay_scale_of(const double *stat, double kc) {
@@ -102,7 +95,7 @@ __device__ __forceinline__ cay_scale cay_scale_of(const double *stat, double kc)
     c.q0norm = kc > 0.0 ? sqrt(stat[0]) : 0.0;   /* stat[0] is computed only under a constraint */
     c.nu = c.q0norm + 1e-8;
     c.active = kc > 0.0 && c.nu > kc;
-    c.scale = c.active ? (float)(kc / c.nu) : 1.0f;
+    c.scale = c.active ? kc / c.nu : 1.0;
     return c;
 }
 
@@ -209,7 +202,7 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
             q = blk_ct(B, s.nb, k, a, b, ct) - blk_ct(B, s.nb, k, b, a, ct);
             s.Q0[k * nn + e] = q;
         } else {
-            q = cs.active ? Q0k[e] * cs.scale : Q0k[e];
+            q = cs.active ? (float)((double)Q0k[e] * cs.scale) : Q0k[e];
         }
         Q[e] = q;
         X[e] = (a == b ? 1.0f : 0.0f) - q;
@@ -390,20 +383,20 @@ int oft_cay_fwd(oft_cay *s, const lk_oft_args *a, int family, cudaStream_t st) {
         return lyco_fail(LYCO_ERR_BACKEND, "cuda oft: %lld blocks of %lld×%lld are outside the Cayley kernel's range",
                          (long long)s->nblk, (long long)s->n, (long long)s->n);
     const i64 all = s->nblk * s->nn;
-    size_t bytes = sizeof(double) * 2 + sizeof(float) * (size_t)(5 * all + s->nblk);
+    size_t bytes = sizeof(double) * (size_t)(2 + s->nblk) + sizeof(float) * (size_t)(5 * all);
     int rc = lk_scratch_alloc(&s->mem, bytes, st);
     if (rc) return rc;
     s->stat = (double *)s->mem;
-    s->Q0 = (float *)(s->stat + 2);
+    s->part = s->stat + 2;
+    s->Q0 = (float *)(s->part + s->nblk);
     s->A = s->Q0 + all;
     s->Rm1 = s->A + all;
     s->Op1 = s->Rm1 + all;
     s->Op2 = s->Op1 + all;
-    s->part = s->Op2 + all;
     if (s->kc > 0.0) {
         k_cay_part<<<(unsigned)s->nblk, NT, 0, st>>>(a->B, a->ct, s->nb, s->n, s->Q0, s->part);
         LK_LAUNCHED("oft cayley partial norms");
-        k_sum_f2d<<<1, NT, 0, st>>>(s->part, s->nblk, s->stat);
+        k_sum_d2d<<<1, NT, 0, st>>>(s->part, s->nblk, s->stat);
         LK_LAUNCHED("oft cayley norm");
     }
     const int smem = (int)(sizeof(float) * (size_t)(5 * s->nn + s->n));

@@ -13,7 +13,7 @@
  *    Besides A and R − I it writes the operators the passes read (fp32, nblk·n·n each):
  *      Diag-OFT: Op1 = M = m·R (⊙ D) − m·I + I, Op2 = M − I;   BOFT: Op1 = N − I = m·(R − I).
  *  - oft_sum_parts: fixed-order sums of per-block partials (the deterministic gradient reductions).
- * Extra memory (stream-ordered, one allocation): 5·nblk·n² + nblk floats + 2 doubles; the adjoint
+ * Extra memory (stream-ordered, one allocation): 5·nblk·n² floats + nblk + 2 doubles; the adjoint
  * takes nblk·n² + nblk doubles more while it runs.
  */
 #ifndef LYCO_CUDA_OFT_CUH
@@ -61,7 +61,7 @@ typedef struct {
     i64 nblk, nb, n, nn;
     double kc;
     float *Q0, *A, *Rm1, *Op1, *Op2;
-    float *part;        /* nblk per-block ‖Q0_k‖² partials */
+    double *part;       /* nblk per-block ‖Q0_k‖² partials (fp64) */
     double *stat;       /* [0] ‖Q0‖², [1] ⟨G_Q, Q0⟩ */
     void *mem;
 } oft_cay;
