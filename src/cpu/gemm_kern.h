@@ -41,25 +41,35 @@
 #define GNR (2 * VL)
 #define AI static inline __attribute__((always_inline))
 
-AI VF KN(ldv)(const float *p) {
-    VF v;
+/* 8 lanes on every build: the dot products' vectors (below), and VF itself where VL = 8.
+   a·b + c, lane-wise and scalar: one fused multiply-add in the v3 and v4 builds (GK_FMA), a
+   product and a sum in the portable one, written out rather than left to contraction (which GCC
+   applied to some loops and not to others, and not at all below -O2), so every path rounds alike */
+AI v8 KN(ld8)(const float *p) {
+    v8 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-AI void KN(stv)(float *p, VF v) { memcpy(p, &v, sizeof v); }
-AI VF KN(zerov)(void) { return (VF){0.0f}; }
-/* a·b + c, lane-wise and scalar: one fused multiply-add in the v3 build (GK_FMA), a product and a
-   sum in the portable one, written out rather than left to contraction (which GCC applied to some
-   loops and not to others, and not at all below -O2), so every path rounds alike */
-AI VF KN(vfma)(VF a, VF b, VF c) {
-#if defined(GK_FMA) && VL == 16
-    return _mm512_fmadd_ps(a, b, c);
-#elif defined(GK_FMA)
+AI v8 KN(fma8)(v8 a, v8 b, v8 c) {
+#ifdef GK_FMA
     return _mm256_fmadd_ps(a, b, c);
 #else
     return a * b + c;
 #endif
 }
+#if VL == 8
+AI VF KN(ldv)(const float *p) { return KN(ld8)(p); }
+AI VF KN(vfma)(VF a, VF b, VF c) { return KN(fma8)(a, b, c); }
+#else /* VL = 16: the v4 build, which always has GK_FMA */
+AI VF KN(ldv)(const float *p) {
+    VF v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+AI VF KN(vfma)(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+#endif
+AI void KN(stv)(float *p, VF v) { memcpy(p, &v, sizeof v); }
+AI VF KN(zerov)(void) { return (VF){0.0f}; }
 AI float KN(fmas)(float a, float b, float c) {
 #ifdef GK_FMA
     return __builtin_fmaf(a, b, c);
@@ -102,18 +112,6 @@ AI void KN(stm)(float *p, int64_t nc, VF v) {
 /* The dot products run 8 k-lanes on every build (v4 too: 16 lanes measured 0.6–0.7× the v3 rate
    on the nt shapes of tools/gemm_bench.c — the wider tree and the longer scalar tail — and the
    same lanes keep v3 and v4 bitwise equal) */
-AI v8 KN(ld8)(const float *p) {
-    v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-AI v8 KN(fma8)(v8 a, v8 b, v8 c) {
-#ifdef GK_FMA
-    return _mm256_fmadd_ps(a, b, c);
-#else
-    return a * b + c;
-#endif
-}
 /* a fixed tree ((0+1)+(2+3))+((4+5)+(6+7)) */
 AI float KN(hsum8)(v8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
