@@ -37,6 +37,12 @@ const lyco_case lyco_cases_locon[] = {
      .multiplier = 0.8, .opts = CASE_DORA_OUT},
     {.name = "locon_linear_dora_in", .algo = LYCO_ALGO_LOCON, .O = 11, .I = 14, .rank = 3, .tokens = 4,
      .opts = CASE_DORA_IN | CASE_SCALAR},
+    /* DoRA in bypass (locon_dora.c, the CUDA twin): two token tiles (TB = 64), rank mask, σs, m ≠ 1,
+       strided and unaligned operands; input axis with Δ alone */
+    {.name = "locon_linear_dora_out_mask_strided", .algo = LYCO_ALGO_LOCON, .O = 37, .I = 29, .rank = 5, .tokens = 70,
+     .alpha = 3, .multiplier = 1.3, .opts = CASE_DORA_OUT | CASE_RANK_MASK | CASE_SCALAR | CASE_NONCONTIG | CASE_UNALIGNED},
+    {.name = "locon_linear_dora_in_mask_delta_only", .algo = LYCO_ALGO_LOCON, .O = 19, .I = 41, .rank = 6, .tokens = 67,
+     .alpha = 2, .multiplier = 0.6, .opts = CASE_DORA_IN | CASE_RANK_MASK | CASE_SCALAR | CASE_NO_Y0},
     {.name = "locon_conv2d_dora_out", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 6, .I = 4,
      .k = {3, 3, 1}, .stride = {1, 1, 1}, .pad = {1, 1, 0}, .dil = K1, .rank = 2, .tokens = 2, .spatial = {5, 4, 1},
      .opts = CASE_DORA_OUT},

@@ -27,8 +27,8 @@
  *             cached fp32 copy of the image, hᵀ = rnd_T(P · Xtᵀ) (r × TP), yᵀ = y0ᵀ + Ū'·hᵀ;
  *             backward: ghᵀ = rnd_T(Ū'ᵀ·dyᵀ) once, G_P += ghᵀ·Xt, G_Ū += dyᵀ·h, dXt = gh·P scattered
  *             back (col2im) into a per-thread fp32 image, reduced in thread order.
- * DoRA in bypass takes the eager twin: y = op(x, W'' − W) needs x·Wᵀ (the base GEMM again)
- * unless the caller's bias were passed with y0 (the path report says so).
+ * DoRA in bypass (linear): locon_dora.c, from P = D and Ū (y = y0 + a⊙(x·Wᵀ) + c⊙(σs·h·Ūᵀ), the
+ * norms from W·Dᵀ and D·Dᵀ); conv layers with DoRA in bypass take the eager twin (path report).
  *
  * Extra memory: P and Ū (r·I·K + O·r floats); per thread one tile (TB × (I + O + 2r) floats);
  * per run (≤ GROUPS, fewer when PART_FLOATS would be exceeded) the gradient partials (r·I·K + O·r
@@ -573,8 +573,8 @@ static void bypass_dropped(const lyco_call *c) {
 
 lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->dims.dora) {
-        snprintf(why, why_len, "cpu: DoRA bypass needs x·Wᵀ again; no fused CPU kernel yet");
+    if (bypass && c->dims.dora && c->a->layer.kind == LYCO_LAYER_CONV) {
+        snprintf(why, why_len, "cpu: DoRA in conv bypass has no fused CPU kernel (linear layers do: locon_dora.c)");
         return LYCO_ERR_UNSUPPORTED;
     }
     if (bypass && c->dropped) {
@@ -590,8 +590,18 @@ lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
-        case LYCO_DIR_BYPASS_FWD: st = c->a->layer.kind == LYCO_LAYER_CONV ? conv_bypass_fwd(c, &s) : bypass_fwd(c, &s); break;
-        default: st = c->a->layer.kind == LYCO_LAYER_CONV ? conv_bypass_bwd(c, &s) : bypass_bwd(c, &s); break;
+        case LYCO_DIR_BYPASS_FWD:
+        case LYCO_DIR_BYPASS_BWD:
+            if (c->dims.dora) { /* linear: locon_dora.c; ∂L/∂Ū into gU, ∂L/∂D into the first G_P partial */
+                st = cpu_locon_dora_bypass(c, s.P, s.U, s.r, s.gU, s.gP);
+                if (st == LYCO_OK && grads && c->g) st = store_grads(&s, s.gU, true);
+            } else if (c->dir == LYCO_DIR_BYPASS_FWD) {
+                st = c->a->layer.kind == LYCO_LAYER_CONV ? conv_bypass_fwd(c, &s) : bypass_fwd(c, &s);
+            } else {
+                st = c->a->layer.kind == LYCO_LAYER_CONV ? conv_bypass_bwd(c, &s) : bypass_bwd(c, &s);
+            }
+            break;
+        default: break;
         }
     }
     locon_free(&s);

@@ -46,10 +46,25 @@ static void geom_up(const eg_adapter *ea, eg_geom *g) { /* r → O, 1×1 on y's 
     }
 }
 
+/* U as ΔW's product sees it. In bypass the rank mask scales U's columns (q_i, ALGORITHMS.md §2.1:
+   it masks h before the up projection), rounded to T as rnd(h ⊙ q) is; in merge U itself (the
+   mask then scales ΔW's rows, apply_row_mask). Only DoRA in bypass builds ΔW there. */
+static const float *up_factor(const eg_adapter *ea) {
+    const float *U = ea->t[LYCO_LORA_UP], *q = ea->t[LYCO_RANK_MASK];
+    if (!ea->bypass || !q) return U;
+    int64_t O = ea->O, r = ea->c->dims.r;
+    float *Um = eg_alloc(ea, O * r);
+    if (!Um) return NULL;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t i = 0; i < r; i++) Um[o * r + i] = eg_rnd(U[o * r + i] * q[i], ea->T);
+    return Um;
+}
+
 /* P1[o, j, κ] = rnd(Σ_i U[o,i] M[i,j,κ])  (O × r × K) */
 static void tucker_up_mid(const eg_adapter *ea, float *P1) {
     const lyco_dims *d = &ea->c->dims;
-    const float *U = ea->t[LYCO_LORA_UP], *M = ea->t[LYCO_LORA_MID];
+    const float *U = up_factor(ea), *M = ea->t[LYCO_LORA_MID];
+    if (!U) return;
     for (int64_t o = 0; o < d->O; o++)
         for (int64_t j = 0; j < d->r; j++)
             for (int64_t k = 0; k < d->K; k++) {
@@ -64,7 +79,8 @@ static void product(const eg_adapter *ea, float *dW) {
     const lyco_dims *d = &ea->c->dims;
     lyco_dtype T = ea->T;
     if (!d->tucker) {
-        eg_gemm(false, false, d->O, ea->IK, d->r, ea->t[LYCO_LORA_UP], ea->t[LYCO_LORA_DOWN], dW, T);
+        const float *U = up_factor(ea);
+        if (U) eg_gemm(false, false, d->O, ea->IK, d->r, U, ea->t[LYCO_LORA_DOWN], dW, T);
         return;
     }
     float *P1 = eg_alloc(ea, d->O * d->r * d->K);
@@ -81,7 +97,7 @@ static void product(const eg_adapter *ea, float *dW) {
 }
 
 static void apply_row_mask(const eg_adapter *ea, float *m) {
-    if (!ea->t[LYCO_RANK_MASK]) return;
+    if (!ea->t[LYCO_RANK_MASK] || ea->bypass) return; /* bypass: the mask is on U's columns (up_factor) */
     for (int64_t o = 0; o < ea->O; o++)
         for (int64_t j = 0; j < ea->IK; j++) m[o * ea->IK + j] = eg_rnd(m[o * ea->IK + j] * ea->t[LYCO_RANK_MASK][o], ea->T);
 }
@@ -93,6 +109,16 @@ static void delta(const eg_adapter *ea, const float *W, float *dW) {
     apply_row_mask(ea, dW);
     if (ea->has_sigma) eg_scale(dW, N, ea->sigma, ea->T);
     eg_scale(dW, N, ea->c->s, ea->T);
+}
+
+/* backward of up_factor's U ⊙ q (bypass with a rank mask): G_U ← rnd(G_U ⊙ q) */
+static void up_mask_bwd(eg_adapter *ea) {
+    const float *q = ea->t[LYCO_RANK_MASK];
+    float *gU = ea->g[LYCO_LORA_UP];
+    if (!ea->bypass || !q || !gU) return;
+    int64_t r = ea->c->dims.r;
+    for (int64_t o = 0; o < ea->O; o++)
+        for (int64_t i = 0; i < r; i++) gU[o * r + i] = eg_rnd(gU[o * r + i] * q[i], ea->T);
 }
 
 static void delta_bwd(eg_adapter *ea, const float *W, const float *G) {
@@ -111,10 +137,12 @@ static void delta_bwd(eg_adapter *ea, const float *W, const float *G) {
         eg_scale(g, N, ea->sigma, T);               /* backward of × σs */
     }
     apply_row_mask(ea, g);
-    const float *D = ea->t[LYCO_LORA_DOWN], *U = ea->t[LYCO_LORA_UP];
+    const float *D = ea->t[LYCO_LORA_DOWN], *U = up_factor(ea);
+    if (!U) return;
     if (!d->tucker) {
         if (ea->g[LYCO_LORA_UP]) eg_gemm(false, true, d->O, r, IK, g, D, ea->g[LYCO_LORA_UP], T);
         if (ea->g[LYCO_LORA_DOWN]) eg_gemm(true, false, r, IK, d->O, U, g, ea->g[LYCO_LORA_DOWN], T);
+        up_mask_bwd(ea);
         return;
     }
     /* ΔW[o,c,κ] = Σ_j P1[o,j,κ] D[j,c],  P1[o,j,κ] = Σ_i U[o,i] M[i,j,κ] */
@@ -153,6 +181,7 @@ static void delta_bwd(eg_adapter *ea, const float *W, const float *G) {
                     for (int64_t k = 0; k < d->K; k++) s += GP1[(o * r + j) * d->K + k] * M[(i * r + j) * d->K + k];
                 ea->g[LYCO_LORA_UP][o * r + i] = eg_rnd(s, T);
             }
+    up_mask_bwd(ea);
 }
 
 /* h (N × r × sp_out) from x, and h0 (Tucker's first 1×1 output, N × r × sp_in) */
