@@ -3,8 +3,9 @@
  * the kernel argument structs of kern.h / kern_conv.h and launches locon.cu's and locon_conv.cu's
  * kernels. Linear layers in all four directions; conv layers (flattened to O×(I·K)) in the merge
  * directions (locon.cu) and in bypass (locon_conv.cu, activations with any strides); Tucker
- * (lora_mid) in all four directions (locon_conv.cu). Declines, with the reason: DoRA in bypass,
- * DoRA with Tucker, grouped conv, batches or sizes beyond the conv kernels' grid limits.
+ * (lora_mid) in all four directions (locon_conv.cu); DoRA in bypass on linear layers
+ * (dora_bypass.cu). Declines, with the reason: DoRA in conv bypass, DoRA with Tucker, grouped
+ * conv, batches or sizes beyond the kernels' grid limits.
  * Bypass backward with LYCO_BYPASS_DELTA_ONLY: y = Δ alone does not read y0, so dy0 = 0 (the
  * linear kernel's dy0 stream is switched off and dy0 zeroed here; the conv kernels zero it).
  */
@@ -12,6 +13,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/kern_conv.h"
+#include "cuda/kern_dora.h"
 
 /* Element stride of dim d of t (compact when t has no strides). */
 static int64_t dim_stride(const DLTensor *t, int d) {
@@ -119,18 +121,59 @@ static lyco_status run_conv(const lyco_call *c, void *st, char *why, size_t why_
     }
 }
 
+/* DoRA in bypass, linear layers: dora_bypass.cu (y = y0 + x·(W'' − W)ᵀ without ΔW); dy0 here. */
+static lyco_status run_dora_bypass(const lyco_call *c, void *st, char *why, size_t why_len) {
+    const lyco_bypass_args *b = c->bypass;
+    bool bwd = c->dir == LYCO_DIR_BYPASS_BWD, delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    const int64_t lim = (int64_t)65535 * 64;
+    if (c->dims.O > lim || c->dims.I > lim || c->tokens > lim)
+        return lk_decline(why, why_len, "DoRA bypass with O %lld, I %lld, %lld tokens exceeds the CUDA grid limits (65535·64 each)",
+                          (long long)c->dims.O, (long long)c->dims.I, (long long)c->tokens);
+    lk_dora_bypass_args d;
+    memset(&d, 0, sizeof d);
+    lk_view dy0;
+    memset(&dy0, 0, sizeof dy0);
+    lk_view_req rq[24];
+    int n = 0;
+    lk_fill_locon(c, &d.L, rq, &n);
+    lk_fill_dora(c, &d.dora, rq, &n);
+    rq[n++] = (lk_view_req){b->weight, "weight", 1, &d.W};
+    rq[n++] = (lk_view_req){b->x, "x", lk_last_split(b->x), &d.x};
+    if (!bwd) {
+        const DLTensor *y0 = delta_only ? NULL : b->y0;
+        rq[n++] = (lk_view_req){y0, "y0", lk_last_split(y0), &d.y0};
+        rq[n++] = (lk_view_req){c->y, "y", lk_last_split(c->y), &d.y};
+    } else {
+        rq[n++] = (lk_view_req){c->dy, "dy", lk_last_split(c->dy), &d.dy};
+        rq[n++] = (lk_view_req){c->dx, "dx", lk_last_split(c->dx), &d.dx};
+        rq[n++] = (lk_view_req){c->dy0, "dy0", lk_last_split(c->dy0), &dy0};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_UP), "grad lora_up", 1, &d.gU};
+        rq[n++] = (lk_view_req){want(c, LYCO_LORA_DOWN), "grad lora_down", 1, &d.gD};
+        rq[n++] = (lk_view_req){want(c, LYCO_SCALAR), "grad scalar", 0, &d.gsigma};
+    }
+    lyco_status rc = lk_views(rq, n, why, why_len);
+    if (rc) return rc;
+    d.T = c->tokens;
+    d.bwd = bwd;
+    if (bwd && dy0.p) /* y = y0 + Δ: dy0 = dy; Δ alone does not read y0: dy0 = 0 */
+        if ((rc = (lyco_status)lk_copy_round(&dy0, delta_only ? NULL : &d.dy, d.L.ct, st))) return rc;
+    return (lyco_status)lk_dora_bypass(&d, st);
+}
+
 lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
     const lyco_adapter *a = c->a;
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
     if (a->layer.kind != LYCO_LAYER_LINEAR && a->layer.kind != LYCO_LAYER_CONV)
         return lk_decline(why, why_len, "LoCon on a norm layer is not supported");
-    if (bypass && c->dims.dora)
-        return lk_decline(why, why_len, "DoRA in %s has no CUDA kernel yet (merge directions do)", lyco_direction_name(c->dir));
+    if (bypass && c->dims.dora && a->layer.kind == LYCO_LAYER_CONV)
+        return lk_decline(why, why_len, "DoRA in conv %s has no CUDA kernel yet (linear layers and the merge directions do)",
+                          lyco_direction_name(c->dir));
     if (c->dims.tucker && c->dims.dora)
         return lk_decline(why, why_len, "DoRA on Tucker LoCon (lora_mid) has no CUDA kernel yet");
     if (a->layer.kind == LYCO_LAYER_CONV && a->layer.groups != 1)
         return lk_decline(why, why_len, "LoCon on a grouped conv is not supported");
     if (c->dims.tucker || (bypass && a->layer.kind == LYCO_LAYER_CONV)) return run_conv(c, st, why, why_len);
+    if (bypass && c->dims.dora) return run_dora_bypass(c, st, why, why_len);
     lyco_status rc;
     lk_view_req rq[24];
     int n = 0;
