@@ -214,8 +214,8 @@ static const bench_item items[] = {
     {"lora", LIN("16384tok 3072x3072", LYCO_ALGO_LOCON, 3072, 3072, 32, 16384, 0), BYPASS, true, true, false},
     {"dora", LIN("4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, true, true},
     {"dora", LIN("11008x4096", LYCO_ALGO_LOCON, 11008, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, false, false},
-    /* no DoRA bypass row: the CUDA backend declines it (issue 3: it needs x·Wᵀ again), and timing
-       the eager fallback through host copies took minutes per row */
+    /* DoRA in bypass (dora_bypass.cu): x·Wᵀ again plus the factored norms */
+    {"dora", LIN("2048tok 4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 2048, CASE_DORA_OUT), BYPASS, false, false, false},
     {"lora-conv",
      {.name = "3x3 640ch 64x64 n2", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 640, .I = 640,
       .k = {3, 3, 1}, .stride = K1, .pad = {1, 1, 0}, .dil = K1, .rank = 32, .tokens = 2, .spatial = {64, 64, 1}, .alpha = 16},
