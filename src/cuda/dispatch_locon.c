@@ -9,6 +9,7 @@
  * Bypass backward with LYCO_BYPASS_DELTA_ONLY: y = Δ alone does not read y0, so dy0 = 0 (the
  * linear kernel's dy0 stream is switched off and dy0 zeroed here; the conv kernels zero it).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/backend.h"
@@ -122,7 +123,7 @@ static lyco_status run_conv(const lyco_call *c, void *st, char *why, size_t why_
 }
 
 /* DoRA in bypass, linear layers: dora_bypass.cu (y = y0 + x·(W'' − W)ᵀ without ΔW); dy0 here. */
-static lyco_status run_dora_bypass(const lyco_call *c, void *st, char *why, size_t why_len) {
+static lyco_status run_dora_bypass(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
     const lyco_bypass_args *b = c->bypass;
     bool bwd = c->dir == LYCO_DIR_BYPASS_BWD, delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
     const int64_t lim = (int64_t)65535 * 64;
@@ -155,9 +156,11 @@ static lyco_status run_dora_bypass(const lyco_call *c, void *st, char *why, size
     if (rc) return rc;
     d.T = c->tokens;
     d.bwd = bwd;
+    const char *ffma = getenv("LYCO_CUDA_DORA_FFMA");
+    d.ffma = ffma && *ffma && *ffma != '0';
     if (bwd && dy0.p) /* y = y0 + Δ: dy0 = dy; Δ alone does not read y0: dy0 = 0 */
         if ((rc = (lyco_status)lk_copy_round(&dy0, delta_only ? NULL : &d.dy, d.L.ct, st))) return rc;
-    return (lyco_status)lk_dora_bypass(&d, st);
+    return (lyco_status)lk_dora_bypass(&d, dev, st);
 }
 
 lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
@@ -173,7 +176,7 @@ lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, cha
     if (a->layer.kind == LYCO_LAYER_CONV && a->layer.groups != 1)
         return lk_decline(why, why_len, "LoCon on a grouped conv is not supported");
     if (c->dims.tucker || (bypass && a->layer.kind == LYCO_LAYER_CONV)) return run_conv(c, st, why, why_len);
-    if (bypass && c->dims.dora) return run_dora_bypass(c, st, why, why_len);
+    if (bypass && c->dims.dora) return run_dora_bypass(c, dev, st, why, why_len);
     lyco_status rc;
     lk_view_req rq[24];
     int n = 0;

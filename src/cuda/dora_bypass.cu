@@ -16,22 +16,26 @@
  *                 Ts = gᵀ·(x·(D⊙c)ᵀ) + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ);  G_D = c⊙(eᵀ·x) + γ⊙VI
  *            G_U = σs·Ts·s·q (Ts = ∂L/∂Ūs), G_σs = ⟨Ts, Ū⟩, dy0 by the dispatcher.
  *
- * Every product is one launch of k_dg_gemm, a 64×64-tile fp32 FFMA GEMM over strided views of
- * any dtype (C[m,n] = Σ_k A[m,k]·ks[k]·B[n,k]; a view is transposed by swapping its strides;
- * operands rounded to CT as they are staged when they are caller tensors, fp32 scratch as is;
- * the K loop sums 16-term partials into the accumulator, a fixed order) with the epilogue
- * out = base + scn[n]·(acc + P) + pw·P and out2 = acc + P (fp32). Column sums (‖W_:i‖², dc) are
- * fixed chunks of 256 rows in fp64, summed in chunk order; ⟨Ts, Ū⟩ one block's fixed tree.
- * Deterministic, no atomics. CUDA cores, not tensor cores: this is the correct fused path (the
- * eager twin ran on host copies before), not yet the fast one.
+ * Every product is one launch: with a 16-bit compute dtype the large ones (K or both output dims of
+ * size N, O or I) run on the tensor cores through gemm.cu's lk_gemm (operands, fp32 scratch
+ * included, rounded to CT as staged — h, e, c⊙Ūs, g⊙a and the like are rounded to CT there, as the
+ * eager chain stores them; fp32 sums); the r×r-sized ones, fp32 compute, and any shape lk_gemm
+ * declines run k_dg_gemm, a 64×64-tile FFMA GEMM over strided views (caller tensors rounded to CT,
+ * fp32 scratch as is). Scalings (g⊙a, c⊙Ūs, D⊙c, x⊙a, …) are materialised by k_dg_ew, the sums of
+ * three terms (y, dx, Ts, G_D) too. Column sums (‖W_:i‖², dc) are fixed chunks of 256 rows in fp64,
+ * summed in chunk order; ⟨Ts, Ū⟩ one block's fixed tree. Deterministic, no atomics.
+ * LYCO_CUDA_DORA_FFMA=1 keeps every product on k_dg_gemm (the A/B switch).
  *
- * Extra memory (fp32): forward N·(O + r) + 4·O·r + 2·r·I + r² + 6·kept (+ chunk sums);
- * backward adds N·(O + I + 2r) + O·r + r·I + r².
+ * Extra memory (fp32 unless said): forward N·(2·O + r) (+ N·I on the input axis) + 5·max(O·r, r·I)
+ * + r·I + 2r² + ~8·kept (fp64 column-sum chunks: kept·⌈rows/256⌉ doubles); backward N·(2·O + 2·I + 2·r)
+ * (input axis: N·(2·I + 2·r)) + 3·O·r + 3·r·I + the same small terms. E.g. 2048 tokens, 4096², r 32,
+ * backward: ~170 MB.
  */
 #include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/kern_dora.h"
+#include "cuda/kern_gemm.h"
 
 #define DG_T 64
 #define DG_K 16
@@ -39,33 +43,21 @@
 
 struct dg_gemm {
     i64 M, N, K;
-    lk_view A, B;        /* M×K, N×K */
+    lk_view A, B;        /* M×K, N×K (any dtype and strides) */
     int rA, rB;          /* dtypes A, B are rounded through as staged */
-    const float *ks;     /* per-k scale of the product (NULL = 1) */
-    lk_view base;        /* M×N, rounded through rbase (p NULL = 0) */
-    int rbase;
-    lk_view P;           /* fp32 M×N (p NULL = 0) */
-    const float *scn;    /* per-column scale of acc + P (NULL = 1) */
-    float pw;            /* weight of the extra P term */
-    lk_view out, out2;   /* out (any dtype), out2 fp32 = acc + P; p NULL = not written */
+    lk_view out;         /* M×N, fp32 scratch */
 };
 
-__device__ __forceinline__ void dg_stage(float (*S)[DG_T + 1], const lk_view &v, int rnd, i64 m0, i64 k0, i64 M, i64 K,
-                                         const float *ks) {
+__device__ __forceinline__ void dg_stage(float (*S)[DG_T + 1], const lk_view &v, int rnd, i64 m0, i64 k0, i64 M, i64 K) {
     const bool kfast = v.s1 == 1;
     for (int e = threadIdx.x; e < DG_K * DG_T; e += NT) {
         const int kk = kfast ? e % DG_K : e / DG_T, mm = kfast ? e / DG_K : e % DG_T;
         const i64 m = m0 + mm, k = k0 + kk;
-        float x = 0.0f;
-        if (m < M && k < K) {
-            x = round_to(vload(v, m, k), rnd);
-            if (ks) x *= ks[k];
-        }
-        S[kk][mm] = x;
+        S[kk][mm] = (m < M && k < K) ? round_to(vload(v, m, k), rnd) : 0.0f;
     }
 }
 
-/* grid (M tiles, N tiles): M along x (up to 2³¹ − 1 tiles), N along y */
+/* out = A·Bᵀ; grid (M tiles, N tiles): M along x (up to 2³¹ − 1 tiles), N along y */
 __global__ __launch_bounds__(NT) void k_dg_gemm(dg_gemm a) {
     __shared__ float As[DG_K][DG_T + 1], Bs[DG_K][DG_T + 1];
     const i64 m0 = (i64)blockIdx.x * DG_T, n0 = (i64)blockIdx.y * DG_T;
@@ -76,8 +68,8 @@ __global__ __launch_bounds__(NT) void k_dg_gemm(dg_gemm a) {
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
     for (i64 k0 = 0; k0 < a.K; k0 += DG_K) {
-        dg_stage(As, a.A, a.rA, m0, k0, a.M, a.K, a.ks);
-        dg_stage(Bs, a.B, a.rB, n0, k0, a.N, a.K, nullptr);
+        dg_stage(As, a.A, a.rA, m0, k0, a.M, a.K);
+        dg_stage(Bs, a.B, a.rB, n0, k0, a.N, a.K);
         __syncthreads();
         float part[4][4];
 #pragma unroll
@@ -108,24 +100,22 @@ __global__ __launch_bounds__(NT) void k_dg_gemm(dg_gemm a) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-            if (m >= a.M || n >= a.N) continue;
-            const float v = acc[i][j], p = a.P.p ? vload(a.P, m, n) : 0.0f;
-            if (a.out.p) {
-                float o = (a.scn ? a.scn[n] : 1.0f) * (v + p) + a.pw * p;
-                if (a.base.p) o = round_to(vload(a.base, m, n), a.rbase) + o;
-                vstore(a.out, m, n, o);
-            }
-            if (a.out2.p) vstore(a.out2, m, n, v + p);
+            if (m < a.M && n < a.N) vstore(a.out, m, n, acc[i][j]);
         }
 }
 
-/* part[ch·cols + col] = Σ_{rows of chunk ch} RN(X[row, col])·RN(Y[row, col]) in fp64 */
-__global__ __launch_bounds__(NT) void k_dg_colred(lk_view X, int rX, lk_view Y, int rY, i64 rows, i64 cols, double *part) {
+/* part[ch·cols + col] = Σ_{rows of chunk ch} RN(X[row, col])·(RN(Y[row, col]) + Y2[row, col]) in fp64
+   (RN through rX, rY; Y2 fp32 scratch, p NULL = 0) */
+__global__ __launch_bounds__(NT) void k_dg_colred(lk_view X, int rX, lk_view Y, int rY, lk_view Y2, i64 rows, i64 cols,
+                                                  double *part) {
     const i64 col = (i64)blockIdx.x * NT + threadIdx.x, ch = blockIdx.y;
     if (col >= cols) return;
     const i64 r1 = min(rows, (ch + 1) * DG_CHUNK);
     double s = 0.0;
-    for (i64 r = ch * DG_CHUNK; r < r1; r++) s += (double)round_to(vload(X, r, col), rX) * (double)round_to(vload(Y, r, col), rY);
+    for (i64 r = ch * DG_CHUNK; r < r1; r++) {
+        const float y = round_to(vload(Y, r, col), rY) + (Y2.p ? vload(Y2, r, col) : 0.0f);
+        s += (double)round_to(vload(X, r, col), rX) * (double)y;
+    }
     part[ch * cols + col] = s;
 }
 
@@ -195,19 +185,21 @@ __global__ __launch_bounds__(NT) void k_dg_prep_u(lk_locon L, float *Ub, float *
     Us[idx] = sg * u;
 }
 
-/* out[m,n] = base + xr[m]·xc[n]·X[m,n] + yr[m]·yc[n]·Y[m,n] (fp32 views; absent term = 0, scale = 1) */
+/* out[m,n] = RN(base) + xr[m]·xc[n]·RN(X[m,n]) + yr[m]·yc[n]·RN(Y[m,n]) (any views; RN through
+   rbase / rX / rY; an absent term is 0, an absent scale 1) */
 struct dg_ew {
     i64 M, N;
     lk_view out, base, X, Y;
+    int rbase, rX, rY;
     const float *xr, *xc, *yr, *yc;
 };
 __global__ __launch_bounds__(NT) void k_dg_ew(dg_ew e) {
     const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
     if (idx >= e.M * e.N) return;
     const i64 m = idx / e.N, n = idx % e.N;
-    float o = e.base.p ? vload(e.base, m, n) : 0.0f;
-    if (e.X.p) o += (e.xr ? e.xr[m] : 1.0f) * (e.xc ? e.xc[n] : 1.0f) * vload(e.X, m, n);
-    if (e.Y.p) o += (e.yr ? e.yr[m] : 1.0f) * (e.yc ? e.yc[n] : 1.0f) * vload(e.Y, m, n);
+    float o = e.base.p ? round_to(vload(e.base, m, n), e.rbase) : 0.0f;
+    if (e.X.p) o += (e.xr ? e.xr[m] : 1.0f) * (e.xc ? e.xc[n] : 1.0f) * round_to(vload(e.X, m, n), e.rX);
+    if (e.Y.p) o += (e.yr ? e.yr[m] : 1.0f) * (e.yc ? e.yc[n] : 1.0f) * round_to(vload(e.Y, m, n), e.rY);
     vstore(e.out, m, n, o);
 }
 
@@ -264,87 +256,50 @@ struct arena {
 struct plan {
     i64 N, O, I, r, kept, nchO, nchN;
     bool out_axis, bwd;
-    float *Ub, *Us, *WD, *RR, *VX;   /* VX: VD (O×r) or VI (r×I); WD: W·Dᵀ (O×r) or Ūsᵀ·W (r×I); RR r×r */
+    float *Ub, *Us, *WD, *VX, *RR, *RR2;  /* WD: W·Dᵀ (O×r) or Ūsᵀ·W (r×I); VX: VD or VI */
     double *w2, *part, *n, *norm;
     float *a, *c, *gam;
-    float *h, *p;                    /* N×r, N×O */
-    float *e, *R, *T, *gD, *RR2;     /* backward: N×r, N×I, O×r, r×I, r×r */
+    float *S1, *S2, *S3, *S4;              /* max(O·r, r·I), O·r, r·I, r·I */
+    float *h, *p, *z, *e, *R, *Q, *T, *gD; /* N×r, N×O, N×O, N×r, N×I, N×I, O×r, r×I */
 };
 
 void layout(plan &P, arena &A) {
-    i64 O = P.O, I = P.I, r = P.r, N = P.N, k = P.kept;
-    P.Ub = A.take<float>(O * r);
-    P.Us = A.take<float>(O * r);
-    P.WD = A.take<float>(O * r > r * I ? O * r : r * I);
+    i64 O = P.O, I = P.I, r = P.r, N = P.N, k = P.kept, Or = O * r, rI = r * I, big = Or > rI ? Or : rI;
+    P.Ub = A.take<float>(Or);
+    P.Us = A.take<float>(Or);
+    P.WD = A.take<float>(big);
+    P.VX = A.take<float>(big);
     P.RR = A.take<float>(r * r);
-    P.VX = A.take<float>(O * r > r * I ? O * r : r * I);
+    P.RR2 = A.take<float>(r * r);
     P.w2 = A.take<double>(O);
-    i64 nch = P.nchO > P.nchN ? P.nchO : P.nchN;
-    P.part = A.take<double>(nch * k);
+    P.part = A.take<double>((P.nchO > P.nchN ? P.nchO : P.nchN) * k);
     P.n = A.take<double>(k);
     P.norm = A.take<double>(k);
     P.a = A.take<float>(k);
     P.c = A.take<float>(k);
     P.gam = A.take<float>(k);
+    P.S1 = A.take<float>(big);
+    P.S3 = A.take<float>(rI);
     P.h = A.take<float>(N * r);
     P.p = A.take<float>(P.out_axis || !P.bwd ? N * O : 1);
+    P.z = A.take<float>(P.out_axis || !P.bwd ? N * O : 1);
+    P.Q = A.take<float>(P.bwd || !P.out_axis ? N * I : 1);
     if (!P.bwd) return;
+    P.S2 = A.take<float>(Or);
+    P.S4 = A.take<float>(rI);
     P.e = A.take<float>(N * r);
     P.R = A.take<float>(N * I);
-    P.T = A.take<float>(O * r);
-    P.gD = A.take<float>(r * I);
-    P.RR2 = A.take<float>(r * r);
+    P.T = A.take<float>(Or);
+    P.gD = A.take<float>(rI);
 }
 
-dg_gemm gemm_of(i64 M, i64 N, i64 K, lk_view A, int rA, lk_view B, int rB) {
-    dg_gemm g;
-    memset(&g, 0, sizeof g);
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.A = A;
-    g.B = B;
-    g.rA = rA;
-    g.rB = rB;
-    return g;
-}
-
-int run_gemm(const dg_gemm &g, cudaStream_t st) {
-    if (g.M == 0 || g.N == 0) return LYCO_OK;
-    dim3 grid((unsigned)cdiv(g.M, DG_T), (unsigned)cdiv(g.N, DG_T));
-    k_dg_gemm<<<grid, NT, 0, st>>>(g);
-    LK_LAUNCHED("dora bypass gemm");
-    return LYCO_OK;
-}
-
-/* C (M×N fp32, compact) = A·Bᵀ (+ base C when acc) with the k scale ks */
-int prod(float *C, i64 M, i64 N, i64 K, lk_view A, int rA, lk_view B, int rB, const float *ks, bool acc, cudaStream_t st) {
-    dg_gemm g = gemm_of(M, N, K, A, rA, B, rB);
-    g.ks = ks;
-    g.out = fview(C, M, N);
-    if (acc) {
-        g.base = g.out;
-        g.rbase = DT_F32;
-    }
-    return run_gemm(g, st);
-}
-
-int colred(lk_view X, int rX, lk_view Y, int rY, i64 rows, i64 cols, double *part, cudaStream_t st) {
-    i64 nch = cdiv(rows, DG_CHUNK);
-    if (nch == 0 || cols == 0) return LYCO_OK;
-    k_dg_colred<<<dim3((unsigned)cdiv(cols, NT), (unsigned)nch), NT, 0, st>>>(X, rX, Y, rY, rows, cols, part);
-    LK_LAUNCHED("dora bypass column sums");
-    return LYCO_OK;
-}
-
-int ew(const dg_ew &e, cudaStream_t st) {
-    if (e.M * e.N == 0) return LYCO_OK;
-    k_dg_ew<<<(unsigned)cdiv(e.M * e.N, NT), NT, 0, st>>>(e);
-    LK_LAUNCHED("dora bypass elementwise");
-    return LYCO_OK;
-}
-
-unsigned blocks_of(i64 n) { return (unsigned)(n > 0 ? cdiv(n, NT) : 1); }
+struct ctx {
+    const lk_dora_bypass_args *a;
+    const lk_device *dev;
+    cudaStream_t st;
+    int ct;
+    bool tc; /* 16-bit compute: the large products on the tensor cores (gemm.cu) */
+};
 
 #define DG_TRY(x)                                                                                   \
     do {                                                                                            \
@@ -352,28 +307,103 @@ unsigned blocks_of(i64 n) { return (unsigned)(n > 0 ? cdiv(n, NT) : 1); }
         if (rc_) return rc_;                                                                        \
     } while (0)
 
-/* Ū, Ūs; W·Dᵀ / Ūsᵀ·W, the r×r product, VD / VI; Σ W²; a, c, n, ‖V‖ */
-int stats(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
+/* C (M×N fp32, compact) = A·Bᵀ with A M×K (at: given as K×M) and B N×K (bt: given as K×N).
+   tc: on the tensor cores when the compute dtype is 16-bit and gemm.cu takes the shape (every
+   operand rounded to CT as staged, fp32 sums); otherwise k_dg_gemm (FFMA; A, B rounded through
+   rA, rB: CT for caller tensors, fp32 scratch as is). */
+int mm(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, bool tc) {
+    if (M == 0 || N == 0) return LYCO_OK;
+    if (tc && X.tc && (!at || bt)) {
+        lk_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.ct = X.ct;
+        g.M = M;
+        g.N = N;
+        g.K = K;
+        g.A = A;
+        g.B = B;
+        g.a_t = at;
+        g.b_t = bt;
+        g.out = fview(C, M, N);
+        if (lk_gemm_fits(&g, X.dev)) return lk_gemm(&g, X.dev, X.st);
+    }
+    dg_gemm d;
+    memset(&d, 0, sizeof d);
+    d.M = M;
+    d.N = N;
+    d.K = K;
+    d.A = at ? tview(A) : A;
+    d.B = bt ? tview(B) : B;
+    d.rA = rA;
+    d.rB = rB;
+    d.out = fview(C, M, N);
+    dim3 grid((unsigned)cdiv(M, DG_T), (unsigned)cdiv(N, DG_T));
+    k_dg_gemm<<<grid, NT, 0, X.st>>>(d);
+    LK_LAUNCHED("dora bypass gemm");
+    return LYCO_OK;
+}
+
+/* out = RN(base) + xr·xc·RN(Xv) + yr·yc·RN(Yv) over M×N (k_dg_ew) */
+struct ew_term {
+    lk_view v;
+    int rnd;
+    const float *row, *col;
+};
+int ew(const ctx &X, lk_view out, i64 M, i64 N, lk_view base, int rbase, ew_term x, ew_term y) {
+    if (M * N == 0) return LYCO_OK;
+    dg_ew e;
+    memset(&e, 0, sizeof e);
+    e.M = M;
+    e.N = N;
+    e.out = out;
+    e.base = base;
+    e.rbase = rbase;
+    e.X = x.v;
+    e.rX = x.rnd;
+    e.xr = x.row;
+    e.xc = x.col;
+    e.Y = y.v;
+    e.rY = y.rnd;
+    e.yr = y.row;
+    e.yc = y.col;
+    k_dg_ew<<<(unsigned)cdiv(M * N, NT), NT, 0, X.st>>>(e);
+    LK_LAUNCHED("dora bypass elementwise");
+    return LYCO_OK;
+}
+const lk_view NOV = {};
+const ew_term NOT = {};
+ew_term term(lk_view v, int rnd, const float *row, const float *col) { return ew_term{v, rnd, row, col}; }
+
+int colred(const ctx &X, lk_view Xv, int rX, lk_view Y, int rY, lk_view Y2, i64 rows, i64 cols, double *part) {
+    i64 nch = cdiv(rows, DG_CHUNK);
+    if (nch == 0 || cols == 0) return LYCO_OK;
+    k_dg_colred<<<dim3((unsigned)cdiv(cols, NT), (unsigned)nch), NT, 0, X.st>>>(Xv, rX, Y, rY, Y2, rows, cols, part);
+    LK_LAUNCHED("dora bypass column sums");
+    return LYCO_OK;
+}
+
+unsigned blocks_of(i64 n) { return (unsigned)(n > 0 ? cdiv(n, NT) : 1); }
+
+/* Ū, Ūs; W·Dᵀ or Ūsᵀ·W; D·Dᵀ or ŪsᵀŪs; VD or VI; Σ W²; a, c, n, ‖V‖ per kept index */
+int stats(const ctx &X, plan &P) {
+    const lk_dora_bypass_args *a = X.a;
     const lk_locon &L = a->L;
-    const int ct = L.ct;
+    const int ct = X.ct;
     i64 O = P.O, I = P.I, r = P.r;
     if (O * r > 0) {
-        k_dg_prep_u<<<blocks_of(O * r), NT, 0, st>>>(L, P.Ub, P.Us);
+        k_dg_prep_u<<<blocks_of(O * r), NT, 0, X.st>>>(L, P.Ub, P.Us);
         LK_LAUNCHED("dora bypass prep");
     }
     const lk_view Usv = fview(P.Us, O, r);
     dg_coef q;
     memset(&q, 0, sizeof q);
     if (P.out_axis) {
-        DG_TRY(prod(P.WD, O, r, I, a->W, ct, L.D, ct, nullptr, false, st));                 /* W·Dᵀ */
-        DG_TRY(prod(P.RR, r, r, I, L.D, ct, L.D, ct, nullptr, false, st));                  /* D·Dᵀ */
-        dg_gemm g = gemm_of(O, r, r, Usv, DT_F32, fview(P.RR, r, r), DT_F32);               /* VD = W·Dᵀ + Ūs·D·Dᵀ */
-        g.base = fview(P.WD, O, r);
-        g.rbase = DT_F32;
-        g.out = fview(P.VX, O, r);
-        DG_TRY(run_gemm(g, st));
+        DG_TRY(mm(X, P.WD, O, r, I, a->W, false, ct, L.D, false, ct, true));                 /* W·Dᵀ */
+        DG_TRY(mm(X, P.RR, r, r, I, L.D, false, ct, L.D, false, ct, false));                 /* D·Dᵀ */
+        DG_TRY(mm(X, P.S1, O, r, r, Usv, false, DT_F32, fview(P.RR, r, r), false, DT_F32, false));
+        DG_TRY(ew(X, fview(P.VX, O, r), O, r, fview(P.WD, O, r), DT_F32, term(fview(P.S1, O, r), DT_F32, nullptr, nullptr), NOT));
         if (O > 0) {
-            k_dg_rowsq<<<blocks_of(O * 32), NT, 0, st>>>(a->W, ct, O, I, P.w2);
+            k_dg_rowsq<<<blocks_of(O * 32), NT, 0, X.st>>>(a->W, ct, O, I, P.w2);
             LK_LAUNCHED("dora bypass row norms");
         }
         q.w2 = P.w2;
@@ -382,14 +412,11 @@ int stats(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
         q.Y1 = fview(P.WD, O, r);
         q.Y2 = fview(P.VX, O, r);
     } else {
-        DG_TRY(prod(P.WD, r, I, O, tview(Usv), DT_F32, tview(a->W), ct, nullptr, false, st));  /* Ūsᵀ·W */
-        DG_TRY(prod(P.RR, r, r, O, tview(Usv), DT_F32, tview(Usv), DT_F32, nullptr, false, st)); /* ŪsᵀŪs */
-        dg_gemm g = gemm_of(r, I, r, fview(P.RR, r, r), DT_F32, tview(L.D), ct);                /* VI = Ūsᵀ·W + ŪsᵀŪs·D */
-        g.base = fview(P.WD, r, I);
-        g.rbase = DT_F32;
-        g.out = fview(P.VX, r, I);
-        DG_TRY(run_gemm(g, st));
-        DG_TRY(colred(a->W, ct, a->W, ct, O, I, P.part, st));
+        DG_TRY(mm(X, P.WD, r, I, O, Usv, true, DT_F32, a->W, true, ct, true));               /* Ūsᵀ·W */
+        DG_TRY(mm(X, P.RR, r, r, O, Usv, true, DT_F32, Usv, true, DT_F32, false));           /* ŪsᵀŪs */
+        DG_TRY(mm(X, P.S1, r, I, r, fview(P.RR, r, r), false, DT_F32, L.D, true, ct, false)); /* ŪsᵀŪs·D */
+        DG_TRY(ew(X, fview(P.VX, r, I), r, I, fview(P.WD, r, I), DT_F32, term(fview(P.S1, r, I), DT_F32, nullptr, nullptr), NOT));
+        DG_TRY(colred(X, a->W, ct, a->W, ct, NOV, O, I, P.part));                           /* Σ_o W² per column */
         q.part = P.part;
         q.nch = P.nchO;
         q.X = tview(L.D);
@@ -408,138 +435,131 @@ int stats(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
     q.n = P.n;
     q.norm = P.norm;
     if (P.kept > 0) {
-        k_dg_coef<<<blocks_of(P.kept), NT, 0, st>>>(q);
+        k_dg_coef<<<blocks_of(P.kept), NT, 0, X.st>>>(q);
         LK_LAUNCHED("dora bypass coefficients");
     }
     return LYCO_OK;
 }
 
-int forward(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
-    const lk_locon &L = a->L;
-    const int ct = L.ct;
+int forward(const ctx &X, plan &P) {
+    const lk_dora_bypass_args *a = X.a;
+    const int ct = X.ct;
     i64 N = P.N, O = P.O, I = P.I, r = P.r;
-    /* h = x·Dᵀ (out) or x·(D⊙c)ᵀ (in); p = h·Ūsᵀ */
-    DG_TRY(prod(P.h, N, r, I, a->x, ct, L.D, ct, P.out_axis ? nullptr : P.c, false, st));
-    DG_TRY(prod(P.p, N, O, r, fview(P.h, N, r), DT_F32, fview(P.Us, O, r), DT_F32, nullptr, false, st));
-    dg_gemm g = gemm_of(N, O, I, a->x, ct, a->W, ct);
-    g.ks = P.out_axis ? nullptr : P.a;   /* in: (x⊙a)·Wᵀ */
-    g.P = fview(P.p, N, O);
-    g.scn = P.out_axis ? P.a : nullptr;  /* out: a⊙(x·Wᵀ + p) + p */
-    g.pw = P.out_axis ? 1.0f : 0.0f;
-    g.base = a->y0;
-    g.rbase = ct;
-    g.out = a->y;
-    return run_gemm(g, st);
+    const lk_view Dv = a->L.D, hv = fview(P.h, N, r), zv = fview(P.z, N, O), pv = fview(P.p, N, O);
+    if (P.out_axis) {
+        DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dv, false, ct, true));                 /* h = x·Dᵀ */
+        DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, fview(P.Us, O, r), false, DT_F32, true)); /* p = h·Ūsᵀ */
+        DG_TRY(mm(X, P.z, N, O, I, a->x, false, ct, a->W, false, ct, true));               /* z = x·Wᵀ */
+        return ew(X, a->y, N, O, a->y0, ct, term(zv, DT_F32, nullptr, P.a), term(pv, DT_F32, nullptr, P.c));
+    }
+    const lk_view Dcv = fview(P.S3, r, I), xav = fview(P.Q, N, I);
+    DG_TRY(ew(X, Dcv, r, I, NOV, 0, term(Dv, ct, nullptr, P.c), NOT));                     /* D⊙c */
+    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dcv, false, DT_F32, true));                /* hc = x·(D⊙c)ᵀ */
+    DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, fview(P.Us, O, r), false, DT_F32, true)); /* p = hc·Ūsᵀ */
+    DG_TRY(ew(X, xav, N, I, NOV, 0, term(a->x, ct, nullptr, P.a), NOT));                   /* x⊙a */
+    DG_TRY(mm(X, P.z, N, O, I, xav, false, DT_F32, a->W, false, ct, true));                /* z = (x⊙a)·Wᵀ */
+    return ew(X, a->y, N, O, a->y0, ct, term(zv, DT_F32, nullptr, nullptr), term(pv, DT_F32, nullptr, nullptr));
 }
 
 /* dc chunks → ∂L/∂d (stored) and γ */
-int gamma_of(const lk_dora_bypass_args *a, plan &P, i64 nch, cudaStream_t st) {
+int gamma_of(const ctx &X, plan &P) {
     if (P.kept == 0) return LYCO_OK;
-    k_dg_gamma<<<blocks_of(P.kept), NT, 0, st>>>(P.kept, nch, P.part, P.n, P.norm, a->dora.d, a->L.ct, a->L.m, a->dora.grad_d, P.gam);
+    const lk_dora_bypass_args *a = X.a;
+    k_dg_gamma<<<blocks_of(P.kept), NT, 0, X.st>>>(P.kept, P.nchN, P.part, P.n, P.norm, a->dora.d, X.ct, a->L.m, a->dora.grad_d, P.gam);
     LK_LAUNCHED("dora bypass gamma");
     return LYCO_OK;
 }
 
-int backward_out(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
-    const lk_locon &L = a->L;
-    const int ct = L.ct;
+int backward_out(const ctx &X, plan &P) {
+    const lk_dora_bypass_args *a = X.a;
+    const int ct = X.ct;
     i64 N = P.N, O = P.O, I = P.I, r = P.r;
-    const lk_view Usv = fview(P.Us, O, r), hv = fview(P.h, N, r), ev = fview(P.e, N, r);
-    DG_TRY(prod(P.h, N, r, I, a->x, ct, L.D, ct, nullptr, false, st));                        /* h = x·Dᵀ */
-    DG_TRY(prod(P.p, N, O, r, hv, DT_F32, Usv, DT_F32, nullptr, false, st));                   /* p = h·Ūsᵀ */
-    dg_gemm z = gemm_of(N, O, I, a->x, ct, a->W, ct);                                          /* p ← x·Wᵀ + p */
-    z.P = fview(P.p, N, O);
-    z.out2 = z.P;
-    DG_TRY(run_gemm(z, st));
-    DG_TRY(colred(a->dy, ct, fview(P.p, N, O), DT_F32, N, O, P.part, st));                    /* dc */
-    DG_TRY(gamma_of(a, P, P.nchN, st));
-    DG_TRY(prod(P.e, N, r, O, a->dy, ct, tview(Usv), DT_F32, P.c, false, st));                 /* e = (g⊙c)·Ūs */
+    const lk_view Dv = a->L.D, Usv = fview(P.Us, O, r), hv = fview(P.h, N, r), ev = fview(P.e, N, r);
+    const lk_view zv = fview(P.z, N, O), pv = fview(P.p, N, O), Rv = fview(P.R, N, I), Qv = fview(P.Q, N, I);
+    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dv, false, ct, true));                     /* h = x·Dᵀ */
+    DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, Usv, false, DT_F32, true));              /* p = h·Ūsᵀ */
+    DG_TRY(mm(X, P.z, N, O, I, a->x, false, ct, a->W, false, ct, true));                   /* z = x·Wᵀ */
+    DG_TRY(colred(X, a->dy, ct, zv, DT_F32, pv, N, O, P.part));                                      /* dc = colsum(g⊙(z + p)) */
+    DG_TRY(gamma_of(X, P));
+    DG_TRY(ew(X, zv, N, O, NOV, 0, term(a->dy, ct, nullptr, P.a), NOT));                   /* g⊙a (over z) */
+    DG_TRY(ew(X, fview(P.S1, O, r), O, r, NOV, 0, term(Usv, DT_F32, P.c, nullptr), NOT));  /* c⊙Ūs */
+    DG_TRY(mm(X, P.e, N, r, O, a->dy, false, ct, fview(P.S1, O, r), true, DT_F32, true));  /* e = (g⊙c)·Ūs */
     if (a->dx.p) {
-        DG_TRY(prod(P.R, N, I, r, ev, DT_F32, tview(L.D), ct, nullptr, false, st));           /* e·D */
-        dg_gemm g = gemm_of(N, I, O, a->dy, ct, tview(a->W), ct);                              /* dx = (g⊙a)·W + e·D */
-        g.ks = P.a;
-        g.P = fview(P.R, N, I);
-        g.out = a->dx;
-        DG_TRY(run_gemm(g, st));
+        DG_TRY(mm(X, P.R, N, I, r, ev, false, DT_F32, Dv, true, ct, true));                /* e·D */
+        DG_TRY(mm(X, P.Q, N, I, O, zv, false, DT_F32, a->W, true, ct, true));              /* (g⊙a)·W */
+        DG_TRY(ew(X, a->dx, N, I, NOV, 0, term(Qv, DT_F32, nullptr, nullptr), term(Rv, DT_F32, nullptr, nullptr)));
     }
-    /* Ts = (g⊙c)ᵀ·h + γ⊙VD, written as its transpose hᵀ·g scaled per column o by c */
-    dg_gemm t = gemm_of(r, O, N, tview(hv), DT_F32, tview(a->dy), ct);
-    t.scn = P.c;
-    t.out = tview(fview(P.T, O, r));
-    DG_TRY(run_gemm(t, st));
-    dg_ew e;
-    memset(&e, 0, sizeof e);
-    e.M = O;
-    e.N = r;
-    e.out = e.base = fview(P.T, O, r);
-    e.X = fview(P.VX, O, r);
-    e.xr = P.gam;
-    DG_TRY(ew(e, st));
+    /* Ts = c⊙(gᵀ·h) + γ⊙VD */
+    DG_TRY(mm(X, P.S1, O, r, N, a->dy, true, ct, hv, true, DT_F32, true));
+    DG_TRY(ew(X, fview(P.T, O, r), O, r, NOV, 0, term(fview(P.S1, O, r), DT_F32, P.c, nullptr),
+              term(fview(P.VX, O, r), DT_F32, P.gam, nullptr)));
     /* G_D = eᵀ·x + (γ⊙Ūs)ᵀ·W + ((γ⊙Ūs)ᵀŪs)·D */
-    DG_TRY(prod(P.gD, r, I, N, tview(ev), DT_F32, tview(a->x), ct, nullptr, false, st));
-    DG_TRY(prod(P.gD, r, I, O, tview(Usv), DT_F32, tview(a->W), ct, P.gam, true, st));
-    DG_TRY(prod(P.RR2, r, r, O, tview(Usv), DT_F32, tview(Usv), DT_F32, P.gam, false, st));
-    return prod(P.gD, r, I, r, fview(P.RR2, r, r), DT_F32, tview(L.D), ct, nullptr, true, st);
+    const lk_view Ugv = fview(P.S1, O, r);
+    DG_TRY(mm(X, P.gD, r, I, N, ev, true, DT_F32, a->x, true, ct, true));
+    DG_TRY(ew(X, Ugv, O, r, NOV, 0, term(Usv, DT_F32, P.gam, nullptr), NOT));
+    DG_TRY(mm(X, P.S3, r, I, O, Ugv, true, DT_F32, a->W, true, ct, true));
+    DG_TRY(mm(X, P.RR2, r, r, O, Ugv, true, DT_F32, Usv, true, DT_F32, false));
+    DG_TRY(mm(X, P.S4, r, I, r, fview(P.RR2, r, r), false, DT_F32, Dv, true, ct, false));
+    return ew(X, fview(P.gD, r, I), r, I, fview(P.gD, r, I), DT_F32, term(fview(P.S3, r, I), DT_F32, nullptr, nullptr),
+              term(fview(P.S4, r, I), DT_F32, nullptr, nullptr));
 }
 
-int backward_in(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
-    const lk_locon &L = a->L;
-    const int ct = L.ct;
+int backward_in(const ctx &X, plan &P) {
+    const lk_dora_bypass_args *a = X.a;
+    const int ct = X.ct;
     i64 N = P.N, O = P.O, I = P.I, r = P.r;
-    const lk_view Usv = fview(P.Us, O, r), ev = fview(P.e, N, r), Rv = fview(P.R, N, I);
-    DG_TRY(prod(P.e, N, r, O, a->dy, ct, tview(Usv), DT_F32, nullptr, false, st));             /* e = g·Ūs */
-    DG_TRY(prod(P.R, N, I, r, ev, DT_F32, tview(L.D), ct, nullptr, false, st));                /* R = e·D */
-    dg_gemm g = gemm_of(N, I, O, a->dy, ct, tview(a->W), ct);                                   /* QR = g·W + R → R; dx = a⊙QR + R */
-    g.P = Rv;
-    g.out2 = Rv;
-    g.scn = P.a;
-    g.pw = 1.0f;
-    g.out = a->dx;
-    DG_TRY(run_gemm(g, st));
-    DG_TRY(colred(a->x, ct, Rv, DT_F32, N, I, P.part, st));                                     /* dc */
-    DG_TRY(gamma_of(a, P, P.nchN, st));
-    DG_TRY(prod(P.h, N, r, I, a->x, ct, L.D, ct, P.c, false, st));                              /* hc = x·(D⊙c)ᵀ */
-    /* Ts = gᵀ·hc + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ) */
-    DG_TRY(prod(P.T, O, r, N, tview(a->dy), ct, tview(fview(P.h, N, r)), DT_F32, nullptr, false, st));
-    DG_TRY(prod(P.T, O, r, I, a->W, ct, L.D, ct, P.gam, true, st));
-    DG_TRY(prod(P.RR2, r, r, I, L.D, ct, L.D, ct, P.gam, false, st));
-    DG_TRY(prod(P.T, O, r, r, Usv, DT_F32, fview(P.RR2, r, r), DT_F32, nullptr, true, st));
+    const lk_view Dv = a->L.D, Usv = fview(P.Us, O, r), ev = fview(P.e, N, r), Rv = fview(P.R, N, I), Qv = fview(P.Q, N, I);
+    DG_TRY(mm(X, P.e, N, r, O, a->dy, false, ct, Usv, true, DT_F32, true));                /* e = g·Ūs */
+    DG_TRY(mm(X, P.R, N, I, r, ev, false, DT_F32, Dv, true, ct, true));                    /* R = e·D */
+    DG_TRY(mm(X, P.Q, N, I, O, a->dy, false, ct, a->W, true, ct, true));                   /* Q = g·W */
+    DG_TRY(colred(X, a->x, ct, Qv, DT_F32, Rv, N, I, P.part));                                       /* dc = colsum(x⊙(Q + R)) */
+    DG_TRY(gamma_of(X, P));
+    if (a->dx.p)                                                                              /* dx = a⊙Q + c⊙R */
+        DG_TRY(ew(X, a->dx, N, I, NOV, 0, term(Qv, DT_F32, nullptr, P.a), term(Rv, DT_F32, nullptr, P.c)));
+    /* Ts = gᵀ·(x·(D⊙c)ᵀ) + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ) */
+    const lk_view S3v = fview(P.S3, r, I);
+    DG_TRY(ew(X, S3v, r, I, NOV, 0, term(Dv, ct, nullptr, P.c), NOT));                     /* D⊙c */
+    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, S3v, false, DT_F32, true));                /* hc */
+    DG_TRY(mm(X, P.T, O, r, N, a->dy, true, ct, fview(P.h, N, r), true, DT_F32, true));    /* gᵀ·hc */
+    DG_TRY(ew(X, S3v, r, I, NOV, 0, term(Dv, ct, nullptr, P.gam), NOT));                   /* D⊙γ */
+    DG_TRY(mm(X, P.S1, O, r, I, a->W, false, ct, S3v, false, DT_F32, true));               /* W·(D⊙γ)ᵀ */
+    DG_TRY(mm(X, P.RR2, r, r, I, Dv, false, ct, S3v, false, DT_F32, false));               /* D·(D⊙γ)ᵀ */
+    DG_TRY(mm(X, P.S2, O, r, r, Usv, false, DT_F32, fview(P.RR2, r, r), false, DT_F32, false));
+    DG_TRY(ew(X, fview(P.T, O, r), O, r, fview(P.T, O, r), DT_F32, term(fview(P.S1, O, r), DT_F32, nullptr, nullptr),
+              term(fview(P.S2, O, r), DT_F32, nullptr, nullptr)));
     /* G_D = c⊙(eᵀ·x) + γ⊙VI */
-    DG_TRY(prod(P.gD, r, I, N, tview(ev), DT_F32, tview(a->x), ct, nullptr, false, st));
-    dg_ew e;
-    memset(&e, 0, sizeof e);
-    e.M = r;
-    e.N = I;
-    e.out = fview(P.gD, r, I);
-    e.X = e.out;
-    e.xc = P.c;
-    e.Y = fview(P.VX, r, I);
-    e.yc = P.gam;
-    return ew(e, st);
+    DG_TRY(mm(X, P.gD, r, I, N, ev, true, DT_F32, a->x, true, ct, true));
+    return ew(X, fview(P.gD, r, I), r, I, NOV, 0, term(fview(P.gD, r, I), DT_F32, nullptr, P.c),
+              term(fview(P.VX, r, I), DT_F32, nullptr, P.gam));
 }
 
-int finish_grads(const lk_dora_bypass_args *a, plan &P, cudaStream_t st) {
-    const lk_locon &L = a->L;
+int finish_grads(const ctx &X, plan &P) {
+    const lk_dora_bypass_args *a = X.a;
     i64 O = P.O, r = P.r;
     if (a->gU.p && O * r > 0) {
-        k_dg_grad_u<<<blocks_of(O * r), NT, 0, st>>>(L, P.T, a->gU);
+        k_dg_grad_u<<<blocks_of(O * r), NT, 0, X.st>>>(a->L, P.T, a->gU);
         LK_LAUNCHED("dora bypass grad up");
     }
     if (a->gsigma.p) {
-        k_dg_dot<<<1, NT, 0, st>>>(P.T, P.Ub, O * r, a->gsigma);
+        k_dg_dot<<<1, NT, 0, X.st>>>(P.T, P.Ub, O * r, a->gsigma);
         LK_LAUNCHED("dora bypass grad scalar");
     }
     if (a->gD.p) {
         lk_view src = fview(P.gD, P.r, P.I);
-        DG_TRY(lk_copy_round(&a->gD, &src, DT_F32, st));
+        DG_TRY(lk_copy_round(&a->gD, &src, DT_F32, X.st));
     }
     return LYCO_OK;
 }
 
 }  // namespace
 
-extern "C" int lk_dora_bypass(const lk_dora_bypass_args *a, void *stream) {
-    cudaStream_t st = (cudaStream_t)stream;
+extern "C" int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev, void *stream) {
+    ctx X;
+    X.a = a;
+    X.dev = dev;
+    X.st = (cudaStream_t)stream;
+    X.ct = a->L.ct;
+    X.tc = (X.ct == DT_BF16 || X.ct == DT_F16) && !a->ffma;
     plan P;
     memset(&P, 0, sizeof P);
     P.N = a->T;
@@ -557,12 +577,12 @@ extern "C" int lk_dora_bypass(const lk_dora_bypass_args *a, void *stream) {
     DG_TRY(lk_scratch_alloc(&blk, A.off, stream));
     A = {(char *)blk, 0};
     layout(P, A);
-    int rc = stats(a, P, st);
+    int rc = stats(X, P);
     if (!rc) {
-        if (!P.bwd) rc = forward(a, P, st);
-        else rc = P.out_axis ? backward_out(a, P, st) : backward_in(a, P, st);
+        if (!P.bwd) rc = forward(X, P);
+        else rc = P.out_axis ? backward_out(X, P) : backward_in(X, P);
     }
-    if (!rc && P.bwd) rc = finish_grads(a, P, st);
+    if (!rc && P.bwd) rc = finish_grads(X, P);
     int rc2 = lk_scratch_free(blk, stream);
     return rc ? rc : rc2;
 }

@@ -23,9 +23,10 @@ typedef struct {
     lk_view gU, gD, gsigma;
     int64_t T;               /* tokens */
     int32_t bwd;
+    int32_t ffma;            /* 1: every product on CUDA cores (LYCO_CUDA_DORA_FFMA=1, the A/B switch) */
 } lk_dora_bypass_args;
 
-int lk_dora_bypass(const lk_dora_bypass_args *a, void *stream);
+int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev, void *stream);
 
 #ifdef __cplusplus
 }
