@@ -16,14 +16,17 @@
  *                 Ts = gᵀ·(x·(D⊙c)ᵀ) + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ);  G_D = c⊙(eᵀ·x) + γ⊙VI
  *            G_U = σs·Ts·s·q (Ts = ∂L/∂Ūs), G_σs = ⟨Ts, Ū⟩, dy0 by the dispatcher.
  *
- * Every product is one launch: with a 16-bit compute dtype the large ones (K or both output dims of
- * size N, O or I) run on the tensor cores through gemm.cu's lk_gemm (operands, fp32 scratch
- * included, rounded to CT as staged — h, e, c⊙Ūs, g⊙a and the like are rounded to CT there, as the
- * eager chain stores them; fp32 sums); the r×r-sized ones, fp32 compute, and any shape lk_gemm
- * declines run k_dg_gemm, a 64×64-tile FFMA GEMM over strided views (caller tensors rounded to CT,
- * fp32 scratch as is). Scalings (g⊙a, c⊙Ūs, D⊙c, x⊙a, …) are materialised by k_dg_ew, the sums of
- * three terms (y, dx, Ts, G_D) too. Column sums (‖W_:i‖², dc) are fixed chunks of 256 rows in fp64,
- * summed in chunk order; ⟨Ts, Ū⟩ one block's fixed tree. Deterministic, no atomics.
+ * Products: with bf16 compute the large ones (K or an output dim of size N, O or I) run on the
+ * tensor cores through gemm.cu's lk_gemm. Caller tensors enter rounded to CT (NUMERICS.md §1.2);
+ * no intermediate is rounded: an fp32 scratch operand (h, e, c⊙Ūs, g⊙a, …) enters as three bf16
+ * pieces S = P1 + P2 + P3 (k_dg_split3, 24 significand bits: fp32's) and the three products are
+ * chained in fp32 (lk_gemm's base_f32), smallest piece first. fp16 compute: only products of two
+ * caller tensors (x·Wᵀ, g·W, x·Dᵀ, W·Dᵀ) go to the tensor cores — fp16's exponent range would lose
+ * the small pieces. Products of two scratch operands (K = r), the r×r ones, fp32 compute and any
+ * shape lk_gemm declines run k_dg_gemm, a 64×64-tile FFMA GEMM over strided views. Scalings (g⊙a,
+ * c⊙Ūs, D⊙c, x⊙a, …) are materialised by k_dg_ew, the sums of three terms (y, dx, Ts, G_D) too.
+ * Column sums (‖W_:i‖², dc) are fixed chunks of 256 rows in fp64, summed in chunk order; ⟨Ts, Ū⟩
+ * one block's fixed tree. Deterministic, no atomics.
  * LYCO_CUDA_DORA_FFMA=1 keeps every product on k_dg_gemm (the A/B switch).
  *
  * Extra memory (fp32 unless said): forward N·(2·O + r) (+ N·I on the input axis) + 5·max(O·r, r·I)
@@ -226,6 +229,22 @@ __global__ __launch_bounds__(NT) void k_dg_dot(const float *a, const float *b, i
     if (threadIdx.x == 0) vstore(out, 0, 0, (float)sh[0]);
 }
 
+/* An fp32 scratch matrix (n values, compact) as three bf16 pieces S = P1 + P2 + P3 (P1 = RN(S),
+   P2 = RN(S − P1), P3 = RN(S − P1 − P2): 3 × 8 significand bits hold the fp32 value), so that a
+   product with a caller tensor runs on the bf16 tensor cores without rounding S (3 products). */
+__global__ __launch_bounds__(NT) void k_dg_split3(const float *S, i64 n, unsigned short *P1, unsigned short *P2, unsigned short *P3) {
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
+        const float v = S[i];
+        const unsigned b1 = f_to_bits(v, DT_BF16);
+        const float r1 = v - bits16_to_f(b1, DT_BF16);
+        const unsigned b2 = f_to_bits(r1, DT_BF16);
+        const float r2 = r1 - bits16_to_f(b2, DT_BF16);
+        P1[i] = (unsigned short)b1;
+        P2[i] = (unsigned short)b2;
+        P3[i] = (unsigned short)f_to_bits(r2, DT_BF16);
+    }
+}
+
 /* ---- host ---- */
 
 namespace {
@@ -240,7 +259,13 @@ lk_view tview(lk_view v) {
     return t;
 }
 
-lk_view fview(const float *p, i64 rows, i64 cols) { return lk_pitched_view(p, rows, cols, cols, DT_F32); }
+/* compact scratch (256-byte aligned) as a view: 16-byte rows only when cols·elem_size is a multiple of 16 */
+lk_view cview(const void *p, i64 rows, i64 cols, int dt) {
+    lk_view v = lk_pitched_view(p, rows, cols, cols, dt);
+    if ((cols * (dt == DT_F32 ? 4 : 2)) % 16 != 0) v.flags &= ~LK_VEC;
+    return v;
+}
+lk_view fview(const float *p, i64 rows, i64 cols) { return cview(p, rows, cols, DT_F32); }
 
 /* Bump allocation in one stream-ordered block; with base NULL it only measures. */
 struct arena {
@@ -311,9 +336,41 @@ struct ctx {
    tc: on the tensor cores when the compute dtype is 16-bit and gemm.cu takes the shape (every
    operand rounded to CT as staged, fp32 sums); otherwise k_dg_gemm (FFMA; A, B rounded through
    rA, rB: CT for caller tensors, fp32 scratch as is). */
+/* C = Σ_j Pj·B (A split: pieces of the compact fp32 scratch A) or A·Pjᵀ (B split), smallest piece
+   first, each product added to the last in fp32 (base_f32) */
+int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
+    const lk_view &S = split_a ? g0.A : g0.B;
+    const i64 n = S.rows * S.cols;
+    void *buf = nullptr;
+    DG_TRY(lk_scratch_alloc(&buf, (size_t)(3 * n + 1) * 2 + 512, X.st));
+    unsigned short *P[3];
+    for (int j = 0; j < 3; j++) P[j] = (unsigned short *)((char *)buf + (((size_t)j * (size_t)n * 2 + 255) & ~(size_t)255));
+    int rc = LYCO_OK;
+    if (n > 0) {
+        k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, P[0], P[1], P[2]);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split failed: %s", cudaGetErrorString(e));
+    }
+    for (int j = 2; j >= 0 && !rc; j--) {
+        lk_gemm_args g = g0;
+        (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, DT_BF16);
+        if (j < 2) {
+            g.base = g.out;
+            g.base_f32 = 1;
+        }
+        rc = lk_gemm(&g, X.dev, X.st);
+    }
+    int rc2 = lk_scratch_free(buf, X.st);
+    return rc ? rc : rc2;
+}
+
 int mm(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, bool tc) {
     if (M == 0 || N == 0) return LYCO_OK;
-    if (tc && X.tc && (!at || bt)) {
+    /* caller tensors enter rounded to CT (rA, rB = CT), fp32 scratch must not be (rA, rB = fp32):
+       two caller operands → one tensor-core product; one scratch operand → its three bf16 pieces
+       (bf16 compute only: fp16's exponent range would lose the small pieces); two → CUDA cores */
+    const bool sa = rA == DT_F32, sb = rB == DT_F32;
+    if (tc && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || X.ct == DT_BF16)) {
         lk_gemm_args g;
         memset(&g, 0, sizeof g);
         g.ct = X.ct;
@@ -325,7 +382,7 @@ int mm(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, 
         g.a_t = at;
         g.b_t = bt;
         g.out = fview(C, M, N);
-        if (lk_gemm_fits(&g, X.dev)) return lk_gemm(&g, X.dev, X.st);
+        if (lk_gemm_fits(&g, X.dev)) return (sa || sb) ? mm_split(X, g, sa) : lk_gemm(&g, X.dev, X.st);
     }
     dg_gemm d;
     memset(&d, 0, sizeof d);

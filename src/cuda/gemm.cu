@@ -2,6 +2,7 @@
  * gemm.cu — a tensor-core product with an additive epilogue for 16-bit compute (kern_gemm.h):
  *
  *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) ),  fp32 sums
+ *   (with base_f32, base[m, n] as loaded instead of RN_CT(base[m, n]))
  *
  * A M×K (or given K×M: a_t), B N×K (or given K×N: b_t), base / out M×N; any dtypes (A and B are rounded to CT in shared memory as they are
  * staged — no cast pass), any strides and alignment (common.cuh's raw_issue: cp.async for
@@ -123,7 +124,7 @@ template <typename CT, bool AT, bool BT, int GK, int GS> __global__ __launch_bou
             float w[8];
             vload8(w, a.base, m, n);
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[e] += rnd_ct<CT>(w[e]);
+            for (int e = 0; e < 8; e++) v[e] += a.base_f32 ? w[e] : rnd_ct<CT>(w[e]);
         }
         vstore8(a.out, m, n, v);
     }

@@ -2,11 +2,12 @@
  * kern_gemm.h — gemm.cu's tensor-core product with an additive epilogue, for 16-bit compute:
  *
  *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) )    (fp32 sums)
+ *   (base_f32: base[m, n] as loaded, for chains of fp32 partial products — dora_bypass.cu)
  *
  * A is M×K and B is N×K, or given transposed (a_t: K×M, b_t: K×N) (any dtype, any strides: operands not
  * already CT are rounded to CT in shared memory as they are staged, never by a separate pass);
  * base (M×N, p NULL = none) and out (M×N) any dtype and strides. Users: LoHa's bypass forward
- * (x · ΔW̄_cᵀ over row chunks of a generated ΔW̄, loha_dense.cu).
+ * (x · ΔW̄_cᵀ over row chunks of a generated ΔW̄, loha_dense.cu), DoRA in bypass (dora_bypass.cu).
  */
 #ifndef LYCO_CUDA_KERN_GEMM_H
 #define LYCO_CUDA_KERN_GEMM_H
@@ -23,6 +24,7 @@ typedef struct {
     lk_view A, B;        /* M×K (a_t: K×M), N×K (b_t: K×N) */
     int32_t a_t, b_t;    /* a_t only together with b_t */
     lk_view base, out;   /* M×N; base p NULL = none */
+    int32_t base_f32;    /* 1: base added as loaded (fp32 partial sums), not rounded to CT first */
 } lk_gemm_args;
 
 /* Whether lk_gemm runs this call (16-bit CT, grid limits, shared memory); 0 = use another path. */
