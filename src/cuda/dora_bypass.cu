@@ -232,16 +232,23 @@ __global__ __launch_bounds__(NT) void k_dg_dot(const float *a, const float *b, i
 /* An fp32 scratch matrix (n values, compact) as three bf16 pieces S = P1 + P2 + P3 (P1 = RN(S),
    P2 = RN(S − P1), P3 = RN(S − P1 − P2): 3 × 8 significand bits hold the fp32 value), so that a
    product with a caller tensor runs on the bf16 tensor cores without rounding S (3 products). */
-__global__ __launch_bounds__(NT) void k_dg_split3(const float *S, i64 n, unsigned short *P1, unsigned short *P2, unsigned short *P3) {
+__global__ __launch_bounds__(NT) void k_dg_split3(const float *S, i64 n, void *P1, void *P2, void *P3, bool f32) {
     for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
         const float v = S[i];
         const unsigned b1 = f_to_bits(v, DT_BF16);
         const float r1 = v - bits16_to_f(b1, DT_BF16);
         const unsigned b2 = f_to_bits(r1, DT_BF16);
         const float r2 = r1 - bits16_to_f(b2, DT_BF16);
-        P1[i] = (unsigned short)b1;
-        P2[i] = (unsigned short)b2;
-        P3[i] = (unsigned short)f_to_bits(r2, DT_BF16);
+        const unsigned b3 = f_to_bits(r2, DT_BF16);
+        if (f32) {
+            ((float *)P1)[i] = bits16_to_f(b1, DT_BF16);
+            ((float *)P2)[i] = bits16_to_f(b2, DT_BF16);
+            ((float *)P3)[i] = bits16_to_f(b3, DT_BF16);
+        } else {
+            ((unsigned short *)P1)[i] = (unsigned short)b1;
+            ((unsigned short *)P2)[i] = (unsigned short)b2;
+            ((unsigned short *)P3)[i] = (unsigned short)b3;
+        }
     }
 }
 
@@ -323,7 +330,8 @@ struct ctx {
     const lk_device *dev;
     cudaStream_t st;
     int ct;
-    bool tc; /* 16-bit compute: the large products on the tensor cores (gemm.cu) */
+    bool tc;    /* 16-bit compute: the large products on the tensor cores (gemm.cu) */
+    int split;  /* 1: scratch operands as bf16 pieces; 0: their products on CUDA cores; 2: pieces kept in fp32 storage */
 };
 
 #define DG_TRY(x)                                                                                   \
@@ -342,18 +350,19 @@ int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
     const lk_view &S = split_a ? g0.A : g0.B;
     const i64 n = S.rows * S.cols;
     void *buf = nullptr;
-    DG_TRY(lk_scratch_alloc(&buf, (size_t)(3 * n + 1) * 2 + 512, X.st));
-    unsigned short *P[3];
-    for (int j = 0; j < 3; j++) P[j] = (unsigned short *)((char *)buf + (((size_t)j * (size_t)n * 2 + 255) & ~(size_t)255));
+    const int es = X.split == 2 ? 4 : 2;
+    DG_TRY(lk_scratch_alloc(&buf, (size_t)(3 * n + 1) * es + 512, X.st));
+    void *P[3];
+    for (int j = 0; j < 3; j++) P[j] = (char *)buf + (((size_t)j * (size_t)n * es + 255) & ~(size_t)255);
     int rc = LYCO_OK;
     if (n > 0) {
-        k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, P[0], P[1], P[2]);
+        k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, P[0], P[1], P[2], es == 4);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split failed: %s", cudaGetErrorString(e));
     }
     for (int j = 2; j >= 0 && !rc; j--) {
         lk_gemm_args g = g0;
-        (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, DT_BF16);
+        (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, es == 4 ? DT_F32 : DT_BF16);
         if (j < 2) {
             g.base = g.out;
             g.base_f32 = 1;
@@ -370,7 +379,7 @@ int mm(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, 
        two caller operands → one tensor-core product; one scratch operand → its three bf16 pieces
        (bf16 compute only: fp16's exponent range would lose the small pieces); two → CUDA cores */
     const bool sa = rA == DT_F32, sb = rB == DT_F32;
-    if (tc && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || X.ct == DT_BF16)) {
+    if (tc && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || (X.ct == DT_BF16 && X.split))) {
         lk_gemm_args g;
         memset(&g, 0, sizeof g);
         g.ct = X.ct;
@@ -616,7 +625,8 @@ extern "C" int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev
     X.dev = dev;
     X.st = (cudaStream_t)stream;
     X.ct = a->L.ct;
-    X.tc = (X.ct == DT_BF16 || X.ct == DT_F16) && !a->ffma;
+    X.tc = (X.ct == DT_BF16 || X.ct == DT_F16) && a->ffma != 1;
+    X.split = a->ffma == 2 ? 0 : a->ffma == 3 ? 2 : 1;
     plan P;
     memset(&P, 0, sizeof P);
     P.N = a->T;

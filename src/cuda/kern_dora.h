@@ -23,7 +23,8 @@ typedef struct {
     lk_view gU, gD, gsigma;
     int64_t T;               /* tokens */
     int32_t bwd;
-    int32_t ffma;            /* 1: every product on CUDA cores (LYCO_CUDA_DORA_FFMA=1, the A/B switch) */
+    int32_t ffma;            /* LYCO_CUDA_DORA_FFMA: 1 every product on CUDA cores (the A/B switch); 2 products
+                                with an fp32 scratch operand on CUDA cores; 3 its bf16 pieces stored as fp32 */
 } lk_dora_bypass_args;
 
 int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev, void *stream);
