@@ -34,6 +34,9 @@
  * (input axis: N·(2·I + 2·r)) + 3·O·r + 3·r·I + the same small terms. E.g. 2048 tokens, 4096², r 32,
  * backward: ~170 MB.
  */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/common.cuh"
@@ -331,6 +334,7 @@ struct ctx {
     cudaStream_t st;
     int ct;
     bool tc;    /* 16-bit compute: the large products on the tensor cores (gemm.cu) */
+    bool verify; /* LYCO_CUDA_DORA_VERIFY=1 */
     int split;  /* 1: scratch operands as bf16 pieces; 0: their products on CUDA cores; 2: pieces kept in fp32 storage */
 };
 
@@ -373,7 +377,50 @@ int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
     return rc ? rc : rc2;
 }
 
-int mm(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, bool tc) {
+int mm_ffma(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB) {
+    dg_gemm d;
+    memset(&d, 0, sizeof d);
+    d.M = M;
+    d.N = N;
+    d.K = K;
+    d.A = at ? tview(A) : A;
+    d.B = bt ? tview(B) : B;
+    d.rA = rA;
+    d.rB = rB;
+    d.out = fview(C, M, N);
+    dim3 grid((unsigned)cdiv(M, DG_T), (unsigned)cdiv(N, DG_T));
+    k_dg_gemm<<<grid, NT, 0, X.st>>>(d);
+    LK_LAUNCHED("dora bypass gemm");
+    return LYCO_OK;
+}
+
+/* LYCO_CUDA_DORA_VERIFY=1 (diagnostic): a tensor-core product against k_dg_gemm on the same
+   operands, the largest difference relative to the largest |value| printed to stderr */
+int mm_verify(const ctx &X, const float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, int line) {
+    float *ref = nullptr;
+    size_t n = (size_t)(M * N);
+    LK_CHECK(cudaMalloc((void **)&ref, n * sizeof(float) + 16));
+    int rc = mm_ffma(X, ref, M, N, K, A, at, rA, B, bt, rB);
+    float *h1 = (float *)malloc(n * sizeof(float) + 16), *h2 = (float *)malloc(n * sizeof(float) + 16);
+    if (!rc && h1 && h2 && cudaStreamSynchronize(X.st) == cudaSuccess && cudaMemcpy(h1, C, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+        cudaMemcpy(h2, ref, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess) {
+        double mx = 0, dmax = 0;
+        for (size_t i = 0; i < n; i++) {
+            double v = fabs((double)h2[i]), d = fabs((double)h1[i] - (double)h2[i]);
+            if (v > mx) mx = v;
+            if (d > dmax) dmax = d;
+        }
+        fprintf(stderr, "dora-verify line %d: M %lld N %lld K %lld at %d bt %d A %s B %s dt %d/%d: max|diff| / max|ref| = %.3g\n", line,
+                (long long)M, (long long)N, (long long)K, (int)at, (int)bt, rA == DT_F32 ? "scratch" : "caller", rB == DT_F32 ? "scratch" : "caller",
+                A.dt, B.dt, mx > 0 ? dmax / mx : dmax);
+    }
+    free(h1);
+    free(h2);
+    cudaFree(ref);
+    return rc;
+}
+
+int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, bool tc, int line) {
     if (M == 0 || N == 0) return LYCO_OK;
     /* caller tensors enter rounded to CT (rA, rB = CT), fp32 scratch must not be (rA, rB = fp32):
        two caller operands → one tensor-core product; one scratch operand → its three bf16 pieces
@@ -391,23 +438,14 @@ int mm(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, 
         g.a_t = at;
         g.b_t = bt;
         g.out = fview(C, M, N);
-        if (lk_gemm_fits(&g, X.dev)) return (sa || sb) ? mm_split(X, g, sa) : lk_gemm(&g, X.dev, X.st);
+        if (lk_gemm_fits(&g, X.dev)) {
+            DG_TRY((sa || sb) ? mm_split(X, g, sa) : lk_gemm(&g, X.dev, X.st));
+            return X.verify ? mm_verify(X, C, M, N, K, A, at, rA, B, bt, rB, line) : LYCO_OK;
+        }
     }
-    dg_gemm d;
-    memset(&d, 0, sizeof d);
-    d.M = M;
-    d.N = N;
-    d.K = K;
-    d.A = at ? tview(A) : A;
-    d.B = bt ? tview(B) : B;
-    d.rA = rA;
-    d.rB = rB;
-    d.out = fview(C, M, N);
-    dim3 grid((unsigned)cdiv(M, DG_T), (unsigned)cdiv(N, DG_T));
-    k_dg_gemm<<<grid, NT, 0, X.st>>>(d);
-    LK_LAUNCHED("dora bypass gemm");
-    return LYCO_OK;
+    return mm_ffma(X, C, M, N, K, A, at, rA, B, bt, rB);
 }
+#define mm(...) mm_at(__VA_ARGS__, __LINE__)
 
 /* out = RN(base) + xr·xc·RN(Xv) + yr·yc·RN(Yv) over M×N (k_dg_ew) */
 struct ew_term {
@@ -627,6 +665,7 @@ extern "C" int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev
     X.ct = a->L.ct;
     X.tc = (X.ct == DT_BF16 || X.ct == DT_F16) && a->ffma != 1;
     X.split = a->ffma == 2 ? 0 : a->ffma == 3 ? 2 : 1;
+    X.verify = getenv("LYCO_CUDA_DORA_VERIFY") != nullptr;
     plan P;
     memset(&P, 0, sizeof P);
     P.N = a->T;
