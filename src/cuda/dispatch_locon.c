@@ -158,6 +158,7 @@ static lyco_status run_dora_bypass(const lyco_call *c, const lk_device *dev, voi
     d.bwd = bwd;
     const char *ffma = getenv("LYCO_CUDA_DORA_FFMA");
     d.ffma = ffma ? atoi(ffma) : 0;
+    d.verify = getenv("LYCO_CUDA_DORA_VERIFY") != NULL;
     if (bwd && dy0.p) /* y = y0 + Δ: dy0 = dy; Δ alone does not read y0: dy0 = 0 */
         if ((rc = (lyco_status)lk_copy_round(&dy0, delta_only ? NULL : &d.dy, d.L.ct, st))) return rc;
     return (lyco_status)lk_dora_bypass(&d, dev, st);

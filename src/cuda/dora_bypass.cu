@@ -27,7 +27,11 @@
  * c⊙Ūs, D⊙c, x⊙a, …) are materialised by k_dg_ew, the sums of three terms (y, dx, Ts, G_D) too.
  * Column sums (‖W_:i‖², dc) are fixed chunks of 256 rows in fp64, summed in chunk order; ⟨Ts, Ū⟩
  * one block's fixed tree. Deterministic, no atomics.
- * LYCO_CUDA_DORA_FFMA=1 keeps every product on k_dg_gemm (the A/B switch).
+ * LYCO_CUDA_DORA_FFMA=1 keeps every product on k_dg_gemm (the A/B switch), =2 only the products with
+ * a scratch operand; LYCO_CUDA_DORA_VERIFY=1 checks each tensor-core product against k_dg_gemm
+ * (stderr; it found the pieces of a small operand overlapping, fixed). k_dg_gemm splits a long K
+ * over few output tiles (D·Dᵀ and the like: one tile, K = I) into ≤ 128 blocks, partials summed in
+ * split order.
  *
  * Extra memory (fp32 unless said): forward N·(2·O + r) (+ N·I on the input axis) + 5·max(O·r, r·I)
  * + r·I + 2r² + ~8·kept (fp64 column-sum chunks: kept·⌈rows/256⌉ doubles); backward N·(2·O + 2·I + 2·r)
@@ -52,6 +56,8 @@ struct dg_gemm {
     lk_view A, B;        /* M×K, N×K (any dtype and strides) */
     int rA, rB;          /* dtypes A, B are rounded through as staged */
     lk_view out;         /* M×N, fp32 scratch */
+    i64 kchunk;          /* k per split (gridDim.z splits) */
+    float *part;         /* gridDim.z > 1: the splits' M×N partials; NULL: out directly */
 };
 
 __device__ __forceinline__ void dg_stage(float (*S)[DG_T + 1], const lk_view &v, int rnd, i64 m0, i64 k0, i64 M, i64 K) {
@@ -63,19 +69,21 @@ __device__ __forceinline__ void dg_stage(float (*S)[DG_T + 1], const lk_view &v,
     }
 }
 
-/* out = A·Bᵀ; grid (M tiles, N tiles): M along x (up to 2³¹ − 1 tiles), N along y */
+/* out = A·Bᵀ; grid (M tiles, N tiles, K splits): M along x (up to 2³¹ − 1 tiles), N along y; with
+   ksplit > 1, split z sums k in [z·kchunk, (z + 1)·kchunk) into its own M×N slice of part */
 __global__ __launch_bounds__(NT) void k_dg_gemm(dg_gemm a) {
     __shared__ float As[DG_K][DG_T + 1], Bs[DG_K][DG_T + 1];
     const i64 m0 = (i64)blockIdx.x * DG_T, n0 = (i64)blockIdx.y * DG_T;
+    const i64 kb = (i64)blockIdx.z * a.kchunk, ke = min(a.K, kb + a.kchunk);
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (i64 k0 = 0; k0 < a.K; k0 += DG_K) {
-        dg_stage(As, a.A, a.rA, m0, k0, a.M, a.K);
-        dg_stage(Bs, a.B, a.rB, n0, k0, a.N, a.K);
+    for (i64 k0 = kb; k0 < ke; k0 += DG_K) {
+        dg_stage(As, a.A, a.rA, m0, k0, a.M, ke);
+        dg_stage(Bs, a.B, a.rB, n0, k0, a.N, ke);
         __syncthreads();
         float part[4][4];
 #pragma unroll
@@ -106,8 +114,19 @@ __global__ __launch_bounds__(NT) void k_dg_gemm(dg_gemm a) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-            if (m < a.M && n < a.N) vstore(a.out, m, n, acc[i][j]);
+            if (m >= a.M || n >= a.N) continue;
+            if (a.part) a.part[((i64)blockIdx.z * a.M + m) * a.N + n] = acc[i][j];
+            else vstore(a.out, m, n, acc[i][j]);
         }
+}
+
+/* out[m, n] = Σ_z part[z, m, n] in split order */
+__global__ __launch_bounds__(NT) void k_dg_sumz(const float *part, int nz, i64 M, i64 N, lk_view out) {
+    const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
+    if (idx >= M * N) return;
+    float s = 0.0f;
+    for (int z = 0; z < nz; z++) s += part[(i64)z * M * N + idx];
+    vstore(out, idx / N, idx % N, s);
 }
 
 /* part[ch·cols + col] = Σ_{rows of chunk ch} RN(X[row, col])·(RN(Y[row, col]) + Y2[row, col]) in fp64
@@ -235,23 +254,16 @@ __global__ __launch_bounds__(NT) void k_dg_dot(const float *a, const float *b, i
 /* An fp32 scratch matrix (n values, compact) as three bf16 pieces S = P1 + P2 + P3 (P1 = RN(S),
    P2 = RN(S − P1), P3 = RN(S − P1 − P2): 3 × 8 significand bits hold the fp32 value), so that a
    product with a caller tensor runs on the bf16 tensor cores without rounding S (3 products). */
-__global__ __launch_bounds__(NT) void k_dg_split3(const float *S, i64 n, void *P1, void *P2, void *P3, bool f32) {
+__global__ __launch_bounds__(NT) void k_dg_split3(const float *S, i64 n, unsigned short *P1, unsigned short *P2, unsigned short *P3) {
     for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
         const float v = S[i];
         const unsigned b1 = f_to_bits(v, DT_BF16);
         const float r1 = v - bits16_to_f(b1, DT_BF16);
         const unsigned b2 = f_to_bits(r1, DT_BF16);
         const float r2 = r1 - bits16_to_f(b2, DT_BF16);
-        const unsigned b3 = f_to_bits(r2, DT_BF16);
-        if (f32) {
-            ((float *)P1)[i] = bits16_to_f(b1, DT_BF16);
-            ((float *)P2)[i] = bits16_to_f(b2, DT_BF16);
-            ((float *)P3)[i] = bits16_to_f(b3, DT_BF16);
-        } else {
-            ((unsigned short *)P1)[i] = (unsigned short)b1;
-            ((unsigned short *)P2)[i] = (unsigned short)b2;
-            ((unsigned short *)P3)[i] = (unsigned short)b3;
-        }
+        P1[i] = (unsigned short)b1;
+        P2[i] = (unsigned short)b2;
+        P3[i] = (unsigned short)f_to_bits(r2, DT_BF16);
     }
 }
 
@@ -335,7 +347,7 @@ struct ctx {
     int ct;
     bool tc;    /* 16-bit compute: the large products on the tensor cores (gemm.cu) */
     bool verify; /* LYCO_CUDA_DORA_VERIFY=1 */
-    int split;  /* 1: scratch operands as bf16 pieces; 0: their products on CUDA cores; 2: pieces kept in fp32 storage */
+    bool split; /* scratch operands enter the tensor cores as bf16 pieces (else their products stay on CUDA cores) */
 };
 
 #define DG_TRY(x)                                                                                   \
@@ -354,19 +366,20 @@ int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
     const lk_view &S = split_a ? g0.A : g0.B;
     const i64 n = S.rows * S.cols;
     void *buf = nullptr;
-    const int es = X.split == 2 ? 4 : 2;
-    DG_TRY(lk_scratch_alloc(&buf, (size_t)(3 * n + 1) * es + 512, X.st));
+    const int es = 2;
+    const size_t stride = ((size_t)(n > 0 ? n : 1) * es + 255) & ~(size_t)255; /* pieces 256-byte aligned, apart */
+    DG_TRY(lk_scratch_alloc(&buf, 3 * stride, X.st));
     void *P[3];
-    for (int j = 0; j < 3; j++) P[j] = (char *)buf + (((size_t)j * (size_t)n * es + 255) & ~(size_t)255);
+    for (int j = 0; j < 3; j++) P[j] = (char *)buf + (size_t)j * stride;
     int rc = LYCO_OK;
     if (n > 0) {
-        k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, P[0], P[1], P[2], es == 4);
+        k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, (unsigned short *)P[0], (unsigned short *)P[1], (unsigned short *)P[2]);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split failed: %s", cudaGetErrorString(e));
     }
     for (int j = 2; j >= 0 && !rc; j--) {
         lk_gemm_args g = g0;
-        (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, es == 4 ? DT_F32 : DT_BF16);
+        (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, DT_BF16);
         if (j < 2) {
             g.base = g.out;
             g.base_f32 = 1;
@@ -388,9 +401,27 @@ int mm_ffma(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int
     d.rA = rA;
     d.rB = rB;
     d.out = fview(C, M, N);
-    dim3 grid((unsigned)cdiv(M, DG_T), (unsigned)cdiv(N, DG_T));
+    /* few output tiles and a long K (D·Dᵀ, ŪsᵀŪs, …: one 64×64 tile, K = I): split K into chunks of
+       ≥ 256 so that ~128 blocks run, partials summed in split order (deterministic) */
+    const i64 tiles = cdiv(M, DG_T) * cdiv(N, DG_T);
+    i64 nz = tiles >= 64 ? 1 : cdiv(K, 256);
+    if (nz > cdiv(128, tiles)) nz = cdiv(128, tiles);
+    if (nz < 1) nz = 1;
+    d.kchunk = nz > 1 ? cdiv(cdiv(K, nz), DG_K) * DG_K : (K > 0 ? K : 1);
+    nz = K > 0 ? cdiv(K, d.kchunk) : 1;
+    void *part = nullptr;
+    if (nz > 1) {
+        DG_TRY(lk_scratch_alloc(&part, (size_t)(nz * M * N) * sizeof(float), X.st));
+        d.part = (float *)part;
+    }
+    dim3 grid((unsigned)cdiv(M, DG_T), (unsigned)cdiv(N, DG_T), (unsigned)nz);
     k_dg_gemm<<<grid, NT, 0, X.st>>>(d);
     LK_LAUNCHED("dora bypass gemm");
+    if (nz > 1) {
+        k_dg_sumz<<<(unsigned)cdiv(M * N, NT), NT, 0, X.st>>>(d.part, (int)nz, M, N, d.out);
+        LK_LAUNCHED("dora bypass split-k sum");
+        DG_TRY(lk_scratch_free(part, X.st));
+    }
     return LYCO_OK;
 }
 
@@ -664,8 +695,8 @@ extern "C" int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev
     X.st = (cudaStream_t)stream;
     X.ct = a->L.ct;
     X.tc = (X.ct == DT_BF16 || X.ct == DT_F16) && a->ffma != 1;
-    X.split = a->ffma == 2 ? 0 : a->ffma == 3 ? 2 : 1;
-    X.verify = getenv("LYCO_CUDA_DORA_VERIFY") != nullptr;
+    X.split = a->ffma != 2;
+    X.verify = a->verify != 0;
     plan P;
     memset(&P, 0, sizeof P);
     P.N = a->T;

@@ -23,8 +23,9 @@ typedef struct {
     lk_view gU, gD, gsigma;
     int64_t T;               /* tokens */
     int32_t bwd;
-    int32_t ffma;            /* LYCO_CUDA_DORA_FFMA: 1 every product on CUDA cores (the A/B switch); 2 products
-                                with an fp32 scratch operand on CUDA cores; 3 its bf16 pieces stored as fp32 */
+    int32_t ffma;            /* LYCO_CUDA_DORA_FFMA: 1 every product on CUDA cores (the A/B switch); 2 the products
+                                with an fp32 scratch operand on CUDA cores (no bf16 pieces) */
+    int32_t verify;          /* LYCO_CUDA_DORA_VERIFY=1: each tensor-core product checked against CUDA cores */
 } lk_dora_bypass_args;
 
 int lk_dora_bypass(const lk_dora_bypass_args *a, const lk_device *dev, void *stream);
