@@ -16,11 +16,13 @@
  *                 Ts = gᵀ·(x·(D⊙c)ᵀ) + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ);  G_D = c⊙(eᵀ·x) + γ⊙VI
  *            G_U = σs·Ts·s·q (Ts = ∂L/∂Ūs), G_σs = ⟨Ts, Ū⟩, dy0 by the dispatcher.
  *
- * Products: with bf16 compute the large ones (K or an output dim of size N, O or I) run on the
- * tensor cores through gemm.cu's lk_gemm. Caller tensors enter rounded to CT (NUMERICS.md §1.2);
- * no intermediate is rounded: an fp32 scratch operand (h, e, c⊙Ūs, g⊙a, …) enters as three bf16
- * pieces S = P1 + P2 + P3 (k_dg_split3, 24 significand bits: fp32's) and the three products are
- * chained in fp32 (lk_gemm's base_f32), smallest piece first. fp16 compute: only products of two
+ * Products: with bf16 compute the wide ones (both output dims of size N, O or I: x·Wᵀ, g·W, (g⊙a)·W,
+ * e·D; enough 128×128 tiles for half the SMs) run on the tensor cores through gemm.cu's lk_gemm;
+ * thin ones (an output dim of size r) run k_dg_gemm with K split (more SMs busy than a few tiles). Caller tensors enter rounded to CT (NUMERICS.md §1.2);
+ * no intermediate is rounded: an fp32 scratch operand (e, g⊙a, x⊙a) enters as three bf16 pieces
+ * S = P1 + P2 + P3 (k_dg_split3, 24 significand bits: fp32's) and the products are chained in fp32
+ * (lk_gemm's base_f32), smallest piece first — two pieces (16 bits) when the product only feeds a
+ * 16-bit output (dx or y in bf16). fp16 compute: only products of two
  * caller tensors (x·Wᵀ, g·W, x·Dᵀ, W·Dᵀ) go to the tensor cores — fp16's exponent range would lose
  * the small pieces. Products of two scratch operands (K = r), the r×r ones, fp32 compute and any
  * shape lk_gemm declines run k_dg_gemm, a 64×64-tile FFMA GEMM over strided views. Scalings (g⊙a,
@@ -360,9 +362,10 @@ struct ctx {
    tc: on the tensor cores when the compute dtype is 16-bit and gemm.cu takes the shape (every
    operand rounded to CT as staged, fp32 sums); otherwise k_dg_gemm (FFMA; A, B rounded through
    rA, rB: CT for caller tensors, fp32 scratch as is). */
-/* C = Σ_j Pj·B (A split: pieces of the compact fp32 scratch A) or A·Pjᵀ (B split), smallest piece
-   first, each product added to the last in fp32 (base_f32) */
-int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
+/* C = Σ_j Pj·B (A split: np pieces of the compact fp32 scratch A) or A·Pjᵀ (B split), smallest piece
+   first, each product added to the last in fp32 (base_f32). np = 3 carries fp32's 24 bits; np = 2
+   (16 bits, relative error ≤ 2⁻¹⁷) where the product only feeds a 16-bit output (pieces_for). */
+int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a, int np) {
     const lk_view &S = split_a ? g0.A : g0.B;
     const i64 n = S.rows * S.cols;
     void *buf = nullptr;
@@ -377,10 +380,10 @@ int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split failed: %s", cudaGetErrorString(e));
     }
-    for (int j = 2; j >= 0 && !rc; j--) {
+    for (int j = np - 1; j >= 0 && !rc; j--) {
         lk_gemm_args g = g0;
         (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, DT_BF16);
-        if (j < 2) {
+        if (j < np - 1) {
             g.base = g.out;
             g.base_f32 = 1;
         }
@@ -391,6 +394,7 @@ int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a) {
 }
 
 int mm_ffma(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB) {
+    if (M == 0 || N == 0) return LYCO_OK;
     dg_gemm d;
     memset(&d, 0, sizeof d);
     d.M = M;
@@ -401,11 +405,11 @@ int mm_ffma(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int
     d.rA = rA;
     d.rB = rB;
     d.out = fview(C, M, N);
-    /* few output tiles and a long K (D·Dᵀ, ŪsᵀŪs, …: one 64×64 tile, K = I): split K into chunks of
-       ≥ 256 so that ~128 blocks run, partials summed in split order (deterministic) */
-    const i64 tiles = cdiv(M, DG_T) * cdiv(N, DG_T);
-    i64 nz = tiles >= 64 ? 1 : cdiv(K, 256);
-    if (nz > cdiv(128, tiles)) nz = cdiv(128, tiles);
+    /* few output tiles and a long K (D·Dᵀ: one 64×64 tile, K = I; x·Dᵀ: N/64 tiles, K = I): K split
+       into chunks of ≥ 256 so that ~2 blocks per SM run, partials summed in split order */
+    const i64 tiles = cdiv(M, DG_T) * cdiv(N, DG_T), target = 2 * (i64)X.dev->sms;
+    i64 nz = tiles >= target ? 1 : cdiv(K, 256);
+    if (nz > cdiv(target, tiles)) nz = cdiv(target, tiles);
     if (nz < 1) nz = 1;
     d.kchunk = nz > 1 ? cdiv(cdiv(K, nz), DG_K) * DG_K : (K > 0 ? K : 1);
     nz = K > 0 ? cdiv(K, d.kchunk) : 1;
@@ -451,13 +455,20 @@ int mm_verify(const ctx &X, const float *C, i64 M, i64 N, i64 K, lk_view A, bool
     return rc;
 }
 
-int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, bool tc, int line) {
+/* pieces of a scratch operand whose product ends in the output view v: 2 for a 16-bit output, 3 for fp32 */
+int pieces_for(const lk_view &v) { return v.dt == DT_F32 ? 3 : 2; }
+
+/* tc: 0 = CUDA cores; 2 or 3 = the tensor cores may run it (with that many pieces of a scratch
+   operand) when the output has enough 128×128 tiles to fill half the SMs — thinner outputs (a rank
+   r dimension) run k_dg_gemm with K split, which keeps more SMs busy than a few tensor-core tiles */
+int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, int tc, int line) {
     if (M == 0 || N == 0) return LYCO_OK;
     /* caller tensors enter rounded to CT (rA, rB = CT), fp32 scratch must not be (rA, rB = fp32):
        two caller operands → one tensor-core product; one scratch operand → its three bf16 pieces
        (bf16 compute only: fp16's exponent range would lose the small pieces); two → CUDA cores */
     const bool sa = rA == DT_F32, sb = rB == DT_F32;
-    if (tc && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || (X.ct == DT_BF16 && X.split))) {
+    const bool wide = cdiv(M, 128) * cdiv(N, 128) * 2 >= X.dev->sms;
+    if (tc && wide && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || (X.ct == DT_BF16 && X.split))) {
         lk_gemm_args g;
         memset(&g, 0, sizeof g);
         g.ct = X.ct;
@@ -470,7 +481,7 @@ int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int r
         g.b_t = bt;
         g.out = fview(C, M, N);
         if (lk_gemm_fits(&g, X.dev)) {
-            DG_TRY((sa || sb) ? mm_split(X, g, sa) : lk_gemm(&g, X.dev, X.st));
+            DG_TRY((sa || sb) ? mm_split(X, g, sa, tc) : lk_gemm(&g, X.dev, X.st));
             return X.verify ? mm_verify(X, C, M, N, K, A, at, rA, B, bt, rB, line) : LYCO_OK;
         }
     }
@@ -533,9 +544,9 @@ int stats(const ctx &X, plan &P) {
     dg_coef q;
     memset(&q, 0, sizeof q);
     if (P.out_axis) {
-        DG_TRY(mm(X, P.WD, O, r, I, a->W, false, ct, L.D, false, ct, true));                 /* W·Dᵀ */
-        DG_TRY(mm(X, P.RR, r, r, I, L.D, false, ct, L.D, false, ct, false));                 /* D·Dᵀ */
-        DG_TRY(mm(X, P.S1, O, r, r, Usv, false, DT_F32, fview(P.RR, r, r), false, DT_F32, false));
+        DG_TRY(mm(X, P.WD, O, r, I, a->W, false, ct, L.D, false, ct, 3));                 /* W·Dᵀ */
+        DG_TRY(mm(X, P.RR, r, r, I, L.D, false, ct, L.D, false, ct, 0));                 /* D·Dᵀ */
+        DG_TRY(mm(X, P.S1, O, r, r, Usv, false, DT_F32, fview(P.RR, r, r), false, DT_F32, 0));
         DG_TRY(ew(X, fview(P.VX, O, r), O, r, fview(P.WD, O, r), DT_F32, term(fview(P.S1, O, r), DT_F32, nullptr, nullptr), NOT));
         if (O > 0) {
             k_dg_rowsq<<<blocks_of(O * 32), NT, 0, X.st>>>(a->W, ct, O, I, P.w2);
@@ -547,9 +558,9 @@ int stats(const ctx &X, plan &P) {
         q.Y1 = fview(P.WD, O, r);
         q.Y2 = fview(P.VX, O, r);
     } else {
-        DG_TRY(mm(X, P.WD, r, I, O, Usv, true, DT_F32, a->W, true, ct, true));               /* Ūsᵀ·W */
-        DG_TRY(mm(X, P.RR, r, r, O, Usv, true, DT_F32, Usv, true, DT_F32, false));           /* ŪsᵀŪs */
-        DG_TRY(mm(X, P.S1, r, I, r, fview(P.RR, r, r), false, DT_F32, L.D, true, ct, false)); /* ŪsᵀŪs·D */
+        DG_TRY(mm(X, P.WD, r, I, O, Usv, true, DT_F32, a->W, true, ct, 3));               /* Ūsᵀ·W */
+        DG_TRY(mm(X, P.RR, r, r, O, Usv, true, DT_F32, Usv, true, DT_F32, 0));           /* ŪsᵀŪs */
+        DG_TRY(mm(X, P.S1, r, I, r, fview(P.RR, r, r), false, DT_F32, L.D, true, ct, 0)); /* ŪsᵀŪs·D */
         DG_TRY(ew(X, fview(P.VX, r, I), r, I, fview(P.WD, r, I), DT_F32, term(fview(P.S1, r, I), DT_F32, nullptr, nullptr), NOT));
         DG_TRY(colred(X, a->W, ct, a->W, ct, NOV, O, I, P.part));                           /* Σ_o W² per column */
         q.part = P.part;
@@ -582,17 +593,17 @@ int forward(const ctx &X, plan &P) {
     i64 N = P.N, O = P.O, I = P.I, r = P.r;
     const lk_view Dv = a->L.D, hv = fview(P.h, N, r), zv = fview(P.z, N, O), pv = fview(P.p, N, O);
     if (P.out_axis) {
-        DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dv, false, ct, true));                 /* h = x·Dᵀ */
-        DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, fview(P.Us, O, r), false, DT_F32, true)); /* p = h·Ūsᵀ */
-        DG_TRY(mm(X, P.z, N, O, I, a->x, false, ct, a->W, false, ct, true));               /* z = x·Wᵀ */
+        DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dv, false, ct, 3));                 /* h = x·Dᵀ */
+        DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, fview(P.Us, O, r), false, DT_F32, 3)); /* p = h·Ūsᵀ */
+        DG_TRY(mm(X, P.z, N, O, I, a->x, false, ct, a->W, false, ct, 3));               /* z = x·Wᵀ */
         return ew(X, a->y, N, O, a->y0, ct, term(zv, DT_F32, nullptr, P.a), term(pv, DT_F32, nullptr, P.c));
     }
     const lk_view Dcv = fview(P.S3, r, I), xav = fview(P.Q, N, I);
     DG_TRY(ew(X, Dcv, r, I, NOV, 0, term(Dv, ct, nullptr, P.c), NOT));                     /* D⊙c */
-    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dcv, false, DT_F32, true));                /* hc = x·(D⊙c)ᵀ */
-    DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, fview(P.Us, O, r), false, DT_F32, true)); /* p = hc·Ūsᵀ */
+    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dcv, false, DT_F32, 3));                /* hc = x·(D⊙c)ᵀ */
+    DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, fview(P.Us, O, r), false, DT_F32, 3)); /* p = hc·Ūsᵀ */
     DG_TRY(ew(X, xav, N, I, NOV, 0, term(a->x, ct, nullptr, P.a), NOT));                   /* x⊙a */
-    DG_TRY(mm(X, P.z, N, O, I, xav, false, DT_F32, a->W, false, ct, true));                /* z = (x⊙a)·Wᵀ */
+    DG_TRY(mm(X, P.z, N, O, I, xav, false, DT_F32, a->W, false, ct, pieces_for(a->y))); /* z = (x⊙a)·Wᵀ */
     return ew(X, a->y, N, O, a->y0, ct, term(zv, DT_F32, nullptr, nullptr), term(pv, DT_F32, nullptr, nullptr));
 }
 
@@ -611,30 +622,30 @@ int backward_out(const ctx &X, plan &P) {
     i64 N = P.N, O = P.O, I = P.I, r = P.r;
     const lk_view Dv = a->L.D, Usv = fview(P.Us, O, r), hv = fview(P.h, N, r), ev = fview(P.e, N, r);
     const lk_view zv = fview(P.z, N, O), pv = fview(P.p, N, O), Rv = fview(P.R, N, I), Qv = fview(P.Q, N, I);
-    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dv, false, ct, true));                     /* h = x·Dᵀ */
-    DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, Usv, false, DT_F32, true));              /* p = h·Ūsᵀ */
-    DG_TRY(mm(X, P.z, N, O, I, a->x, false, ct, a->W, false, ct, true));                   /* z = x·Wᵀ */
+    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, Dv, false, ct, 3));                     /* h = x·Dᵀ */
+    DG_TRY(mm(X, P.p, N, O, r, hv, false, DT_F32, Usv, false, DT_F32, 3));              /* p = h·Ūsᵀ */
+    DG_TRY(mm(X, P.z, N, O, I, a->x, false, ct, a->W, false, ct, 3));                   /* z = x·Wᵀ */
     DG_TRY(colred(X, a->dy, ct, zv, DT_F32, pv, N, O, P.part));                                      /* dc = colsum(g⊙(z + p)) */
     DG_TRY(gamma_of(X, P));
     DG_TRY(ew(X, zv, N, O, NOV, 0, term(a->dy, ct, nullptr, P.a), NOT));                   /* g⊙a (over z) */
     DG_TRY(ew(X, fview(P.S1, O, r), O, r, NOV, 0, term(Usv, DT_F32, P.c, nullptr), NOT));  /* c⊙Ūs */
-    DG_TRY(mm(X, P.e, N, r, O, a->dy, false, ct, fview(P.S1, O, r), true, DT_F32, true));  /* e = (g⊙c)·Ūs */
+    DG_TRY(mm(X, P.e, N, r, O, a->dy, false, ct, fview(P.S1, O, r), true, DT_F32, 3));  /* e = (g⊙c)·Ūs */
     if (a->dx.p) {
-        DG_TRY(mm(X, P.R, N, I, r, ev, false, DT_F32, Dv, true, ct, true));                /* e·D */
-        DG_TRY(mm(X, P.Q, N, I, O, zv, false, DT_F32, a->W, true, ct, true));              /* (g⊙a)·W */
+        DG_TRY(mm(X, P.R, N, I, r, ev, false, DT_F32, Dv, true, ct, 3));                /* e·D */
+        DG_TRY(mm(X, P.Q, N, I, O, zv, false, DT_F32, a->W, true, ct, pieces_for(a->dx))); /* (g⊙a)·W */
         DG_TRY(ew(X, a->dx, N, I, NOV, 0, term(Qv, DT_F32, nullptr, nullptr), term(Rv, DT_F32, nullptr, nullptr)));
     }
     /* Ts = c⊙(gᵀ·h) + γ⊙VD */
-    DG_TRY(mm(X, P.S1, O, r, N, a->dy, true, ct, hv, true, DT_F32, true));
+    DG_TRY(mm(X, P.S1, O, r, N, a->dy, true, ct, hv, true, DT_F32, 3));
     DG_TRY(ew(X, fview(P.T, O, r), O, r, NOV, 0, term(fview(P.S1, O, r), DT_F32, P.c, nullptr),
               term(fview(P.VX, O, r), DT_F32, P.gam, nullptr)));
     /* G_D = eᵀ·x + (γ⊙Ūs)ᵀ·W + ((γ⊙Ūs)ᵀŪs)·D */
     const lk_view Ugv = fview(P.S1, O, r);
-    DG_TRY(mm(X, P.gD, r, I, N, ev, true, DT_F32, a->x, true, ct, true));
+    DG_TRY(mm(X, P.gD, r, I, N, ev, true, DT_F32, a->x, true, ct, 3));
     DG_TRY(ew(X, Ugv, O, r, NOV, 0, term(Usv, DT_F32, P.gam, nullptr), NOT));
-    DG_TRY(mm(X, P.S3, r, I, O, Ugv, true, DT_F32, a->W, true, ct, true));
-    DG_TRY(mm(X, P.RR2, r, r, O, Ugv, true, DT_F32, Usv, true, DT_F32, false));
-    DG_TRY(mm(X, P.S4, r, I, r, fview(P.RR2, r, r), false, DT_F32, Dv, true, ct, false));
+    DG_TRY(mm(X, P.S3, r, I, O, Ugv, true, DT_F32, a->W, true, ct, 3));
+    DG_TRY(mm(X, P.RR2, r, r, O, Ugv, true, DT_F32, Usv, true, DT_F32, 0));
+    DG_TRY(mm(X, P.S4, r, I, r, fview(P.RR2, r, r), false, DT_F32, Dv, true, ct, 0));
     return ew(X, fview(P.gD, r, I), r, I, fview(P.gD, r, I), DT_F32, term(fview(P.S3, r, I), DT_F32, nullptr, nullptr),
               term(fview(P.S4, r, I), DT_F32, nullptr, nullptr));
 }
@@ -644,9 +655,9 @@ int backward_in(const ctx &X, plan &P) {
     const int ct = X.ct;
     i64 N = P.N, O = P.O, I = P.I, r = P.r;
     const lk_view Dv = a->L.D, Usv = fview(P.Us, O, r), ev = fview(P.e, N, r), Rv = fview(P.R, N, I), Qv = fview(P.Q, N, I);
-    DG_TRY(mm(X, P.e, N, r, O, a->dy, false, ct, Usv, true, DT_F32, true));                /* e = g·Ūs */
-    DG_TRY(mm(X, P.R, N, I, r, ev, false, DT_F32, Dv, true, ct, true));                    /* R = e·D */
-    DG_TRY(mm(X, P.Q, N, I, O, a->dy, false, ct, a->W, true, ct, true));                   /* Q = g·W */
+    DG_TRY(mm(X, P.e, N, r, O, a->dy, false, ct, Usv, true, DT_F32, 3));                /* e = g·Ūs */
+    DG_TRY(mm(X, P.R, N, I, r, ev, false, DT_F32, Dv, true, ct, 3));                    /* R = e·D */
+    DG_TRY(mm(X, P.Q, N, I, O, a->dy, false, ct, a->W, true, ct, 3));                   /* Q = g·W */
     DG_TRY(colred(X, a->x, ct, Qv, DT_F32, Rv, N, I, P.part));                                       /* dc = colsum(x⊙(Q + R)) */
     DG_TRY(gamma_of(X, P));
     if (a->dx.p)                                                                              /* dx = a⊙Q + c⊙R */
@@ -654,16 +665,16 @@ int backward_in(const ctx &X, plan &P) {
     /* Ts = gᵀ·(x·(D⊙c)ᵀ) + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ) */
     const lk_view S3v = fview(P.S3, r, I);
     DG_TRY(ew(X, S3v, r, I, NOV, 0, term(Dv, ct, nullptr, P.c), NOT));                     /* D⊙c */
-    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, S3v, false, DT_F32, true));                /* hc */
-    DG_TRY(mm(X, P.T, O, r, N, a->dy, true, ct, fview(P.h, N, r), true, DT_F32, true));    /* gᵀ·hc */
+    DG_TRY(mm(X, P.h, N, r, I, a->x, false, ct, S3v, false, DT_F32, 3));                /* hc */
+    DG_TRY(mm(X, P.T, O, r, N, a->dy, true, ct, fview(P.h, N, r), true, DT_F32, 3));    /* gᵀ·hc */
     DG_TRY(ew(X, S3v, r, I, NOV, 0, term(Dv, ct, nullptr, P.gam), NOT));                   /* D⊙γ */
-    DG_TRY(mm(X, P.S1, O, r, I, a->W, false, ct, S3v, false, DT_F32, true));               /* W·(D⊙γ)ᵀ */
-    DG_TRY(mm(X, P.RR2, r, r, I, Dv, false, ct, S3v, false, DT_F32, false));               /* D·(D⊙γ)ᵀ */
-    DG_TRY(mm(X, P.S2, O, r, r, Usv, false, DT_F32, fview(P.RR2, r, r), false, DT_F32, false));
+    DG_TRY(mm(X, P.S1, O, r, I, a->W, false, ct, S3v, false, DT_F32, 3));               /* W·(D⊙γ)ᵀ */
+    DG_TRY(mm(X, P.RR2, r, r, I, Dv, false, ct, S3v, false, DT_F32, 0));               /* D·(D⊙γ)ᵀ */
+    DG_TRY(mm(X, P.S2, O, r, r, Usv, false, DT_F32, fview(P.RR2, r, r), false, DT_F32, 0));
     DG_TRY(ew(X, fview(P.T, O, r), O, r, fview(P.T, O, r), DT_F32, term(fview(P.S1, O, r), DT_F32, nullptr, nullptr),
               term(fview(P.S2, O, r), DT_F32, nullptr, nullptr)));
     /* G_D = c⊙(eᵀ·x) + γ⊙VI */
-    DG_TRY(mm(X, P.gD, r, I, N, ev, true, DT_F32, a->x, true, ct, true));
+    DG_TRY(mm(X, P.gD, r, I, N, ev, true, DT_F32, a->x, true, ct, 3));
     return ew(X, fview(P.gD, r, I), r, I, NOV, 0, term(fview(P.gD, r, I), DT_F32, nullptr, P.c),
               term(fview(P.VX, r, I), DT_F32, nullptr, P.gam));
 }
