@@ -16,9 +16,8 @@
  *                 Ts = gᵀ·(x·(D⊙c)ᵀ) + W·(D⊙γ)ᵀ + Ūs·(D·(D⊙γ)ᵀ);  G_D = c⊙(eᵀ·x) + γ⊙VI
  *            G_U = σs·Ts·s·q (Ts = ∂L/∂Ūs), G_σs = ⟨Ts, Ū⟩, dy0 by the dispatcher.
  *
- * Products: with bf16 compute the wide ones (both output dims of size N, O or I: x·Wᵀ, g·W, (g⊙a)·W,
- * e·D; enough 128×128 tiles for half the SMs) run on the tensor cores through gemm.cu's lk_gemm;
- * thin ones (an output dim of size r) run k_dg_gemm with K split (more SMs busy than a few tiles). Caller tensors enter rounded to CT (NUMERICS.md §1.2);
+ * Products: with bf16 compute every product with a dimension beyond r runs on the tensor cores
+ * through gemm.cu's lk_gemm (x·Wᵀ, g·W, (g⊙a)·W, e·D and the thin ones: W·Dᵀ, x·Dᵀ, e, gᵀ·h, eᵀ·x). Caller tensors enter rounded to CT (NUMERICS.md §1.2);
  * no intermediate is rounded: an fp32 scratch operand (e, g⊙a, x⊙a) enters as three bf16 pieces
  * S = P1 + P2 + P3 (k_dg_split3, 24 significand bits: fp32's) and the products are chained in fp32
  * (lk_gemm's base_f32), smallest piece first — two pieces (16 bits) when the product only feeds a
@@ -27,7 +26,7 @@
  * the small pieces. Products of two scratch operands (K = r), the r×r ones, fp32 compute and any
  * shape lk_gemm declines run k_dg_gemm, a 64×64-tile FFMA GEMM over strided views. Scalings (g⊙a,
  * c⊙Ūs, D⊙c, x⊙a, …) are materialised by k_dg_ew, the sums of three terms (y, dx, Ts, G_D) too.
- * Column sums (‖W_:i‖², dc) are fixed chunks of 256 rows in fp64, summed in chunk order; ⟨Ts, Ū⟩
+ * Column sums (‖W_:i‖², dc) are fixed chunks of 32 rows in fp64, summed in chunk order; ⟨Ts, Ū⟩
  * one block's fixed tree. Deterministic, no atomics.
  * LYCO_CUDA_DORA_FFMA=1 keeps every product on k_dg_gemm (the A/B switch), =2 only the products with
  * a scratch operand; LYCO_CUDA_DORA_VERIFY=1 checks each tensor-core product against k_dg_gemm
@@ -51,7 +50,7 @@
 
 #define DG_T 64
 #define DG_K 16
-#define DG_CHUNK 256
+#define DG_CHUNK 32
 
 struct dg_gemm {
     i64 M, N, K;
@@ -135,15 +134,17 @@ __global__ __launch_bounds__(NT) void k_dg_sumz(const float *part, int nz, i64 M
    (RN through rX, rY; Y2 fp32 scratch, p NULL = 0) */
 __global__ __launch_bounds__(NT) void k_dg_colred(lk_view X, int rX, lk_view Y, int rY, lk_view Y2, i64 rows, i64 cols,
                                                   double *part) {
-    const i64 col = (i64)blockIdx.x * NT + threadIdx.x, ch = blockIdx.y;
+    const i64 col = (i64)blockIdx.x * NT + threadIdx.x, nch = cdiv(rows, DG_CHUNK);
     if (col >= cols) return;
-    const i64 r1 = min(rows, (ch + 1) * DG_CHUNK);
-    double s = 0.0;
-    for (i64 r = ch * DG_CHUNK; r < r1; r++) {
-        const float y = round_to(vload(Y, r, col), rY) + (Y2.p ? vload(Y2, r, col) : 0.0f);
-        s += (double)round_to(vload(X, r, col), rX) * (double)y;
+    for (i64 ch = blockIdx.y; ch < nch; ch += gridDim.y) {
+        const i64 r1 = min(rows, (ch + 1) * DG_CHUNK);
+        double s = 0.0;
+        for (i64 r = ch * DG_CHUNK; r < r1; r++) {
+            const float y = round_to(vload(Y, r, col), rY) + (Y2.p ? vload(Y2, r, col) : 0.0f);
+            s += (double)round_to(vload(X, r, col), rX) * (double)y;
+        }
+        part[ch * cols + col] = s;
     }
-    part[ch * cols + col] = s;
 }
 
 /* w2[row] = Σ_c RN(W[row, c])² in fp64, one warp per row (lanes strided, fixed shuffle tree) */
@@ -220,14 +221,17 @@ struct dg_ew {
     int rbase, rX, rY;
     const float *xr, *xc, *yr, *yc;
 };
+/* grid (column blocks, row groups): a thread walks one column over rows blockIdx.y, + gridDim.y, … */
 __global__ __launch_bounds__(NT) void k_dg_ew(dg_ew e) {
-    const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
-    if (idx >= e.M * e.N) return;
-    const i64 m = idx / e.N, n = idx % e.N;
-    float o = e.base.p ? round_to(vload(e.base, m, n), e.rbase) : 0.0f;
-    if (e.X.p) o += (e.xr ? e.xr[m] : 1.0f) * (e.xc ? e.xc[n] : 1.0f) * round_to(vload(e.X, m, n), e.rX);
-    if (e.Y.p) o += (e.yr ? e.yr[m] : 1.0f) * (e.yc ? e.yc[n] : 1.0f) * round_to(vload(e.Y, m, n), e.rY);
-    vstore(e.out, m, n, o);
+    const i64 n = (i64)blockIdx.x * NT + threadIdx.x;
+    if (n >= e.N) return;
+    const float xc = e.xc ? e.xc[n] : 1.0f, yc = e.yc ? e.yc[n] : 1.0f;
+    for (i64 m = blockIdx.y; m < e.M; m += gridDim.y) {
+        float o = e.base.p ? round_to(vload(e.base, m, n), e.rbase) : 0.0f;
+        if (e.X.p) o += (e.xr ? e.xr[m] : 1.0f) * xc * round_to(vload(e.X, m, n), e.rX);
+        if (e.Y.p) o += (e.yr ? e.yr[m] : 1.0f) * yc * round_to(vload(e.Y, m, n), e.rY);
+        vstore(e.out, m, n, o);
+    }
 }
 
 /* G_U[o,p] = σs·Ts[o,p]·s·q_p */
@@ -458,17 +462,17 @@ int mm_verify(const ctx &X, const float *C, i64 M, i64 N, i64 K, lk_view A, bool
 /* pieces of a scratch operand whose product ends in the output view v: 2 for a 16-bit output, 3 for fp32 */
 int pieces_for(const lk_view &v) { return v.dt == DT_F32 ? 3 : 2; }
 
-/* tc: 0 = CUDA cores; 2 or 3 = the tensor cores may run it (with that many pieces of a scratch
-   operand) when the output has enough 128×128 tiles to fill half the SMs — thinner outputs (a rank
-   r dimension) run k_dg_gemm with K split, which keeps more SMs busy than a few tensor-core tiles */
+/* tc: 0 = CUDA cores (the r×r-sized products); 2 or 3 = the tensor cores may run it, with that many
+   pieces of a scratch operand. Thin outputs (a rank-r dimension, 16–32 tiles of 128×128) stay on the
+   tensor cores too: H200, 4096², 2048 tokens, r 32 (ncu): W·Dᵀ 234 µs and x·Dᵀ 131 µs on k_dg_gemm
+   even with K split over 320 / 288 blocks, a few tens of µs as tensor-core products. */
 int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, int tc, int line) {
     if (M == 0 || N == 0) return LYCO_OK;
     /* caller tensors enter rounded to CT (rA, rB = CT), fp32 scratch must not be (rA, rB = fp32):
        two caller operands → one tensor-core product; one scratch operand → its three bf16 pieces
        (bf16 compute only: fp16's exponent range would lose the small pieces); two → CUDA cores */
     const bool sa = rA == DT_F32, sb = rB == DT_F32;
-    const bool wide = cdiv(M, 128) * cdiv(N, 128) * 2 >= X.dev->sms;
-    if (tc && wide && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || (X.ct == DT_BF16 && X.split))) {
+    if (tc && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || (X.ct == DT_BF16 && X.split))) {
         lk_gemm_args g;
         memset(&g, 0, sizeof g);
         g.ct = X.ct;
@@ -512,7 +516,8 @@ int ew(const ctx &X, lk_view out, i64 M, i64 N, lk_view base, int rbase, ew_term
     e.rY = y.rnd;
     e.yr = y.row;
     e.yc = y.col;
-    k_dg_ew<<<(unsigned)cdiv(M * N, NT), NT, 0, X.st>>>(e);
+    const i64 rowgroups = cdiv(4096, cdiv(N, NT)); /* ~4096 blocks in all */
+    k_dg_ew<<<dim3((unsigned)cdiv(N, NT), (unsigned)(M < rowgroups ? M : rowgroups)), NT, 0, X.st>>>(e);
     LK_LAUNCHED("dora bypass elementwise");
     return LYCO_OK;
 }
@@ -523,7 +528,7 @@ ew_term term(lk_view v, int rnd, const float *row, const float *col) { return ew
 int colred(const ctx &X, lk_view Xv, int rX, lk_view Y, int rY, lk_view Y2, i64 rows, i64 cols, double *part) {
     i64 nch = cdiv(rows, DG_CHUNK);
     if (nch == 0 || cols == 0) return LYCO_OK;
-    k_dg_colred<<<dim3((unsigned)cdiv(cols, NT), (unsigned)nch), NT, 0, X.st>>>(Xv, rX, Y, rY, Y2, rows, cols, part);
+    k_dg_colred<<<dim3((unsigned)cdiv(cols, NT), (unsigned)(nch < 65535 ? nch : 65535)), NT, 0, X.st>>>(Xv, rX, Y, rY, Y2, rows, cols, part);
     LK_LAUNCHED("dora bypass column sums");
     return LYCO_OK;
 }
