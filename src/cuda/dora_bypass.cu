@@ -366,34 +366,69 @@ struct ctx {
    tc: on the tensor cores when the compute dtype is 16-bit and gemm.cu takes the shape (every
    operand rounded to CT as staged, fp32 sums); otherwise k_dg_gemm (FFMA; A, B rounded through
    rA, rB: CT for caller tensors, fp32 scratch as is). */
-/* C = Σ_j Pj·B (A split: np pieces of the compact fp32 scratch A) or A·Pjᵀ (B split), smallest piece
-   first, each product added to the last in fp32 (base_f32). np = 3 carries fp32's 24 bits; np = 2
-   (16 bits, relative error ≤ 2⁻¹⁷) where the product only feeds a 16-bit output (pieces_for). */
-int mm_split(const ctx &X, const lk_gemm_args &g0, bool split_a, int np) {
-    const lk_view &S = split_a ? g0.A : g0.B;
-    const i64 n = S.rows * S.cols;
+/* K columns [k0, k0 + kc) of an operand view: M×K (rows = M) or, given transposed, K×M */
+lk_view ksub(const lk_view &v, bool given_t, i64 k0, i64 kc) {
+    return given_t ? lk_view_sub(v, k0, kc, 0, v.cols) : lk_view_sub(v, 0, v.rows, k0, kc);
+}
+
+/* The tensor-core product g (out = g.out, fp32 compact C): split (0 none, 1 A, 2 B) says which
+   operand is fp32 scratch and enters as np bf16 pieces P1 + … (smallest first, chained in fp32
+   through lk_gemm's base_f32; np = 3 carries fp32's 24 bits, np = 2 16 bits — relative error
+   ≤ 2⁻¹⁷ — where the product only feeds a 16-bit output, pieces_for). A thin output (fewer
+   128×128 tiles than 2 per SM) with a long K runs in K chunks of ≥ 512 into fp32 partials summed in
+   chunk order (k_dg_sumz): H200, W·Dᵀ at 4096², r 32, was 113 µs in 32 blocks. */
+int tc_product(const ctx &X, const lk_gemm_args &g0, int split, int np) {
+    const i64 M = g0.M, N = g0.N, K = g0.K;
+    const i64 tiles = cdiv(M, 128) * cdiv(N, 128), target = 2 * (i64)X.dev->sms;
+    i64 nz = tiles >= target ? 1 : cdiv(K, 512);
+    if (nz > cdiv(target, tiles)) nz = cdiv(target, tiles);
+    if (nz < 1) nz = 1;
+    const i64 kc = nz > 1 ? cdiv(cdiv(K, nz), 64) * 64 : K;
+    nz = nz > 1 ? cdiv(K, kc) : 1;
+    const lk_view &S = split == 1 ? g0.A : g0.B;
+    const i64 n = split ? S.rows * S.cols : 0;
+    const size_t stride = ((size_t)(n > 0 ? n : 1) * 2 + 255) & ~(size_t)255, pbytes = nz > 1 ? (size_t)(nz * M * N) * 4 : 0;
     void *buf = nullptr;
-    const int es = 2;
-    const size_t stride = ((size_t)(n > 0 ? n : 1) * es + 255) & ~(size_t)255; /* pieces 256-byte aligned, apart */
-    DG_TRY(lk_scratch_alloc(&buf, 3 * stride, X.st));
-    void *P[3];
-    for (int j = 0; j < 3; j++) P[j] = (char *)buf + (size_t)j * stride;
+    if (split || nz > 1) DG_TRY(lk_scratch_alloc(&buf, (split ? 3 * stride : 0) + pbytes + 256, X.st));
+    lk_view piece[3];
     int rc = LYCO_OK;
-    if (n > 0) {
-        k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, (unsigned short *)P[0], (unsigned short *)P[1], (unsigned short *)P[2]);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split failed: %s", cudaGetErrorString(e));
-    }
-    for (int j = np - 1; j >= 0 && !rc; j--) {
-        lk_gemm_args g = g0;
-        (split_a ? g.A : g.B) = cview(P[j], S.rows, S.cols, DT_BF16);
-        if (j < np - 1) {
-            g.base = g.out;
-            g.base_f32 = 1;
+    if (split) {
+        unsigned short *P[3];
+        for (int j = 0; j < 3; j++) {
+            P[j] = (unsigned short *)((char *)buf + (size_t)j * stride);
+            piece[j] = cview(P[j], S.rows, S.cols, DT_BF16);
         }
-        rc = lk_gemm(&g, X.dev, X.st);
+        if (n > 0) {
+            k_dg_split3<<<(unsigned)(cdiv(n, NT) < 4096 ? cdiv(n, NT) : 4096), NT, 0, X.st>>>((const float *)S.p, n, P[0], P[1], P[2]);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split failed: %s", cudaGetErrorString(e));
+        }
     }
-    int rc2 = lk_scratch_free(buf, X.st);
+    float *part = nz > 1 ? (float *)((char *)buf + (split ? 3 * stride : 0)) : nullptr;
+    const int npieces = split ? np : 1;
+    for (i64 z = 0; z < nz && !rc; z++) {
+        const i64 k0 = z * kc, kn = K - k0 < kc ? K - k0 : kc;
+        for (int j = npieces - 1; j >= 0 && !rc; j--) {
+            lk_gemm_args g = g0;
+            if (split == 1) g.A = piece[j];
+            if (split == 2) g.B = piece[j];
+            g.A = ksub(g.A, g.a_t != 0, k0, kn);
+            g.B = ksub(g.B, g.b_t != 0, k0, kn);
+            g.K = kn;
+            if (part) g.out = fview(part + z * M * N, M, N);
+            if (j < npieces - 1) {
+                g.base = g.out;
+                g.base_f32 = 1;
+            }
+            rc = lk_gemm(&g, X.dev, X.st);
+        }
+    }
+    if (!rc && part) {
+        k_dg_sumz<<<(unsigned)cdiv(M * N, NT), NT, 0, X.st>>>(part, (int)nz, M, N, g0.out);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of dora bypass split-k sum failed: %s", cudaGetErrorString(e));
+    }
+    int rc2 = buf ? lk_scratch_free(buf, X.st) : LYCO_OK;
     return rc ? rc : rc2;
 }
 
@@ -462,10 +497,10 @@ int mm_verify(const ctx &X, const float *C, i64 M, i64 N, i64 K, lk_view A, bool
 /* pieces of a scratch operand whose product ends in the output view v: 2 for a 16-bit output, 3 for fp32 */
 int pieces_for(const lk_view &v) { return v.dt == DT_F32 ? 3 : 2; }
 
-/* tc: 0 = CUDA cores (the r×r-sized products); 2 or 3 = the tensor cores may run it, with that many
-   pieces of a scratch operand. Thin outputs (a rank-r dimension, 16–32 tiles of 128×128) stay on the
-   tensor cores too: H200, 4096², 2048 tokens, r 32 (ncu): W·Dᵀ 234 µs and x·Dᵀ 131 µs on k_dg_gemm
-   even with K split over 320 / 288 blocks, a few tens of µs as tensor-core products. */
+/* tc: 0 = CUDA cores (the r×r-sized products); 2 or 3 = the tensor cores may run it (tc_product),
+   with that many pieces of a scratch operand. Thin outputs (a rank-r dimension) stay on the tensor
+   cores with K split: H200, 4096², 2048 tokens, r 32 (ncu): W·Dᵀ took 234 µs on k_dg_gemm with K
+   split over 320 blocks, 113 µs as one tensor-core product in 32 blocks. */
 int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int rA, lk_view B, bool bt, int rB, int tc, int line) {
     if (M == 0 || N == 0) return LYCO_OK;
     /* caller tensors enter rounded to CT (rA, rB = CT), fp32 scratch must not be (rA, rB = fp32):
@@ -485,7 +520,7 @@ int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int r
         g.b_t = bt;
         g.out = fview(C, M, N);
         if (lk_gemm_fits(&g, X.dev)) {
-            DG_TRY((sa || sb) ? mm_split(X, g, sa, tc) : lk_gemm(&g, X.dev, X.st));
+            DG_TRY(tc_product(X, g, sa ? 1 : sb ? 2 : 0, tc));
             return X.verify ? mm_verify(X, C, M, N, K, A, at, rA, B, bt, rB, line) : LYCO_OK;
         }
     }
