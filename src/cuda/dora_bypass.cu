@@ -366,17 +366,13 @@ struct ctx {
    tc: on the tensor cores when the compute dtype is 16-bit and gemm.cu takes the shape (every
    operand rounded to CT as staged, fp32 sums); otherwise k_dg_gemm (FFMA; A, B rounded through
    rA, rB: CT for caller tensors, fp32 scratch as is). */
-/* K columns [k0, k0 + kc) of an operand view: M×K (rows = M) or, given transposed, K×M */
-lk_view ksub(const lk_view &v, bool given_t, i64 k0, i64 kc) {
-    return given_t ? lk_view_sub(v, k0, kc, 0, v.cols) : lk_view_sub(v, 0, v.rows, k0, kc);
-}
-
 /* The tensor-core product g (out = g.out, fp32 compact C): split (0 none, 1 A, 2 B) says which
    operand is fp32 scratch and enters as np bf16 pieces P1 + … (smallest first, chained in fp32
    through lk_gemm's base_f32; np = 3 carries fp32's 24 bits, np = 2 16 bits — relative error
    ≤ 2⁻¹⁷ — where the product only feeds a 16-bit output, pieces_for). A thin output (fewer
-   128×128 tiles than 2 per SM) with a long K runs in K chunks of ≥ 512 into fp32 partials summed in
-   chunk order (k_dg_sumz): H200, W·Dᵀ at 4096², r 32, was 113 µs in 32 blocks. */
+   128×128 tiles than 2 per SM) with a long K runs in K chunks of ≥ 512 side by side in one launch
+   (lk_gemm's ksplit) into fp32 slabs summed in chunk order (k_dg_sumz): H200, W·Dᵀ at 4096², r 32,
+   took 113 µs in 32 blocks; chunks as separate launches ran one after another (no faster). */
 int tc_product(const ctx &X, const lk_gemm_args &g0, int split, int np) {
     const i64 M = g0.M, N = g0.N, K = g0.K;
     const i64 tiles = cdiv(M, 128) * cdiv(N, 128), target = 2 * (i64)X.dev->sms;
@@ -406,22 +402,20 @@ int tc_product(const ctx &X, const lk_gemm_args &g0, int split, int np) {
     }
     float *part = nz > 1 ? (float *)((char *)buf + (split ? 3 * stride : 0)) : nullptr;
     const int npieces = split ? np : 1;
-    for (i64 z = 0; z < nz && !rc; z++) {
-        const i64 k0 = z * kc, kn = K - k0 < kc ? K - k0 : kc;
-        for (int j = npieces - 1; j >= 0 && !rc; j--) {
-            lk_gemm_args g = g0;
-            if (split == 1) g.A = piece[j];
-            if (split == 2) g.B = piece[j];
-            g.A = ksub(g.A, g.a_t != 0, k0, kn);
-            g.B = ksub(g.B, g.b_t != 0, k0, kn);
-            g.K = kn;
-            if (part) g.out = fview(part + z * M * N, M, N);
-            if (j < npieces - 1) {
-                g.base = g.out;
-                g.base_f32 = 1;
-            }
-            rc = lk_gemm(&g, X.dev, X.st);
+    for (int j = npieces - 1; j >= 0 && !rc; j--) {
+        lk_gemm_args g = g0;
+        if (split == 1) g.A = piece[j];
+        if (split == 2) g.B = piece[j];
+        if (part) {
+            g.out = fview(part, M, N);
+            g.ksplit = (int32_t)nz;
+            g.kchunk = kc;
         }
+        if (j < npieces - 1) {
+            g.base = g.out;
+            g.base_f32 = 1;
+        }
+        rc = lk_gemm(&g, X.dev, X.st);
     }
     if (!rc && part) {
         k_dg_sumz<<<(unsigned)cdiv(M * N, NT), NT, 0, X.st>>>(part, (int)nz, M, N, g0.out);

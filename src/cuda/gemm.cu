@@ -2,7 +2,9 @@
  * gemm.cu — a tensor-core product with an additive epilogue for 16-bit compute (kern_gemm.h):
  *
  *   out[m, n] = RN_out( RN_CT(base[m, n]) + Σ_k RN_CT(A[m, k]) · RN_CT(B[n, k]) ),  fp32 sums
- *   (with base_f32, base[m, n] as loaded instead of RN_CT(base[m, n]))
+ *   (with base_f32, base[m, n] as loaded instead of RN_CT(base[m, n]); with ksplit > 1, K in chunks
+ *   side by side along grid z, chunk z's sums into fp32 slab z of out — a thin output with a long
+ *   K then fills the GPU; the caller sums the slabs)
  *
  * A M×K (or given K×M: a_t), B N×K (or given K×N: b_t), base / out M×N; any dtypes (A and B are rounded to CT in shared memory as they are
  * staged — no cast pass), any strides and alignment (common.cuh's raw_issue: cp.async for
@@ -70,11 +72,17 @@ template <typename CT, bool AT, bool BT, int GK, int GS> __global__ __launch_bou
     extern __shared__ __align__(16) char dsm[];
     const gm_layout ly = gm_plan(ct_of<CT>::dt, a.A.dt, a.B.dt, AT, BT, GK, GS);
     const i64 nb = (i64)blockIdx.x * GN, mb = (i64)blockIdx.y * GM;
-    const int nk = (int)cdiv(a.K, GK);
+    const bool split = a.ksplit > 1; /* chunk blockIdx.z of K: [kb, kb + kchunk), into out slab z */
+    const i64 kb = split ? (i64)blockIdx.z * (i64)a.kchunk : 0, klen = split ? min((i64)a.K - kb, (i64)a.kchunk) : (i64)a.K;
+    const int nk = (int)cdiv(klen, GK);
     const bool conv = a.A.dt != ct_of<CT>::dt || a.B.dt != ct_of<CT>::dt;
     pipe_op A, B;
-    A.v = a.A; A.r0 = AT ? 0 : mb; A.c0 = AT ? mb : 0; A.dr = AT ? GK : 0; A.dc = AT ? 0 : GK; A.np = 1;
-    B.v = a.B; B.r0 = BT ? 0 : nb; B.c0 = BT ? nb : 0; B.dr = BT ? GK : 0; B.dc = BT ? 0 : GK; B.np = 1;
+    A.v = a.A; A.r0 = AT ? kb : mb; A.c0 = AT ? mb : kb; A.dr = AT ? GK : 0; A.dc = AT ? 0 : GK; A.np = 1;
+    B.v = a.B; B.r0 = BT ? kb : nb; B.c0 = BT ? nb : kb; B.dr = BT ? GK : 0; B.dc = BT ? 0 : GK; B.np = 1;
+    if (split) {
+        a.out.p = (const char *)a.out.p + blockIdx.z * a.M * a.N * 4;
+        if (a.base.p) a.base.p = (const char *)a.base.p + blockIdx.z * a.M * a.N * 4;
+    }
     for (int s = 0; s < GS - 1; s++) {
         if (s < nk) gm_issue<AT, BT, GK>(dsm + s * ly.stage, A, B, s);
         cp_commit();
@@ -144,7 +152,7 @@ int gemm_k() {
 template <typename CT, bool AT, bool BT, int GK, int GS> int gemm_launch(const lk_gemm_args *a, cudaStream_t s) {
     const int bytes = gm_plan(ct_of<CT>::dt, a->A.dt, a->B.dt, AT, BT, GK, GS).total;
     LK_SMEM_OPTIN(bytes, k_gemm<CT, AT, BT, GK, GS>);
-    const dim3 grid((unsigned)cdiv(a->N, GN), (unsigned)cdiv(a->M, GM));
+    const dim3 grid((unsigned)cdiv(a->N, GN), (unsigned)cdiv(a->M, GM), (unsigned)(a->ksplit > 1 ? a->ksplit : 1));
     k_gemm<CT, AT, BT, GK, GS><<<grid, NT, bytes, s>>>(*a);
     LK_LAUNCHED("gemm");
     return LYCO_OK;

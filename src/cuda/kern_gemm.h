@@ -25,6 +25,10 @@ typedef struct {
     int32_t a_t, b_t;    /* a_t only together with b_t */
     lk_view base, out;   /* M×N; base p NULL = none */
     int32_t base_f32;    /* 1: base added as loaded (fp32 partial sums), not rounded to CT first */
+    int32_t ksplit;      /* > 1: K in ksplit chunks of kchunk (a multiple of 64) side by side in one
+                            launch (grid z), chunk z into the slab z of a compact fp32 M×N out (and of
+                            base): out/base p + z·M·N floats; the caller sums the slabs */
+    int64_t kchunk;
 } lk_gemm_args;
 
 /* Whether lk_gemm runs this call (16-bit CT, grid limits, shared memory); 0 = use another path. */
