@@ -180,14 +180,14 @@ typedef struct {
     const char *name;   /* label of the family in the table */
     lyco_algo algo;
     uint32_t opts;      /* CASE_* of the case */
-    bool merge_only;    /* DoRA: upstream's bypass never applies it (ALGORITHMS.md §1.4) */
+    bool merge_only;    /* only the merge directions */
 } family;
 
 static const family families[] = {
     {"locon", LYCO_ALGO_LOCON, 0, false},  {"loha", LYCO_ALGO_LOHA, 0, false},     {"lokr", LYCO_ALGO_LOKR, 0, false},
     {"diag_oft", LYCO_ALGO_DIAG_OFT, 0, false}, {"boft", LYCO_ALGO_BOFT, 0, false}, {"ia3", LYCO_ALGO_IA3, 0, false},
     {"glora", LYCO_ALGO_GLORA, 0, false},  {"dylora", LYCO_ALGO_DYLORA, 0, false}, {"full", LYCO_ALGO_FULL, 0, false},
-    {"norm", LYCO_ALGO_NORM, 0, false},    {"dora", LYCO_ALGO_LOCON, CASE_DORA_OUT, true},
+    {"norm", LYCO_ALGO_NORM, 0, false},    {"dora", LYCO_ALGO_LOCON, CASE_DORA_OUT, false},
 };
 #define NFAM ((int)(sizeof families / sizeof families[0]))
 
@@ -299,7 +299,7 @@ static bool reads_W(const lyco_case *c, lyco_direction d) {
     if (d == LYCO_DIR_MERGE_BWD)
         return (c->opts & CASE_DORA_OUT) || c->algo == LYCO_ALGO_DIAG_OFT || c->algo == LYCO_ALGO_BOFT ||
                c->algo == LYCO_ALGO_IA3 || c->algo == LYCO_ALGO_GLORA;
-    return c->algo == LYCO_ALGO_GLORA;
+    return c->algo == LYCO_ALGO_GLORA || (c->opts & CASE_DORA_OUT); /* DoRA in bypass: x·Wᵀ and W's norms */
 }
 
 /* OFT, BOFT and IA3 (output mode) act on y0: it is an input of both bypass directions, the
@@ -318,7 +318,7 @@ static double row_flops(const lyco_case *c, lyco_direction d) {
     case LYCO_ALGO_LOCON:
     case LYCO_ALGO_DYLORA:
         mac = merge ? O * I * r : T * r * (I + O);
-        if (c->opts & CASE_DORA_OUT) mac += O * I; /* the row norms */
+        if (c->opts & CASE_DORA_OUT) mac += merge ? O * I : T * O * I + O * I * r; /* row norms; bypass: x·Wᵀ, W·Dᵀ */
         mac *= bwd ? 2 : 1;
         break;
     case LYCO_ALGO_LOHA: /* two rank-r products (forward), six in the backward; bypass adds op(x, ΔW) */

@@ -16,6 +16,8 @@ asks for (torch.set_num_threads). Linear layers (LayerNorm for Norm); tensors O�
     adds W + m·ΔW in B (OFT/BOFT build W'' in fp32 and cast, DoRA works in dtype(d) = P); bypass
     casts the activations to P (what autocast to P does), computes in P, casts the delta to B and
     adds y0 in B. So for mixed rows the peer pays the casts that its one-dtype kernels need.
+    DoRA in bypass, which upstream ignores, is written as PEFT applies it: ΔW built for the norms,
+    x·Wᵀ again, y = y0 + (c − 1)⊙(x·Wᵀ) + c⊙(lora path).
 Timing: a warm-up call opens every block and estimates a call; the block then runs
 min(reps, budget_s / that estimate) calls, at least one, each preceded by a read-only sweep over
 a buffer of 2×LLC (the same eviction lyco applies); times are wall-clock microseconds of the call
@@ -137,7 +139,15 @@ class Row:
                 return (v * (dsc / n)).to(B)
 
             def bypass():
-                return self.y0 + (torch.nn.functional.linear(torch.nn.functional.linear(to_p(self.x), down), up) * gam * m).to(B)
+                lora = torch.nn.functional.linear(torch.nn.functional.linear(to_p(self.x), down), up) * gam
+                if dsc is None:
+                    return self.y0 + (lora * m).to(B)
+                # DoRA in bypass as PEFT applies it (upstream LyCORIS ignores DoRA there): the norms
+                # of W + ΔW from a built ΔW, x·Wᵀ again, y = y0 + (c − 1)⊙(x·Wᵀ) + c⊙Δ_lora
+                v = W.to(P) + (up * gam) @ down
+                c = m * (dsc.view(1, -1) / (v.norm(dim=1).view(1, -1) + eps_of(P)) - 1) + 1
+                base = torch.nn.functional.linear(to_p(self.x), W.to(P))
+                return self.y0 + ((c - 1) * base + c * lora).to(B)
         elif fam == "dylora":
             bs = s.get("dyl_bs", 4)
             nb = r // bs
