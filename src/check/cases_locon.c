@@ -46,6 +46,14 @@ const lyco_case lyco_cases_locon[] = {
     {.name = "locon_conv2d_dora_out", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 6, .I = 4,
      .k = {3, 3, 1}, .stride = {1, 1, 1}, .pad = {1, 1, 0}, .dil = K1, .rank = 2, .tokens = 2, .spatial = {5, 4, 1},
      .opts = CASE_DORA_OUT},
+    /* DoRA in conv bypass (locon_dora.c): input axis over channels of K = 6 columns, stride and
+       dilation, 88 output positions (two tiles), rank mask, σs; and Tucker with DoRA */
+    {.name = "locon_conv2d_dora_in_strided_mask", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 5,
+     .I = 4, .k = {3, 2, 1}, .stride = {2, 1, 1}, .pad = {1, 0, 0}, .dil = {1, 2, 1}, .rank = 3, .tokens = 2, .spatial = {16, 13, 1},
+     .alpha = 2, .multiplier = 0.7, .opts = CASE_DORA_IN | CASE_RANK_MASK | CASE_SCALAR},
+    {.name = "locon_conv1d_tucker_dora_out", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
+     .k = {3, 1, 1}, .stride = K1, .pad = {1, 0, 0}, .dil = K1, .rank = 3, .tokens = 2, .spatial = {9, 1, 1}, .alpha = 2,
+     .opts = CASE_TUCKER | CASE_DORA_OUT},
     {.name = "locon_linear_4096_r32", .algo = LYCO_ALGO_LOCON, .O = 4096, .I = 4096, .rank = 32, .tokens = 64, .alpha = 16, .tier = 1},
 };
 const int lyco_cases_locon_count = (int)(sizeof lyco_cases_locon / sizeof lyco_cases_locon[0]);

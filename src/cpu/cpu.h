@@ -123,8 +123,8 @@ lyco_status cpu_full(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_norm(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_loha(const lyco_call *c, char *why, size_t why_len);
 lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len);
-/* LoCon + DoRA in bypass on a linear layer (locon_dora.c): D r×I, Ū O×r (s, q_i folded). Backward:
-   ∂L/∂Ū into gU (O×r), ∂L/∂D into gD (r×I); writes dx, dy0, ∂L/∂σs, ∂L/∂dora_scale itself. */
+/* LoCon + DoRA in bypass, linear or conv (locon_dora.c): D r×I·K (Tucker: P), Ū O×r (s, q_i folded).
+   Backward: ∂L/∂Ū into gU (O×r), ∂L/∂D into gD (r×I·K); writes dx, dy0, ∂L/∂σs, ∂L/∂dora_scale. */
 lyco_status cpu_locon_dora_bypass(const lyco_call *c, const float *D, const float *U, int64_t r, float *gU, float *gD);
 
 #endif

@@ -27,8 +27,8 @@
  *             cached fp32 copy of the image, hᵀ = rnd_T(P · Xtᵀ) (r × TP), yᵀ = y0ᵀ + Ū'·hᵀ;
  *             backward: ghᵀ = rnd_T(Ū'ᵀ·dyᵀ) once, G_P += ghᵀ·Xt, G_Ū += dyᵀ·h, dXt = gh·P scattered
  *             back (col2im) into a per-thread fp32 image, reduced in thread order.
- * DoRA in bypass (linear): locon_dora.c, from P = D and Ū (y = y0 + a⊙(x·Wᵀ) + c⊙(σs·h·Ūᵀ), the
- * norms from W·Dᵀ and D·Dᵀ); conv layers with DoRA in bypass take the eager twin (path report).
+ * DoRA in bypass (linear and conv, Tucker included through P): locon_dora.c, from P and Ū
+ * (y = y0 + a⊙(x·Wᵀ) + c⊙(σs·h·Ūᵀ), the norms from W·Pᵀ and P·Pᵀ).
  *
  * Extra memory: P and Ū (r·I·K + O·r floats); per thread one tile (TB × (I + O + 2r) floats);
  * per run (≤ GROUPS, fewer when PART_FLOATS would be exceeded) the gradient partials (r·I·K + O·r
@@ -38,6 +38,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "im2col.h"
 
 #define TB 32
 #define TP 64
@@ -363,64 +364,6 @@ static lyco_status bypass_bwd(const lyco_call *c, locon_t *s) {
 
 /* ---- bypass, conv layers (im2col per tile of output positions) ---- */
 
-typedef struct {
-    int64_t I, K, r, O, nd;
-    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
-    int64_t sin, sout;
-} conv_geo;
-
-static void conv_geo_init(const lyco_call *c, int64_t r, conv_geo *g) {
-    const lyco_layer *l = &c->a->layer;
-    memset(g, 0, sizeof *g);
-    g->I = c->dims.I;
-    g->K = c->dims.K;
-    g->r = r;
-    g->O = c->dims.O;
-    g->nd = l->conv_dims;
-    for (int i = 0; i < 3; i++) {
-        bool used = i < l->conv_dims;
-        g->in[i] = used ? c->sp_in[i] : 1;
-        g->out[i] = used ? c->sp_out[i] : 1;
-        g->k[i] = used ? l->kernel[i] : 1;
-        g->st[i] = used ? l->stride[i] : 1;
-        g->pad[i] = used ? l->padding[i] : 0;
-        g->dil[i] = used ? l->dilation[i] : 1;
-    }
-    g->sin = c->sp_in_n;
-    g->sout = c->sp_out_n;
-}
-
-/* input offset (within one channel plane) of output position p and kernel offset kk, or -1 */
-static inline int64_t conv_src(const conv_geo *g, int64_t p, int64_t kk) {
-    int64_t p0 = p / (g->out[1] * g->out[2]), p1 = (p / g->out[2]) % g->out[1], p2 = p % g->out[2];
-    int64_t k0 = kk / (g->k[1] * g->k[2]), k1 = (kk / g->k[2]) % g->k[1], k2 = kk % g->k[2];
-    int64_t q0 = p0 * g->st[0] - g->pad[0] + k0 * g->dil[0];
-    int64_t q1 = p1 * g->st[1] - g->pad[1] + k1 * g->dil[1];
-    int64_t q2 = p2 * g->st[2] - g->pad[2] + k2 * g->dil[2];
-    if (q0 < 0 || q0 >= g->in[0] || q1 < 0 || q1 >= g->in[1] || q2 < 0 || q2 >= g->in[2]) return -1;
-    return (q0 * g->in[1] + q1) * g->in[2] + q2;
-}
-
-/* Xt[t][c·K + kk] for positions p0 .. p0+np of one image held as img (I × sin) */
-static void im2col(const conv_geo *g, const float *img, int64_t p0, int64_t np, float *Xt) {
-    int64_t IK = g->I * g->K;
-    for (int64_t t = 0; t < np; t++)
-        for (int64_t kk = 0; kk < g->K; kk++) {
-            int64_t src = conv_src(g, p0 + t, kk);
-            for (int64_t ch = 0; ch < g->I; ch++) Xt[t * IK + ch * g->K + kk] = src < 0 ? 0.0f : img[ch * g->sin + src];
-        }
-}
-
-static void col2im_add(const conv_geo *g, const float *dXt, int64_t p0, int64_t np, float *img) {
-    int64_t IK = g->I * g->K;
-    for (int64_t t = 0; t < np; t++)
-        for (int64_t kk = 0; kk < g->K; kk++) {
-            int64_t src = conv_src(g, p0 + t, kk);
-            if (src < 0) continue;
-            for (int64_t ch = 0; ch < g->I; ch++) img[ch * g->sin + src] += dXt[t * IK + ch * g->K + kk];
-        }
-}
-
 static lyco_status conv_bypass_fwd(const lyco_call *c, locon_t *s) {
     lyco_dtype T = c->dt.compute;
     const lyco_bypass_args *b = c->bypass;
@@ -572,11 +515,9 @@ static void bypass_dropped(const lyco_call *c) {
 }
 
 lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
+    (void)why; /* nothing declined */
+    (void)why_len;
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->dims.dora && c->a->layer.kind == LYCO_LAYER_CONV) {
-        snprintf(why, why_len, "cpu: DoRA in conv bypass has no fused CPU kernel (linear layers do: locon_dora.c)");
-        return LYCO_ERR_UNSUPPORTED;
-    }
     if (bypass && c->dropped) {
         bypass_dropped(c);
         return LYCO_OK;
@@ -592,7 +533,7 @@ lyco_status cpu_locon(const lyco_call *c, char *why, size_t why_len) {
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
         case LYCO_DIR_BYPASS_FWD:
         case LYCO_DIR_BYPASS_BWD:
-            if (c->dims.dora) { /* linear: locon_dora.c; ∂L/∂Ū into gU, ∂L/∂D into the first G_P partial */
+            if (c->dims.dora) { /* locon_dora.c: ∂L/∂Ū into gU, ∂L/∂P into the first G_P partial */
                 st = cpu_locon_dora_bypass(c, s.P, s.U, s.r, s.gU, s.gP);
                 if (st == LYCO_OK && grads && c->g) st = store_grads(&s, s.gU, true);
             } else if (c->dir == LYCO_DIR_BYPASS_FWD) {
