@@ -36,8 +36,10 @@
  *
  * Extra memory (fp32 unless said): forward N·(2·O + r) (+ N·I on the input axis) + 5·max(O·r, r·I)
  * + r·I + 2r² + ~8·kept (fp64 column-sum chunks: kept·⌈rows/256⌉ doubles); backward N·(2·O + 2·I + 2·r)
- * (input axis: N·(2·I + 2·r)) + 3·O·r + 3·r·I + the same small terms. E.g. 2048 tokens, 4096², r 32,
- * backward: ~170 MB.
+ * (input axis: N·(2·I + 2·r)) + 3·O·r + 3·r·I + the same small terms; during a tensor-core product
+ * with a scratch operand, its three bf16 pieces (6 bytes per element; g⊙a: N·O·6), and for a thin
+ * output the split-K slabs (≤ 2·SMs/tiles × M·N floats). E.g. 2048 tokens, 4096², r 32: peak
+ * 186 MB backward, 75 MB forward (`lyco bench`'s extraMiB).
  */
 #include <math.h>
 #include <stdio.h>
