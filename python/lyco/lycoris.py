@@ -75,9 +75,25 @@ def _dropout_p(m):
     return float(d or 0.0)
 
 
+def _dora_decline(m):
+    """Why a module with DoRA (wd) stays on LyCORIS's path, or None: lyco fuses DoRA with LoCon
+    (y = base(x) + x·(W'' − W)ᵀ, LyCORIS's merge-form forward, without ΔW); its CUDA kernels take
+    linear layers without Tucker (conv and Tucker there would run lyco's eager twin on host copies)."""
+    if type(m).__name__ != "LoConModule":
+        return f"DoRA with {type(m).__name__} is not fused in lyco yet (LoCon is)"
+    if getattr(m, "bypass_mode", False):
+        return "DoRA in LyCORIS's bypass mode: LyCORIS ignores the decomposition there"
+    w = getattr(_org(m), "weight", None)
+    if isinstance(w, torch.Tensor) and w.is_cuda and (getattr(m, "isconv", False) or getattr(m, "tucker", False)):
+        return "DoRA on a conv layer on the GPU is not fused in lyco yet (linear layers are; the CPU takes both)"
+    return _frozen_base(m, "DoRA")
+
+
 def _common_decline(m):
     if getattr(m, "wd", False):
-        return "DoRA weight decomposition (wd) is not routed to lyco in this slice"
+        why = _dora_decline(m)
+        if why:
+            return why
     if m.training and (getattr(m, "rank_dropout", 0) or _dropout_p(m)):
         return "rank dropout / dropout masks are not routed to lyco in this slice"
     if getattr(m, "bypass_mode", False) is None:
@@ -97,6 +113,9 @@ def _plan_locon(m):
     if getattr(m, "tucker", False):
         t["lora_mid"] = m.lora_mid.weight
     _scalar(m, t)
+    if getattr(m, "wd", False):  # DoRA: the axis from dora_scale's shape; Δ reads W
+        t["dora_scale"] = m.dora_scale
+        return "locon", t, {"scale": float(m.scale)}, "weighted"
     return "locon", t
 
 

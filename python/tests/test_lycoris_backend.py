@@ -139,6 +139,8 @@ VARIANTS = [
     ("lora", {"module_dropout": 0.5}),
     ("glora", {"use_scalar": True}),
     ("ia3", {}),
+    ("locon", {"dora_wd": True}),                         # DoRA: Linear and Conv2d, output axis
+    ("locon", {"dora_wd": True, "wd_on_output": False, "use_scalar": True}),  # input axis, σs
 ]
 
 
