@@ -139,9 +139,9 @@ VARIANTS = [
     ("lora", {"module_dropout": 0.5}),
     ("glora", {"use_scalar": True}),
     ("ia3", {}),
-    ("locon", {"dora_wd": True}),                         # DoRA: Linear and Conv2d, output axis
-    ("locon", {"dora_wd": True, "wd_on_output": False, "use_scalar": True}),  # input axis, σs
 ]
+DORA = [{"dora_wd": True},                                          # output axis
+        {"dora_wd": True, "wd_on_output": False, "use_scalar": True}]  # input axis, σs
 
 
 @pytest.mark.parametrize("algo,kw", VARIANTS, ids=[f"{a}-{'-'.join(k)}" for a, k in VARIANTS])
@@ -149,6 +149,19 @@ VARIANTS = [
 def test_variants_on_vs_off(seed, algo, kw, multiplier):
     """Tucker, trainable scalar, LoKr factorisations, OFT rescale/constraint, module dropout and
     a multiplier ≠ 1: one forward+backward with lyco on and off from the same start and RNG."""
+    _variant_on_vs_off(seed, algo, kw, multiplier, "cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", DORA, ids=["out", "in-scalar"])
+@pytest.mark.parametrize("multiplier", [1.0, 0.7])
+def test_dora_on_vs_off(seed, kw, multiplier, device, fp32_matmuls):
+    """LoCon with DoRA (dora_wd) on both axes: lyco's fused bypass against LyCORIS's merge-form
+    forward. The GPU takes the Linear modules; its Conv2d module stays on LyCORIS's path."""
+    _variant_on_vs_off(seed, "locon", kw, multiplier, device)
+
+
+def _variant_on_vs_off(seed, algo, kw, multiplier, device):
     outs = []
     for on in (False, True):
         torch.manual_seed(seed)
@@ -164,12 +177,18 @@ def test_variants_on_vs_off(seed, algo, kw, multiplier):
         with torch.no_grad():
             for p in net.parameters():
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
+        model.to(device)
+        net.to(device)
         (LL.enable if on else LL.disable)()
         try:
             if on:
-                assert set(LL.report(net).values()) == {"lyco"}, LL.report(net)
+                rep = LL.report(net)
+                if device == "cuda" and kw.get("dora_wd"):
+                    assert [k for k, v in rep.items() if v != "lyco"] == [k for k in rep if "conv" in k], rep
+                else:
+                    assert set(rep.values()) == {"lyco"}, rep
             torch.manual_seed(seed + 3)  # the same module-dropout draws
-            x = torch.randn(4, 4, 4, 4, generator=g)
+            x = torch.randn(4, 4, 4, 4, generator=g).to(device)
             y = model(x)
             if y.requires_grad:  # module dropout may have dropped every adapter
                 y.square().sum().backward()
