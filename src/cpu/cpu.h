@@ -106,6 +106,9 @@ struct cpu_delta {
        the partials — and its own σs partials — do not depend on the thread count. */
     int64_t rows_bwd_block;
     int groups;
+    /* Backward: G is an fp32 intermediate, not a caller tensor (dora_bypass.c's ∂L/∂W'' = dyᵀ·x):
+       loaded as is, and DoRA's ∂L/∂V not rounded to the compute dtype either. */
+    bool g_exact;
 };
 lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d);
 lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d);
@@ -126,5 +129,7 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len);
 /* LoCon + DoRA in bypass, linear or conv (locon_dora.c): D r×I·K (Tucker: P), Ū O×r (s, q_i folded).
    Backward: ∂L/∂Ū into gU (O×r), ∂L/∂D into gD (r×I·K); writes dx, dy0, ∂L/∂σs, ∂L/∂dora_scale. */
 lyco_status cpu_locon_dora_bypass(const lyco_call *c, const float *D, const float *U, int64_t r, float *gU, float *gD);
+/* DoRA in bypass through E = W'' − W built by the merge driver (dora_bypass.c): LoHa, LoKr, linear. */
+lyco_status cpu_dora_bypass_dense(const lyco_call *c, const cpu_delta *dl);
 
 #endif

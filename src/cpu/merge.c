@@ -5,7 +5,8 @@
  * backward. The driver owns what is common (ALGORITHMS.md §1.3, §1.6):
  *   W'' = W + m·σs·ΔW            WEIGHT: W'', DELTA: W'' − W, UNMERGE: W − (W'' − W)
  *   DoRA: V = W + σs·ΔW, n = ‖V‖_axis + ε, c = d/n, c ← m(c−1)+1 (m ≠ 1), W'' = V⊙c;
- *         backward: ∂L/∂V = RN_CT(g·c − γ·V) (rounded as eager stores it, NUMERICS.md §1.6)
+ *         backward: ∂L/∂V = RN_CT(g·c − γ·V) (rounded as eager stores it, NUMERICS.md §1.6; with
+ *         cpu_delta.g_exact — G an fp32 intermediate, DoRA in bypass — neither G nor ∂L/∂V rounded)
  * Rows are produced in blocks of RB rows by the thread that owns them and consumed in cache
  * (ΔW is never written whole unless it is the requested output); when the generator does not read
  * W, W's rows are loaded one at a time after the product, next to their combine (L1-hot), and the
@@ -157,7 +158,7 @@ static void dora_column_pass(const lyco_call *c, const cpu_delta *d, const cpu_v
             for (int64_t r = 0; r < nr; r++) cpu_load(wv, o0 + r, 0, IK, T, sc->W + r * IK);
             d->rows(d, o0, nr, sc->W, sc->D);
             if (gv)
-                for (int64_t r = 0; r < nr; r++) cpu_load(gv, o0 + r, 0, IK, T, sc->O2 + r * IK);
+                for (int64_t r = 0; r < nr; r++) cpu_load(gv, o0 + r, 0, IK, d->g_exact ? LYCO_F32 : T, sc->O2 + r * IK);
             for (int64_t r = 0; r < nr; r++)
                 for (int64_t j = 0; j < IK; j++) {
                     float v = sc->W[r * IK + j] + sig * sc->D[r * IK + j];
@@ -492,7 +493,7 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
     for (int64_t r = 0; r < nr; r++) {
         float *g = sc->O2 + r * IK, *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK;
         if (w_late) cpu_load(jb->wv, o0 + r, 0, IK, T, w);
-        cpu_load(jb->gv, o0 + r, 0, IK, T, g);
+        cpu_load(jb->gv, o0 + r, 0, IK, d->g_exact ? LYCO_F32 : T, g);
         if (dora) {
             int64_t o = o0 + r;
             if (c->dims.dora_on_out) {
@@ -511,7 +512,7 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
                 }
             }
             /* ∂L/∂V rounded to the compute dtype, as the eager chain stores it (NUMERICS.md §1.6) */
-            cpu_round(g, IK, T);
+            if (!d->g_exact) cpu_round(g, IK, T);
         } else if (m != 1.0f) { /* m = 1 (the common case) leaves g as it is: skip the pass */
             for (int64_t j = 0; j < IK; j++) g[j] *= m;
         }
