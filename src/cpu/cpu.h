@@ -106,7 +106,7 @@ struct cpu_delta {
        the partials — and its own σs partials — do not depend on the thread count. */
     int64_t rows_bwd_block;
     int groups;
-    /* Backward: G is an fp32 intermediate, not a caller tensor (dora_bypass.c's ∂L/∂W'' = dyᵀ·x):
+    /* Backward: G is an fp32 intermediate, not a caller tensor (dense_bypass.c's ∂L/∂W'' = dyᵀ·x):
        loaded as is, and DoRA's ∂L/∂V not rounded to the compute dtype either. */
     bool g_exact;
 };
@@ -129,7 +129,8 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len);
 /* LoCon + DoRA in bypass, linear or conv (locon_dora.c): D r×I·K (Tucker: P), Ū O×r (s, q_i folded).
    Backward: ∂L/∂Ū into gU (O×r), ∂L/∂D into gD (r×I·K); writes dx, dy0, ∂L/∂σs, ∂L/∂dora_scale. */
 lyco_status cpu_locon_dora_bypass(const lyco_call *c, const float *D, const float *U, int64_t r, float *gU, float *gD);
-/* DoRA in bypass through E = W'' − W built by the merge driver (dora_bypass.c): LoHa, LoKr, linear. */
-lyco_status cpu_dora_bypass_dense(const lyco_call *c, const cpu_delta *dl);
+/* Bypass through E = W'' − W built by the merge driver (dense_bypass.c): LoHa and LoKr conv bypass,
+   and their DoRA in bypass on linear layers. */
+lyco_status cpu_bypass_dense(const lyco_call *c, const cpu_delta *dl);
 
 #endif

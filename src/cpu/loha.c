@@ -41,8 +41,8 @@
  *             dx[:, cols] = dy·E[:, cols] for all tokens as dot products over O (cpu_gemm_nt: 8-lane
  *             partial sums, so the O-long reduction stays within budget; dy streamed once per block).
  *             No cross-thread reduction touches x- or dx-sized data.
- * DoRA in bypass (linear): dora_bypass.c, through E = W'' − W from the merge driver and this
- * file's row generator. Conv bypass takes the eager twin (the path report says why).
+ * Conv bypass (with or without DoRA) and DoRA in bypass on linear layers: dense_bypass.c, through
+ * E = W'' − W built by the merge driver from this file's row generator.
  *
  * Extra memory: Ā_t, B̄_t (O·(r_1+r_2) + (r_1+r_2)·IK floats; Tucker also B_t, T_t), ρ (O);
  * per thread 4·(r_1+r_2) generator doubles; bwd: 3·RMAX·CW floats per thread, G_Ā_t (O·(r_1+r_2))
@@ -525,10 +525,6 @@ static void bypass_dropped(const lyco_call *c) {
 
 lyco_status cpu_loha(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV) {
-        snprintf(why, why_len, "cpu: loha conv bypass has no fused CPU kernel yet");
-        return LYCO_ERR_UNSUPPORTED;
-    }
     if (c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups != 1) {
         snprintf(why, why_len, "cpu: loha with grouped conv (groups = %lld) has no fused CPU kernel", (long long)c->a->layer.groups);
         return LYCO_ERR_UNSUPPORTED;
@@ -538,6 +534,7 @@ lyco_status cpu_loha(const lyco_call *c, char *why, size_t why_len) {
         return LYCO_OK;
     }
     bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    bool dense = c->dims.dora || c->a->layer.kind == LYCO_LAYER_CONV; /* bypass through E = W'' − W */
     loha_t s;
     lyco_status st = loha_prepare(c, &s, grads);
     if (st == LYCO_OK) {
@@ -546,8 +543,8 @@ lyco_status cpu_loha(const lyco_call *c, char *why, size_t why_len) {
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
-        case LYCO_DIR_BYPASS_FWD: st = c->dims.dora ? cpu_dora_bypass_dense(c, &dl) : bypass_fwd(c, &s); break;
-        default: st = c->dims.dora ? cpu_dora_bypass_dense(c, &dl) : bypass_bwd(c, &s); break;
+        case LYCO_DIR_BYPASS_FWD: st = dense ? cpu_bypass_dense(c, &dl) : bypass_fwd(c, &s); break;
+        default: st = dense ? cpu_bypass_dense(c, &dl) : bypass_bwd(c, &s); break;
         }
     }
     loha_free(&s);

@@ -33,8 +33,8 @@
  *             s·m·Σ_{t,p,j} (W1ᵀ·dy_t)[p,j]·(X_g·W2ᵀ)[t,p,j] evaluated in fp64 from the fp64 halves
  *             (vectorised lanes over j): this sum cancels, and the fp32 rounding of W2 and of H
  *             would dominate it; cost ≈ one more H + G_H pass in fp64.
- * DoRA in bypass (linear): dora_bypass.c, through E = W'' − W from the merge driver and this
- * file's row generator. Conv bypass takes the eager twin (the path report says why).
+ * Conv bypass (with or without DoRA) and DoRA in bypass on linear layers: dense_bypass.c, through
+ * E = W'' − W built by the merge driver from this file's row generator.
  *
  * Extra memory: fp64 factors and halves (2·(a·c + b·dK) + r·(a + c + b + 2·dK) + r²K doubles),
  * fp32 W1, W2; per slot (max(threads, runs): the backward's partials belong to fixed runs — the
@@ -681,10 +681,6 @@ static void bypass_dropped(const lyco_call *c) {
 
 lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV) {
-        snprintf(why, why_len, "cpu: lokr conv bypass has no fused CPU kernel yet");
-        return LYCO_ERR_UNSUPPORTED;
-    }
     if (c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups != 1) {
         snprintf(why, why_len, "cpu: lokr with grouped conv (groups = %lld) has no fused CPU kernel", (long long)c->a->layer.groups);
         return LYCO_ERR_UNSUPPORTED;
@@ -694,6 +690,7 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
         return LYCO_OK;
     }
     bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
+    bool dense = c->dims.dora || c->a->layer.kind == LYCO_LAYER_CONV; /* bypass through E = W'' − W */
     lokr_t s;
     lyco_status st = lokr_prepare(c, &s, grads);
     if (st == LYCO_OK) {
@@ -706,8 +703,8 @@ lyco_status cpu_lokr(const lyco_call *c, char *why, size_t why_len) {
             st = c->dims.dora || sig_grad || c->dropped ? cpu_merge_bwd(c, &dl) : merge_bwd_rows(c, &s);
             break;
         }
-        case LYCO_DIR_BYPASS_FWD: st = c->dims.dora ? cpu_dora_bypass_dense(c, &dl) : bypass_fwd(c, &s); break;
-        default: st = c->dims.dora ? cpu_dora_bypass_dense(c, &dl) : bypass_bwd(c, &s); break;
+        case LYCO_DIR_BYPASS_FWD: st = dense ? cpu_bypass_dense(c, &dl) : bypass_fwd(c, &s); break;
+        default: st = dense ? cpu_bypass_dense(c, &dl) : bypass_bwd(c, &s); break;
         }
     }
     lokr_free(&s);
