@@ -12,7 +12,10 @@
  *             upstream's base(x + A x) also pays); the rank activations are rounded to the compute
  *             dtype like the eager chain. Backward per tile: g = dy·s·m·σs; ∂ax = g·W, ∂hb = g·B1,
  *             ∂ha = ∂ax·A1 (masked); G_B1 += gᵀhb, G_A1 += ∂axᵀha, G_A2 += ∂haᵀx, G_B2 += ∂hbᵀx,
- *             dx = ∂ha·A2 + ∂hb·B2. Conv bypass and σs's bypass gradient take the eager twin.
+ *             dx = ∂ha·A2 + ∂hb·B2. Conv bypass, a dropped module and σs's bypass gradient go
+ *             through E = W'' − W built by the merge driver (dense_bypass.c) when there is no rank
+ *             mask (the bypass masks the rank activations, which E cannot express); with masks
+ *             they take the eager twin.
  * Extra memory: per thread the row-block scratch of the driver; per slot (max(threads, runs): merge
  * backward's partials belong to the driver's fixed runs, so they do not depend on the thread count;
  * the bypass backward's to the threads) r·(I·K) + 2·I·r + O·r gradient partials.
@@ -254,8 +257,11 @@ static lyco_status bypass(const lyco_call *c, glora_t *g) {
 
 lyco_status cpu_glora(const lyco_call *c, char *why, size_t why_len) {
     bool bypass_dir = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass_dir && (c->a->layer.kind == LYCO_LAYER_CONV || c->dropped || (c->dir == LYCO_DIR_BYPASS_BWD && c->a->tensor[LYCO_SCALAR]))) {
-        snprintf(why, why_len, "cpu: glora bypass on a conv, with a dropped module or σs's gradient has no fused CPU kernel yet");
+    /* conv, a dropped module, σs's gradient: through E = W'' − W (dense_bypass.c) — the merge
+       generator's E is the bypass's only without rank masks (bypass masks the rank activations) */
+    bool dense = bypass_dir && (c->a->layer.kind == LYCO_LAYER_CONV || c->dropped || (c->dir == LYCO_DIR_BYPASS_BWD && c->a->tensor[LYCO_SCALAR]));
+    if (dense && (c->a->tensor[LYCO_RANK_MASK] || c->a->tensor[LYCO_RANK_MASK_B])) {
+        snprintf(why, why_len, "cpu: glora bypass with rank masks on a conv, with a dropped module or σs's gradient has no fused CPU kernel yet");
         return LYCO_ERR_UNSUPPORTED;
     }
     glora_t g;
@@ -266,7 +272,7 @@ lyco_status cpu_glora(const lyco_call *c, char *why, size_t why_len) {
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd(c, &dl); break;
         case LYCO_DIR_MERGE_BWD: st = cpu_merge_bwd(c, &dl); break;
-        default: st = bypass(c, &g); break;
+        default: st = dense ? cpu_bypass_dense(c, &dl) : bypass(c, &g); break;
         }
     }
     glora_free(&g);
