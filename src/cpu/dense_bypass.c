@@ -1,7 +1,8 @@
 /*
  * dense_bypass.c — bypass through a built E = W'' − W, for the algorithms whose ΔW has no low-rank
- * factored form (LoHa, LoKr): their conv bypass, with or without DoRA, and DoRA in bypass on their
- * linear layers (ALGORITHMS.md §1.4, §1.6: y = y0 + op(x, W'' − W)). LoCon has its own factored
+ * factored form: LoHa and LoKr conv bypass, with or without DoRA, and their DoRA in bypass on linear
+ * layers; Full conv bypass (with diff_b: + m·diff_b, and m·Σ dy for its gradient), IA3 input-mode
+ * conv bypass, GLoRA conv bypass without rank masks (ALGORITHMS.md §1.4, §1.6: y = y0 + op(x, W'' − W)). LoCon has its own factored
  * paths (locon.c, locon_dora.c), which never build ΔW. The merge driver builds E once, in fp32
  * (delta mode: ΔW̄ rows generated in cache, m, σs and DoRA's norms and scale as a merge applies them —
  * the same values as merge_fwd), and the bypass is GEMMs against it:
@@ -163,7 +164,21 @@ done:
 
 /* ---- conv layers: im2col rows per image and tile of output positions ---- */
 
-static lyco_status conv_fwd(const lyco_call *c, const float *E) {
+/* m·Δb (O floats) of an algorithm with a bias delta (Full's diff_b), or NULL (none / out of memory: *st) */
+static float *bias_delta(const lyco_call *c, const cpu_delta *dl, lyco_status *st) {
+    *st = LYCO_OK;
+    if (!dl->bias || c->dropped) return NULL;
+    float *db = malloc(sizeof(float) * (size_t)(c->dims.O + 1));
+    if (!db) {
+        *st = lyco_fail(LYCO_ERR_NOMEM, "cpu bypass: out of memory");
+        return NULL;
+    }
+    dl->bias(dl, db);
+    for (int64_t o = 0; o < c->dims.O; o++) db[o] *= (float)c->m;
+    return db;
+}
+
+static lyco_status conv_fwd(const lyco_call *c, const cpu_delta *dl, const float *E) {
     const lyco_bypass_args *b = c->bypass;
     lyco_dtype T = c->dt.compute;
     conv_geo g;
@@ -175,10 +190,14 @@ static lyco_status conv_fwd(const lyco_call *c, const float *E) {
     cpu_view_init(&yv, c->y, 2);
     if (add) cpu_view_init(&y0v, b->y0, 2);
     int64_t per = TB * IK + O * TB;
+    lyco_status st;
+    float *db = bias_delta(c, dl, &st);
+    if (st) return st;
     float *img = malloc(sizeof(float) * (size_t)(g.I * g.sin + 1)), *work = malloc(sizeof(float) * ((size_t)cpu_threads() * (size_t)per + 1));
     if (!img || !work) {
         free(img);
         free(work);
+        free(db);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu conv bypass: out of memory");
     }
     for (int64_t n = 0; n < c->tokens; n++) {
@@ -191,11 +210,15 @@ static lyco_status conv_fwd(const lyco_call *c, const float *E) {
             if (add)
                 for (int64_t o = 0; o < O; o++) cpu_load(&y0v, n * O + o, p0, np, T, yT + o * np);
             cpu_gemm_nt(O, np, IK, E, IK, Xt, IK, yT, np, add); /* yᵀ (+)= E·Xtᵀ */
+            if (db)
+                for (int64_t o = 0; o < O; o++)
+                    for (int64_t p = 0; p < np; p++) yT[o * np + p] += db[o];
             for (int64_t o = 0; o < O; o++) cpu_store(&yv, n * O + o, p0, np, yT + o * np);
         }
     }
     free(img);
     free(work);
+    free(db);
     return LYCO_OK;
 }
 
@@ -266,6 +289,21 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
             }
     }
     if (c->g) st = merge_bwd_from(c, dl, GE);
+    if (!st && c->g && dl->bias_bwd && !c->dropped) { /* m·∂L/∂b'' = m·Σ dy per channel, images and positions in order */
+        float *Gb = malloc(sizeof(float) * (size_t)(O + 1));
+        if (!Gb) {
+            st = lyco_fail(LYCO_ERR_NOMEM, "cpu conv bypass: out of memory");
+            goto done;
+        }
+        for (int64_t o = 0; o < O; o++) {
+            double acc = 0;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t p = 0; p < g.sout; p++) acc += G[(size_t)n * outn + (size_t)(o * g.sout + p)];
+            Gb[o] = (float)(c->m * acc);
+        }
+        st = dl->bias_bwd(dl, Gb);
+        free(Gb);
+    }
 done:
     free(X);
     free(G);
@@ -282,7 +320,7 @@ lyco_status cpu_bypass_dense(const lyco_call *c, const cpu_delta *dl) {
     lyco_status st = build_E(c, dl, E);
     bool conv = c->a->layer.kind == LYCO_LAYER_CONV;
     if (st == LYCO_OK) {
-        if (c->dir == LYCO_DIR_BYPASS_FWD) st = conv ? conv_fwd(c, E) : fwd(c, E);
+        if (c->dir == LYCO_DIR_BYPASS_FWD) st = conv ? conv_fwd(c, dl, E) : fwd(c, E);
         else st = conv ? conv_bwd(c, dl, E) : bwd(c, dl, E);
     }
     free(E);

@@ -13,7 +13,8 @@
  *     (0 for DELTA_ONLY);
  *   backward pass 2, per row block of OB outputs (owned by one thread, no partials):
  *     G_diff[blk] = m·Σ_tiles dy[:, blk]ᵀ·x (cpu_gemm_tn), G_diff_b[blk] = m·Σ_t dy[t, blk].
- * Conv bypass takes the eager twin (declined with the reason).
+ * Conv bypass goes through E = m·diff built by the merge driver (dense_bypass.c; grouped conv bypass
+ * takes the eager twin, declined with the reason).
  *
  * Extra memory: merge: the driver's row blocks (+ O for the bias); bypass per thread:
  * forward TB·I + OB·I + TB·O floats, backward max(TB·O + OB·I + TB·I, TB·OB + TB·I + OB·I + OB).
@@ -270,10 +271,11 @@ static lyco_status bypass_bwd(const lyco_call *c, const full_t *s) {
 
 lyco_status cpu_full(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV) {
-        snprintf(why, why_len, "cpu: full conv bypass has no fused CPU kernel yet");
+    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups != 1) {
+        snprintf(why, why_len, "cpu: full grouped conv bypass (groups = %lld) has no fused CPU kernel yet", (long long)c->a->layer.groups);
         return LYCO_ERR_UNSUPPORTED;
     }
+    bool dense = bypass && c->a->layer.kind == LYCO_LAYER_CONV; /* through E = m·diff (dense_bypass.c) */
     if (bypass && c->dropped) return bypass_dropped(c);
     full_t s;
     full_init(c, &s);
@@ -287,8 +289,8 @@ lyco_status cpu_full(const lyco_call *c, char *why, size_t why_len) {
         if (!st && !c->dropped && !c->d_out_bias && lyco_call_wants(c, LYCO_DIFF_B))
             st = copy_or_zero(c->g->grad[LYCO_DIFF_B], NULL, LYCO_F32);
         break;
-    case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
-    default: st = bypass_bwd(c, &s); break;
+    case LYCO_DIR_BYPASS_FWD: st = dense ? cpu_bypass_dense(c, &dl) : bypass_fwd(c, &s); break;
+    default: st = dense ? cpu_bypass_dense(c, &dl) : bypass_bwd(c, &s); break;
     }
     return st;
 }

@@ -18,7 +18,7 @@
  *   G_w[i] = m·Σ_t g'[t, i]·x[t, i] (partials per fixed run of token blocks), dy0 = dy (0 for
  *   DELTA_ONLY). Every G_w partial belongs to a fixed run (cpu_runs: rows, token blocks, the merge
  *   driver's groups) and the runs are added in order: G_w does not depend on the thread count.
- * Conv bypass in input mode takes the eager twin (declined with the reason).
+ * Conv bypass in input mode goes through E = W'' − W built by the merge driver (dense_bypass.c).
  *
  * Extra memory: w (D floats); merge: 2 pieces of 1024 floats per thread (stack) and, backward,
  * CPU_RUNS·D floats (G_w in the first D); bypass out: one row per thread;
@@ -439,10 +439,9 @@ static lyco_status bypass_dropped(const lyco_call *c) {
 lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
     bool on_input = c->a->ia3_on_input != 0;
-    if (bypass && on_input && c->a->layer.kind == LYCO_LAYER_CONV) {
-        snprintf(why, why_len, "cpu: ia3 input-mode conv bypass has no fused CPU kernel yet");
-        return LYCO_ERR_UNSUPPORTED;
-    }
+    (void)why; /* nothing declined */
+    (void)why_len;
+    bool dense = bypass && on_input && c->a->layer.kind == LYCO_LAYER_CONV; /* through E = W'' − W */
     if (bypass && c->dropped) return bypass_dropped(c);
     bool grads = c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD;
     ia3_t s;
@@ -453,9 +452,10 @@ lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len) {
         switch (c->dir) {
         case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
         case LYCO_DIR_MERGE_BWD: st = c->dropped || c->dims.dora || !c->merge->weight ? cpu_merge_bwd(c, &dl) : merge_bwd(c, &s); break;
-        case LYCO_DIR_BYPASS_FWD: st = on_input ? bypass_in_fwd(c, &s) : bypass_out(c, &s); break;
+        case LYCO_DIR_BYPASS_FWD: st = dense ? cpu_bypass_dense(c, &dl) : on_input ? bypass_in_fwd(c, &s) : bypass_out(c, &s); break;
         default:
-            if (on_input) st = bypass_in_bwd(c, &s);
+            if (dense) st = cpu_bypass_dense(c, &dl);
+            else if (on_input) st = bypass_in_bwd(c, &s);
             else {
                 if (c->dx) st = copy_or_zero(c->dx, NULL, LYCO_F32);
                 if (!st) st = bypass_out(c, &s);
