@@ -228,7 +228,10 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
     conv_geo g;
     conv_geo_init(c, 0, &g);
     int64_t N = c->tokens, IK = g.I * g.K, O = g.O, ntiles = (g.sout + TB - 1) / TB;
-    int64_t OB = WBLK_FLOATS / (IK > 0 ? IK : 1), nb;
+    /* ∂L/∂W'' blocks: each re-runs im2col over every image, so take up to 64 rows per block (the
+       im2col copies then cost ≤ 1/64 of the block's products), fewer to give every thread one */
+    int64_t nt = cpu_threads(), OB = (O + nt - 1) / nt, nb;
+    if (OB > 64) OB = 64;
     if (OB < 1) OB = 1;
     nb = (O + OB - 1) / OB;
     bool delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
