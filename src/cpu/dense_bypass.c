@@ -36,6 +36,12 @@
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* columns of E: I/groups·K (grouped conv: Full only), I·K, or I */
+static int64_t e_cols(const lyco_call *c) {
+    int64_t groups = c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups > 1 ? c->a->layer.groups : 1;
+    return c->dims.I / groups * c->dims.K;
+}
+
 /* the bypass call seen as a merge: mode delta, base W = the bypass's weight, out / d_out fp32 */
 static void as_merge(const lyco_call *c, lyco_direction dir, lyco_adapter *a2, lyco_merge_args *ma, lyco_call *mc) {
     *a2 = *c->a;
@@ -55,7 +61,7 @@ static void as_merge(const lyco_call *c, lyco_direction dir, lyco_adapter *a2, l
 
 /* E = W'' − W (O × I, fp32, compact) */
 static lyco_status build_E(const lyco_call *c, const cpu_delta *dl, float *E) {
-    int64_t shape[2] = {c->dims.O, c->dims.I * c->dims.K};
+    int64_t shape[2] = {c->dims.O, e_cols(c)};
     DLTensor Et = lyco_host_tensor(E, LYCO_F32, 2, shape);
     lyco_adapter a2;
     lyco_merge_args ma;
@@ -70,7 +76,7 @@ static lyco_status build_E(const lyco_call *c, const cpu_delta *dl, float *E) {
 
 /* the adapter gradients from ∂L/∂W'' = GE (O × I·K, fp32) through the merge driver's backward */
 static lyco_status merge_bwd_from(const lyco_call *c, const cpu_delta *dl, float *GE) {
-    int64_t shape[2] = {c->dims.O, c->dims.I * c->dims.K};
+    int64_t shape[2] = {c->dims.O, e_cols(c)};
     DLTensor Gt = lyco_host_tensor(GE, LYCO_F32, 2, shape);
     lyco_adapter a2;
     lyco_merge_args ma;
@@ -164,6 +170,16 @@ done:
 
 /* ---- conv layers: im2col rows per image and tile of output positions ---- */
 
+/* The layer's geometry with the channels of one group (Full on a grouped conv: E is O × I/g·K; group
+   k's outputs [k·O/g, (k+1)·O/g) read input channels [k·I/g, (k+1)·I/g)); groups = 1 otherwise. */
+static int64_t conv_groups(const lyco_call *c, conv_geo *g) {
+    int64_t groups = c->a->layer.groups > 1 ? c->a->layer.groups : 1;
+    conv_geo_init(c, 0, g);
+    g->I /= groups;
+    g->O /= groups;
+    return groups;
+}
+
 /* m·Δb (O floats) of an algorithm with a bias delta (Full's diff_b), or NULL (none / out of memory: *st) */
 static float *bias_delta(const lyco_call *c, const cpu_delta *dl, lyco_status *st) {
     *st = LYCO_OK;
@@ -182,8 +198,8 @@ static lyco_status conv_fwd(const lyco_call *c, const cpu_delta *dl, const float
     const lyco_bypass_args *b = c->bypass;
     lyco_dtype T = c->dt.compute;
     conv_geo g;
-    conv_geo_init(c, 0, &g);
-    int64_t IK = g.I * g.K, O = g.O, ntiles = (g.sout + TB - 1) / TB;
+    int64_t groups = conv_groups(c, &g), Ig = g.I, Og = g.O, I = Ig * groups;
+    int64_t IK = g.I * g.K, O = Og * groups, ntiles = (g.sout + TB - 1) / TB;
     bool add = b->y0 && !(b->flags & LYCO_BYPASS_DELTA_ONLY);
     cpu_view xv, y0v, yv;
     cpu_view_init(&xv, b->x, 2);
@@ -193,7 +209,7 @@ static lyco_status conv_fwd(const lyco_call *c, const cpu_delta *dl, const float
     lyco_status st;
     float *db = bias_delta(c, dl, &st);
     if (st) return st;
-    float *img = malloc(sizeof(float) * (size_t)(g.I * g.sin + 1)), *work = malloc(sizeof(float) * ((size_t)cpu_threads() * (size_t)per + 1));
+    float *img = malloc(sizeof(float) * (size_t)(I * g.sin + 1)), *work = malloc(sizeof(float) * ((size_t)cpu_threads() * (size_t)per + 1));
     if (!img || !work) {
         free(img);
         free(work);
@@ -201,15 +217,17 @@ static lyco_status conv_fwd(const lyco_call *c, const cpu_delta *dl, const float
         return lyco_fail(LYCO_ERR_NOMEM, "cpu conv bypass: out of memory");
     }
     for (int64_t n = 0; n < c->tokens; n++) {
-        for (int64_t ch = 0; ch < g.I; ch++) cpu_load(&xv, n * g.I + ch, 0, g.sin, T, img + ch * g.sin);
+        for (int64_t ch = 0; ch < I; ch++) cpu_load(&xv, n * I + ch, 0, g.sin, T, img + ch * g.sin);
 #pragma omp parallel for schedule(static)
         for (int64_t tile = 0; tile < ntiles; tile++) {
             float *Xt = work + (size_t)cpu_thread_id() * (size_t)per, *yT = Xt + TB * IK;
             int64_t p0 = tile * TB, np = min64(TB, g.sout - p0);
-            im2col(&g, img, p0, np, Xt);
             if (add)
                 for (int64_t o = 0; o < O; o++) cpu_load(&y0v, n * O + o, p0, np, T, yT + o * np);
-            cpu_gemm_nt(O, np, IK, E, IK, Xt, IK, yT, np, add); /* yᵀ (+)= E·Xtᵀ */
+            for (int64_t k = 0; k < groups; k++) { /* yᵀ (+)= E·Xtᵀ, group by group */
+                im2col(&g, img + k * Ig * g.sin, p0, np, Xt);
+                cpu_gemm_nt(Og, np, IK, E + k * Og * IK, IK, Xt, IK, yT + k * Og * np, np, add);
+            }
             if (db)
                 for (int64_t o = 0; o < O; o++)
                     for (int64_t p = 0; p < np; p++) yT[o * np + p] += db[o];
@@ -226,14 +244,17 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
     const lyco_bypass_args *b = c->bypass;
     lyco_dtype T = c->dt.compute;
     conv_geo g;
-    conv_geo_init(c, 0, &g);
-    int64_t N = c->tokens, IK = g.I * g.K, O = g.O, ntiles = (g.sout + TB - 1) / TB;
-    /* ∂L/∂W'' blocks: each re-runs im2col over every image, so take up to 64 rows per block (the
-       im2col copies then cost ≤ 1/64 of the block's products), fewer to give every thread one */
-    int64_t nt = cpu_threads(), OB = (O + nt - 1) / nt, nb;
+    int64_t groups = conv_groups(c, &g), Ig = g.I, Og = g.O, I = Ig * groups;
+    int64_t N = c->tokens, IK = g.I * g.K, O = Og * groups, ntiles = (g.sout + TB - 1) / TB;
+    /* ∂L/∂W'' blocks (within one group): each re-runs im2col over every image, so take up to 64 rows
+       per block (the im2col copies then cost ≤ 1/64 of the block's products), fewer to give every
+       thread one */
+    int64_t nt = cpu_threads(), OB = (O + nt - 1) / nt, bpg, nb;
     if (OB > 64) OB = 64;
+    if (OB > Og) OB = Og;
     if (OB < 1) OB = 1;
-    nb = (O + OB - 1) / OB;
+    bpg = (Og + OB - 1) / OB;
+    nb = bpg * groups;
     bool delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
     cpu_view xv, dyv, dxv, dy0v;
     cpu_view_init(&xv, b->x, 2);
@@ -242,7 +263,7 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
     if (c->dy0 && !delta_only) cpu_view_init(&dy0v, c->dy0, 2);
     if (c->dy0 && delta_only) /* y = Δ(x) alone does not read y0 */
         for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
-    size_t imgn = (size_t)(g.I * g.sin), outn = (size_t)(O * g.sout);
+    size_t imgn = (size_t)(I * g.sin), outn = (size_t)(O * g.sout);
     int runs = cpu_runs(ntiles, CPU_RUNS_BIG);
     /* x and dy of every image in fp32 once (each block of ∂L/∂W'' reads them all) */
     float *X = malloc(sizeof(float) * ((size_t)N * imgn + 1)), *G = malloc(sizeof(float) * ((size_t)N * outn + 1));
@@ -255,7 +276,7 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
     }
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t ch = 0; ch < g.I; ch++) cpu_load(&xv, n * g.I + ch, 0, g.sin, T, X + (size_t)n * imgn + (size_t)(ch * g.sin));
+        for (int64_t ch = 0; ch < I; ch++) cpu_load(&xv, n * I + ch, 0, g.sin, T, X + (size_t)n * imgn + (size_t)(ch * g.sin));
         for (int64_t o = 0; o < O; o++) {
             float *gr = G + (size_t)n * outn + (size_t)(o * g.sout);
             cpu_load(&dyv, n * O + o, 0, g.sout, T, gr);
@@ -270,23 +291,25 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
             float *dXt = work + (size_t)cpu_thread_id() * (size_t)(2 * TB * IK);
             for (int64_t tile = cpu_run_start(ntiles, runs, k); tile < cpu_run_start(ntiles, runs, k + 1); tile++) {
                 int64_t p0 = tile * TB, np = min64(TB, g.sout - p0);
-                cpu_gemm_tn(np, IK, O, Gn + p0, g.sout, E, IK, dXt, IK, false);
-                col2im_add(&g, dXt, p0, np, dimg + (size_t)k * imgn);
+                for (int64_t q = 0; q < groups; q++) {
+                    cpu_gemm_tn(np, IK, Og, Gn + (size_t)(q * Og * g.sout) + p0, g.sout, E + q * Og * IK, IK, dXt, IK, false);
+                    col2im_add(&g, dXt, p0, np, dimg + (size_t)k * imgn + (size_t)(q * Ig * g.sin));
+                }
             }
         }
         for (int k = 1; k < runs; k++)
             for (size_t i = 0; i < imgn; i++) dimg[i] += dimg[(size_t)k * imgn + i];
-        for (int64_t ch = 0; ch < g.I; ch++) cpu_store(&dxv, n * g.I + ch, 0, g.sin, dimg + ch * g.sin);
+        for (int64_t ch = 0; ch < I; ch++) cpu_store(&dxv, n * I + ch, 0, g.sin, dimg + ch * g.sin);
     }
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nb; blk++) {                            /* ∂L/∂W'' = Σ dy·Xt */
         float *Xt = work + (size_t)cpu_thread_id() * (size_t)(2 * TB * IK);
-        int64_t o0 = blk * OB, nr = min64(OB, O - o0);
+        int64_t q = blk / bpg, o0 = q * Og + (blk % bpg) * OB, nr = min64(OB, (q + 1) * Og - o0);
         bool first = true;
         for (int64_t n = 0; n < N; n++)
             for (int64_t p0 = 0; p0 < g.sout; p0 += TB) {
                 int64_t np = min64(TB, g.sout - p0);
-                im2col(&g, X + (size_t)n * imgn, p0, np, Xt);
+                im2col(&g, X + (size_t)n * imgn + (size_t)(q * Ig * g.sin), p0, np, Xt);
                 cpu_gemm_nn(nr, IK, np, G + (size_t)n * outn + (size_t)(o0 * g.sout) + p0, g.sout, Xt, IK, GE + o0 * IK, IK, !first);
                 first = false;
             }
@@ -317,7 +340,7 @@ done:
 }
 
 lyco_status cpu_bypass_dense(const lyco_call *c, const cpu_delta *dl) {
-    int64_t IK = c->dims.I * c->dims.K;
+    int64_t IK = e_cols(c);
     float *E = malloc(sizeof(float) * (size_t)(c->dims.O * IK + 1));
     if (!E) return lyco_fail(LYCO_ERR_NOMEM, "cpu bypass: out of memory for W'' − W (%lld × %lld floats)", (long long)c->dims.O, (long long)IK);
     lyco_status st = build_E(c, dl, E);

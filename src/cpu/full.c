@@ -13,8 +13,8 @@
  *     (0 for DELTA_ONLY);
  *   backward pass 2, per row block of OB outputs (owned by one thread, no partials):
  *     G_diff[blk] = m·Σ_tiles dy[:, blk]ᵀ·x (cpu_gemm_tn), G_diff_b[blk] = m·Σ_t dy[t, blk].
- * Conv bypass goes through E = m·diff built by the merge driver (dense_bypass.c; grouped conv bypass
- * takes the eager twin, declined with the reason).
+ * Conv bypass (grouped convs included) goes through E = m·diff built by the merge driver
+ * (dense_bypass.c).
  *
  * Extra memory: merge: the driver's row blocks (+ O for the bias); bypass per thread:
  * forward TB·I + OB·I + TB·O floats, backward max(TB·O + OB·I + TB·I, TB·OB + TB·I + OB·I + OB).
@@ -271,10 +271,8 @@ static lyco_status bypass_bwd(const lyco_call *c, const full_t *s) {
 
 lyco_status cpu_full(const lyco_call *c, char *why, size_t why_len) {
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->a->layer.kind == LYCO_LAYER_CONV && c->a->layer.groups != 1) {
-        snprintf(why, why_len, "cpu: full grouped conv bypass (groups = %lld) has no fused CPU kernel yet", (long long)c->a->layer.groups);
-        return LYCO_ERR_UNSUPPORTED;
-    }
+    (void)why; /* nothing declined */
+    (void)why_len;
     bool dense = bypass && c->a->layer.kind == LYCO_LAYER_CONV; /* through E = m·diff (dense_bypass.c) */
     if (bypass && c->dropped) return bypass_dropped(c);
     full_t s;
