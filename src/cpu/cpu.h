@@ -51,6 +51,8 @@ void cpu_store(const cpu_view *v, int64_t r, int64_t c0, int64_t n, const float 
 /* A whole tensor into a compact fp32 array (values rounded through `through`). */
 void cpu_load_all(const DLTensor *t, lyco_dtype through, float *dst);
 void cpu_store_all(DLTensor *t, const float *src);
+/* Every element of t set to 0 (any dtype and strides). */
+void cpu_zero_all(DLTensor *t);
 
 /* ---- small dense kernels (fp32, row-major, vectorised) ---- */
 /* C[M×N] (+)= A[M×K] · B[K×N]; lda/ldb/ldc in elements */

@@ -42,51 +42,31 @@ static int64_t e_cols(const lyco_call *c) {
     return c->dims.I / groups * c->dims.K;
 }
 
-/* the bypass call seen as a merge: mode delta, base W = the bypass's weight, out / d_out fp32 */
-static void as_merge(const lyco_call *c, lyco_direction dir, lyco_adapter *a2, lyco_merge_args *ma, lyco_call *mc) {
-    *a2 = *c->a;
-    a2->flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
-    memset(ma, 0, sizeof *ma);
-    ma->weight = c->bypass->weight;
-    ma->mode = LYCO_MERGE_DELTA;
-    *mc = *c;
-    mc->dir = dir;
-    mc->a = a2;
-    mc->merge = ma;
-    mc->out = NULL;
-    mc->out_bias = NULL;
-    mc->d_out = NULL;
-    mc->d_out_bias = NULL;
-}
-
-/* E = W'' − W (O × I, fp32, compact) */
-static lyco_status build_E(const lyco_call *c, const cpu_delta *dl, float *E) {
+/* The merge driver on the bypass call seen as a merge, with the fp32 buffer buf (O × e_cols) as
+   its output E = W'' − W (forward) or as ∂L/∂W'' (backward: the adapter gradients; g_exact — that G
+   is an fp32 intermediate of ours, so no rounding point of the merge backward applies). */
+static lyco_status through_merge(const lyco_call *c, const cpu_delta *dl, lyco_direction dir, float *buf) {
     int64_t shape[2] = {c->dims.O, e_cols(c)};
-    DLTensor Et = lyco_host_tensor(E, LYCO_F32, 2, shape);
-    lyco_adapter a2;
+    DLTensor t = lyco_host_tensor(buf, LYCO_F32, 2, shape);
+    lyco_adapter a2 = *c->a;
+    a2.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
     lyco_merge_args ma;
-    lyco_call mc;
-    as_merge(c, LYCO_DIR_MERGE_FWD, &a2, &ma, &mc);
-    mc.out = &Et;
-    mc.g = NULL;
+    memset(&ma, 0, sizeof ma);
+    ma.weight = c->bypass->weight;
+    ma.mode = LYCO_MERGE_DELTA;
+    lyco_call mc = *c;
+    mc.dir = dir;
+    mc.a = &a2;
+    mc.merge = &ma;
+    mc.out = dir == LYCO_DIR_MERGE_FWD ? &t : NULL;
+    mc.d_out = dir == LYCO_DIR_MERGE_BWD ? &t : NULL;
+    mc.out_bias = NULL;
+    mc.d_out_bias = NULL;
+    if (dir == LYCO_DIR_MERGE_FWD) mc.g = NULL;
     cpu_delta d2 = *dl;
     d2.c = &mc;
-    return cpu_merge_fwd(&mc, &d2);
-}
-
-/* the adapter gradients from ∂L/∂W'' = GE (O × I·K, fp32) through the merge driver's backward */
-static lyco_status merge_bwd_from(const lyco_call *c, const cpu_delta *dl, float *GE) {
-    int64_t shape[2] = {c->dims.O, e_cols(c)};
-    DLTensor Gt = lyco_host_tensor(GE, LYCO_F32, 2, shape);
-    lyco_adapter a2;
-    lyco_merge_args ma;
-    lyco_call mc;
-    as_merge(c, LYCO_DIR_MERGE_BWD, &a2, &ma, &mc);
-    mc.d_out = &Gt;
-    cpu_delta d2 = *dl;
-    d2.c = &mc;
-    d2.g_exact = true; /* ∂L/∂W'' is ours, in fp32: no rounding point of the merge backward applies */
-    return cpu_merge_bwd(&mc, &d2);
+    d2.g_exact = dir == LYCO_DIR_MERGE_BWD;
+    return dir == LYCO_DIR_MERGE_FWD ? cpu_merge_fwd(&mc, &d2) : cpu_merge_bwd(&mc, &d2);
 }
 
 static lyco_status fwd(const lyco_call *c, const float *E) {
@@ -128,8 +108,7 @@ static lyco_status bwd(const lyco_call *c, const cpu_delta *dl, const float *E) 
     cpu_view_init(&dyv, c->dy, c->dy->ndim - 1);
     if (c->dx) cpu_view_init(&dxv, c->dx, c->dx->ndim - 1);
     if (c->dy0 && !delta_only) cpu_view_init(&dy0v, c->dy0, c->dy0->ndim - 1);
-    if (c->dy0 && delta_only) /* y = Δ(x) alone does not read y0 */
-        for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
+    if (c->dy0 && delta_only) cpu_zero_all(c->dy0); /* y = Δ(x) alone does not read y0 */
     /* x and dy in fp32 once (every block of ∂L/∂W'' reads all tokens) */
     float *X = malloc(sizeof(float) * (size_t)(N * I + 1)), *G = malloc(sizeof(float) * (size_t)(N * O + 1));
     float *GE = calloc((size_t)(O * I) + 1, sizeof(float)), *dx = malloc(sizeof(float) * ((size_t)cpu_threads() * (size_t)(TB * I) + 1));
@@ -159,7 +138,7 @@ static lyco_status bwd(const lyco_call *c, const cpu_delta *dl, const float *E) 
         for (int64_t t0 = 0; t0 < N; t0 += TB)
             cpu_gemm_tn(nr, I, min64(TB, N - t0), G + t0 * O + o0, O, X + t0 * I, I, GE + o0 * I, I, t0 > 0);
     }
-    if (c->g) st = merge_bwd_from(c, dl, GE);
+    if (c->g) st = through_merge(c, dl, LYCO_DIR_MERGE_BWD, GE);
 done:
     free(X);
     free(G);
@@ -261,8 +240,7 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
     cpu_view_init(&dyv, c->dy, 2);
     if (c->dx) cpu_view_init(&dxv, c->dx, 2);
     if (c->dy0 && !delta_only) cpu_view_init(&dy0v, c->dy0, 2);
-    if (c->dy0 && delta_only) /* y = Δ(x) alone does not read y0 */
-        for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
+    if (c->dy0 && delta_only) cpu_zero_all(c->dy0); /* y = Δ(x) alone does not read y0 */
     size_t imgn = (size_t)(I * g.sin), outn = (size_t)(O * g.sout);
     int runs = cpu_runs(ntiles, CPU_RUNS_BIG);
     /* x and dy of every image in fp32 once (each block of ∂L/∂W'' reads them all) */
@@ -314,7 +292,7 @@ static lyco_status conv_bwd(const lyco_call *c, const cpu_delta *dl, const float
                 first = false;
             }
     }
-    if (c->g) st = merge_bwd_from(c, dl, GE);
+    if (c->g) st = through_merge(c, dl, LYCO_DIR_MERGE_BWD, GE);
     if (!st && c->g && dl->bias_bwd && !c->dropped) { /* m·∂L/∂b'' = m·Σ dy per channel, images and positions in order */
         float *Gb = malloc(sizeof(float) * (size_t)(O + 1));
         if (!Gb) {
@@ -343,7 +321,7 @@ lyco_status cpu_bypass_dense(const lyco_call *c, const cpu_delta *dl) {
     int64_t IK = e_cols(c);
     float *E = malloc(sizeof(float) * (size_t)(c->dims.O * IK + 1));
     if (!E) return lyco_fail(LYCO_ERR_NOMEM, "cpu bypass: out of memory for W'' − W (%lld × %lld floats)", (long long)c->dims.O, (long long)IK);
-    lyco_status st = build_E(c, dl, E);
+    lyco_status st = through_merge(c, dl, LYCO_DIR_MERGE_FWD, E);
     bool conv = c->a->layer.kind == LYCO_LAYER_CONV;
     if (st == LYCO_OK) {
         if (c->dir == LYCO_DIR_BYPASS_FWD) st = conv ? conv_fwd(c, dl, E) : fwd(c, E);

@@ -534,8 +534,7 @@ static lyco_status dora_bwd(dora_bp *s, float *gU, float *gD) {
     if (io.dx) cpu_view_init(&io.dxv, c->dx, split < 0 ? c->dx->ndim - 1 : split);
     io.dy0 = c->dy0 && !delta_only;
     if (io.dy0) cpu_view_init(&io.dy0v, c->dy0, split < 0 ? c->dy0->ndim - 1 : split);
-    if (c->dy0 && delta_only) /* y = Δ(x) alone does not read y0 */
-        for (int64_t i = 0; i < lyco_numel(c->dy0); i++) lyco_store_f32(lyco_elem_at(c->dy0, i), lyco_dtype_of(c->dy0), 0.0f);
+    if (c->dy0 && delta_only) cpu_zero_all(c->dy0); /* y = Δ(x) alone does not read y0 */
     int64_t units = s->conv ? (s->g.sout + TB - 1) / TB : (c->tokens + TB - 1) / TB;
     int runs = cpu_runs(units, CPU_RUNS_BIG);
     int64_t per = bwd_per(s), pp = dcn + O * r + r * IK;
@@ -543,9 +542,10 @@ static lyco_status dora_bwd(dora_bp *s, float *gU, float *gD) {
     float *part = calloc((size_t)runs * (size_t)pp + 1, sizeof(float));
     float *dc = calloc((size_t)kept + 1, sizeof(float)), *gam = calloc((size_t)kept + 1, sizeof(float));
     float *gcol = calloc((size_t)(s->out_axis ? O : IK) + 1, sizeof(float));
-    float *aux = calloc((size_t)(r * (O > IK ? O : IK)) + 1, sizeof(float));
+    int64_t rmax = r * (O > IK ? O : IK);
+    float *aux = calloc((size_t)rmax + 1, sizeof(float)), *sq = calloc((size_t)(rmax + r * r) + 1, sizeof(float));
     lyco_status st = LYCO_OK;
-    if (!work || !part || !dc || !gam || !gcol || !aux) {
+    if (!work || !part || !dc || !gam || !gcol || !aux || !sq) {
         st = lyco_fail(LYCO_ERR_NOMEM, "cpu DoRA bypass: out of memory");
         goto done;
     }
@@ -574,35 +574,19 @@ static lyco_status dora_bwd(dora_bp *s, float *gU, float *gD) {
             for (int64_t p = 0; p < r; p++) gU[o * r + p] += gcol[o] * (s->WD[o * r + p] + s->sig * aux[o * r + p]);
         /* G_D = σs·eᵀX (so far) + σs·(γ⊙Ū)ᵀ·W + σs²·((γ⊙Ū)ᵀŪ)·D */
         if ((st = gamma_w_pass(s, gcol, gU, gD))) goto done;
-        float *UgU = calloc((size_t)(r * r) + 1, sizeof(float)), *Ug = calloc((size_t)(O * r) + 1, sizeof(float));
-        if (!UgU || !Ug) {
-            free(UgU);
-            free(Ug);
-            st = lyco_fail(LYCO_ERR_NOMEM, "cpu DoRA bypass: out of memory");
-            goto done;
-        }
+        float *Ug = sq, *UgU = sq + rmax;
         for (int64_t o = 0; o < O; o++)
             for (int64_t p = 0; p < r; p++) Ug[o * r + p] = s->sig * s->sig * gcol[o] * s->U[o * r + p];
         cpu_gemm_tn(r, r, O, Ug, r, s->U, r, UgU, r, false);
         cpu_gemm_nn(r, IK, r, UgU, r, s->D, IK, gD, IK, true);
-        free(UgU);
-        free(Ug);
     } else {
         /* T += W·(D⊙γ)ᵀ + σs·Ū·(D·(D⊙γ)ᵀ) */
         if ((st = gamma_w_pass(s, gcol, gU, gD))) goto done;
-        float *Dg = calloc((size_t)(r * IK) + 1, sizeof(float)), *DDg = calloc((size_t)(r * r) + 1, sizeof(float));
-        if (!Dg || !DDg) {
-            free(Dg);
-            free(DDg);
-            st = lyco_fail(LYCO_ERR_NOMEM, "cpu DoRA bypass: out of memory");
-            goto done;
-        }
+        float *Dg = sq, *DDg = sq + rmax;
         for (int64_t p = 0; p < r; p++)
             for (int64_t i = 0; i < IK; i++) Dg[p * IK + i] = s->sig * s->D[p * IK + i] * gcol[i];
         cpu_gemm_nt(r, r, IK, s->D, IK, Dg, IK, DDg, r, false);
         cpu_gemm_nn(O, r, r, s->U, r, DDg, r, gU, r, true);
-        free(Dg);
-        free(DDg);
         /* G_D = σs·(c⊙(eᵀX) + γ⊙(Ūᵀ·W + σs·ŪᵀŪ·D)); gD holds σs·eᵀX */
         cpu_gemm_nn(r, IK, r, s->RR, r, s->D, IK, aux, IK, false);
         for (int64_t p = 0; p < r; p++)
@@ -624,6 +608,7 @@ done:
     free(gam);
     free(gcol);
     free(aux);
+    free(sq);
     return st;
 }
 

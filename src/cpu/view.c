@@ -187,3 +187,7 @@ void cpu_store_all(DLTensor *t, const float *src) {
     }
     for (int64_t r = 0; r < v.rows; r++) cpu_store(&v, r, 0, v.cols, src + r * v.cols);
 }
+
+void cpu_zero_all(DLTensor *t) {
+    for (int64_t i = 0; i < lyco_numel(t); i++) lyco_store_f32(lyco_elem_at(t, i), lyco_dtype_of(t), 0.0f);
+}
