@@ -49,6 +49,9 @@ __device__ __forceinline__ void bs_add(bsum &s, float v) {
 }
 __device__ __forceinline__ float bs_total(const bsum &s) { return s.outer + s.inner; }
 
+/* the dtype E is rounded to as loaded: ct, or fp32 (as stored) for an fp32 intermediate of ours */
+__device__ __forceinline__ int e_ct(const lk_conv_args &a) { return a.E_exact ? 2 : a.ct; }
+
 /* activation element (n, channel c of C, spatial p) of a linear or conv view */
 __device__ __forceinline__ float act_ld(const lk_view &v, int nd, i64 n, i64 C, i64 c, i64 p) {
     return nd ? vload(v, n * C + c, p) : vload(v, n, c);
@@ -62,6 +65,7 @@ __global__ __launch_bounds__(NT) void k_conv_fwd(lk_conv_args a) {
     const lk_conv_geom &g = a.g;
     const i64 n_all = g.N * g.O * g.spout, Og = g.O / g.groups, Ig = g.I / g.groups;
     const float m = (float)a.m;
+    const int ect = e_ct(a);
     for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n_all; idx += (i64)gridDim.x * NT) {
         const i64 p = idx % g.spout, t = idx / g.spout, o = t % g.O, n = t / g.O, grp = o / Og;
         const i64 p0 = p / (g.out[1] * g.out[2]), p1 = (p / g.out[2]) % g.out[1], p2 = p % g.out[2];
@@ -80,7 +84,7 @@ __global__ __launch_bounds__(NT) void k_conv_fwd(lk_conv_args a) {
                         const i64 q2 = p2 * g.st[2] - g.pad[2] + k2 * g.dil[2];
                         if (q2 < 0 || q2 >= g.in[2]) continue;
                         const float xv = round_to(act_ld(a.x, g.nd, n, g.I, c, (q0 * g.in[1] + q1) * g.in[2] + q2), a.ct);
-                        const float ev = round_to(vload(a.E, o, ci * g.K + (k0 * g.k[1] + k1) * g.k[2] + k2), a.ct);
+                        const float ev = round_to(vload(a.E, o, ci * g.K + (k0 * g.k[1] + k1) * g.k[2] + k2), ect);
                         bs_add(acc, xv * (ev * f));
                     }
                 }
@@ -97,6 +101,7 @@ __global__ __launch_bounds__(NT) void k_conv_dgrad(lk_conv_args a) {
     const lk_conv_geom &g = a.g;
     const i64 n_all = g.N * g.I * g.spin, Og = g.O / g.groups, Ig = g.I / g.groups;
     const float m = (float)a.m;
+    const int ect = e_ct(a);
     for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n_all; idx += (i64)gridDim.x * NT) {
         const i64 q = idx % g.spin, t = idx / g.spin, c = t % g.I, n = t / g.I, grp = c / Ig, ci = c % Ig;
         const i64 q0 = q / (g.in[1] * g.in[2]), q1 = (q / g.in[2]) % g.in[1], q2 = q % g.in[2];
@@ -120,7 +125,7 @@ __global__ __launch_bounds__(NT) void k_conv_dgrad(lk_conv_args a) {
                         const i64 p2 = t2 / g.st[2];
                         if (p2 >= g.out[2]) continue;
                         const float dv = round_to(act_ld(a.dy, g.nd, n, g.O, o, (p0 * g.out[1] + p1) * g.out[2] + p2), a.ct);
-                        const float ev = round_to(vload(a.E, o, ci * g.K + (k0 * g.k[1] + k1) * g.k[2] + k2), a.ct);
+                        const float ev = round_to(vload(a.E, o, ci * g.K + (k0 * g.k[1] + k1) * g.k[2] + k2), ect);
                         bs_add(acc, dv * ev);
                     }
                 }
@@ -184,13 +189,14 @@ __device__ __forceinline__ float lin_ld(const lk_view &v, bool tr, i64 m, i64 k,
     return tr ? vload(v, k, m) : vload(v, m, k);
 }
 
-/* Stage the LK × LT tile (k0.., m0..) of an operand into S[k][m], rounded to ct (times vec[k]). */
+/* Stage the LK × LT tile (k0.., m0..) of an operand into S[k][m], rounded to vct (times vec[k]
+   rounded to ct). */
 __device__ __forceinline__ void lin_stage(float (*S)[LT], const lk_view &v, bool tr, i64 m0, i64 k0, i64 M, i64 K,
-                                          const lk_view &vec, int ct) {
+                                          const lk_view &vec, int vct, int ct) {
     const bool kfast = tr ? v.s0 == 1 : v.s1 == 1;
     for (int e = threadIdx.x; e < LK * LT; e += NT) {
         const int kk = kfast ? e % LK : e / LT, mm = kfast ? e / LK : e % LT;
-        float x = round_to(lin_ld(v, tr, m0 + mm, k0 + kk, M, K), ct);
+        float x = round_to(lin_ld(v, tr, m0 + mm, k0 + kk, M, K), vct);
         if (vec.p && k0 + kk < K) x *= round_to(vload(vec, 0, k0 + kk), ct);
         S[kk][mm] = x;
     }
@@ -210,8 +216,8 @@ template <int MODE> __global__ __launch_bounds__(NT) void k_lin(lk_conv_args a, 
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
     for (i64 k0 = 0; k0 < K; k0 += LK) {
-        lin_stage(As, Av, Atr, m0, k0, M, K, none, a.ct);
-        lin_stage(Bs, Bv, Btr, n0, k0, N, K, MODE == LIN_FWD ? a.vec : none, a.ct);
+        lin_stage(As, Av, Atr, m0, k0, M, K, none, a.ct, a.ct);
+        lin_stage(Bs, Bv, Btr, n0, k0, N, K, MODE == LIN_FWD ? a.vec : none, MODE == LIN_WGRAD ? a.ct : e_ct(a), a.ct);
         __syncthreads();
         float part[4][4];
 #pragma unroll

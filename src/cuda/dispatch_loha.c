@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda/backend.h"
+#include "cuda/dispatch_simple.h"
 #include "cuda/kern_loha.h"
 
 static const DLTensor *want(const lyco_call *c, lyco_slot s) { return lyco_call_wants(c, s) ? c->g->grad[s] : NULL; }
@@ -111,8 +112,7 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
     if (l->kind != LYCO_LAYER_LINEAR && l->kind != LYCO_LAYER_CONV) return lk_decline(why, why_len, "LoHa on a norm layer is not supported");
     if (l->kind == LYCO_LAYER_CONV && l->groups != 1)
         return lk_decline(why, why_len, "LoHa on a grouped conv (groups = %lld) is not supported", (long long)l->groups);
-    if (is_bypass(c) && c->dims.dora)
-        return lk_decline(why, why_len, "DoRA in %s has no CUDA kernel yet (merge directions do)", lyco_direction_name(c->dir));
+    if (is_bypass(c) && c->dims.dora) return lk_bypass_dense(c, dev, st, why, why_len, lk_run_loha);
     lk_loha_args a;
     memset(&a, 0, sizeof a);
     lk_view_req rq[24];

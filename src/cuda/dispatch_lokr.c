@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda/backend.h"
+#include "cuda/dispatch_simple.h"
 #include "cuda/kern_lokr.h"
 
 static const DLTensor *grad_if(const lyco_call *c, lyco_slot s) { return lyco_call_wants(c, s) ? c->g->grad[s] : NULL; }
@@ -116,8 +117,7 @@ lyco_status lk_run_lokr(const lyco_call *c, const lk_device *dev, void *st, char
     if (l->kind != LYCO_LAYER_LINEAR && l->kind != LYCO_LAYER_CONV) return lk_decline(why, why_len, "LoKr on a norm layer is not supported");
     if (l->kind == LYCO_LAYER_CONV && l->groups != 1)
         return lk_decline(why, why_len, "LoKr on a grouped conv (groups = %lld) is not supported", (long long)l->groups);
-    if (bypass && c->dims.dora)
-        return lk_decline(why, why_len, "DoRA in %s has no CUDA kernel yet (merge directions do)", lyco_direction_name(c->dir));
+    if (bypass && c->dims.dora) return lk_bypass_dense(c, dev, st, why, why_len, lk_run_lokr);
     lk_lokr_args k;
     memset(&k, 0, sizeof k);
     lk_view_req rq[32];

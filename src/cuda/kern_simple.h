@@ -73,13 +73,15 @@ typedef struct {
  *   fwd:   y = y0 (absent: 0) + m·op(x, E ⊙ vec) + m·bias            (vec over input channels)
  *   dgrad: G' = opᵀ(dy, E);  dx = m·vec[c]·G'  (vec absent: 1);  gp = G' (fp32 scratch, x-shaped)
  *   wgrad: gE = m·opW(x, dy)
- * x / y / dy / dx views: linear tokens × features, conv (N·channels) × spatial. */
+ * x / y / dy / dx views: linear tokens × features, conv (N·channels) × spatial. Every operand is
+ * rounded to ct as loaded, except E when E_exact (an fp32 intermediate of ours: dense_bypass.c). */
 typedef struct {
     lk_conv_geom g;
     lk_view x, E, vec, bias, y0, y, dy, dx, gE;
     float *gp;
     double m;
     int32_t ct;
+    int32_t E_exact;
 } lk_conv_args;
 int lk_conv_fwd(const lk_conv_args *a, void *stream);
 int lk_conv_dgrad(const lk_conv_args *a, void *stream);
