@@ -76,16 +76,16 @@ def _dropout_p(m):
 
 
 def _dora_decline(m):
-    """Why a module with DoRA (wd) stays on LyCORIS's path, or None: lyco fuses DoRA with LoCon
-    (y = base(x) + x·(W'' − W)ᵀ, LyCORIS's merge-form forward, without ΔW); its CUDA kernels take
-    linear layers without Tucker (conv and Tucker there would run lyco's eager twin on host copies)."""
-    if type(m).__name__ != "LoConModule":
-        return f"DoRA with {type(m).__name__} is not fused in lyco yet (LoCon is)"
+    """Why a module with DoRA (wd) stays on LyCORIS's path, or None: lyco fuses DoRA with LoCon,
+    LoHa and LoKr (y = base(x) + op(x, W'' − W), LyCORIS's merge-form forward); on the GPU without
+    Tucker (LoCon's Tucker+DoRA there would run lyco's eager twin on host copies)."""
+    if type(m).__name__ not in ("LoConModule", "LohaModule", "LokrModule"):
+        return f"DoRA with {type(m).__name__} is not fused in lyco yet (LoCon, LoHa and LoKr are)"
     if getattr(m, "bypass_mode", False):
         return "DoRA in LyCORIS's bypass mode: LyCORIS ignores the decomposition there"
     w = getattr(_org(m), "weight", None)
-    if isinstance(w, torch.Tensor) and w.is_cuda and (getattr(m, "isconv", False) or getattr(m, "tucker", False)):
-        return "DoRA on a conv layer on the GPU is not fused in lyco yet (linear layers are; the CPU takes both)"
+    if isinstance(w, torch.Tensor) and w.is_cuda and getattr(m, "tucker", False):
+        return "DoRA with Tucker on the GPU is not fused in lyco yet (the CPU takes it)"
     return _frozen_base(m, "DoRA")
 
 
@@ -113,10 +113,15 @@ def _plan_locon(m):
     if getattr(m, "tucker", False):
         t["lora_mid"] = m.lora_mid.weight
     _scalar(m, t)
-    if getattr(m, "wd", False):  # DoRA: the axis from dora_scale's shape; Δ reads W
+    return _with_dora(m, "locon", t)  # DoRA: the axis from dora_scale's shape
+
+
+def _with_dora(m, algo, t):
+    """The plan of an additive module, with DoRA's scale when it has one (Δ then reads W)."""
+    if getattr(m, "wd", False):
         t["dora_scale"] = m.dora_scale
-        return "locon", t, {"scale": float(m.scale)}, "weighted"
-    return "locon", t
+        return algo, t, {"scale": float(m.scale)}, "weighted"
+    return algo, t
 
 
 def _plan_loha(m):
@@ -124,7 +129,7 @@ def _plan_loha(m):
     if getattr(m, "tucker", False):
         t["hada_t1"], t["hada_t2"] = m.hada_t1, m.hada_t2
     _scalar(m, t)
-    return "loha", t
+    return _with_dora(m, "loha", t)
 
 
 def _plan_lokr(m):
@@ -134,7 +139,7 @@ def _plan_lokr(m):
         if isinstance(v, torch.Tensor):
             t[k] = v
     _scalar(m, t)
-    return "lokr", t
+    return _with_dora(m, "lokr", t)
 
 
 def _plan_oft(algo):

@@ -13,9 +13,10 @@
  *             dtype like the eager chain. Backward per tile: g = dy·s·m·σs; ∂ax = g·W, ∂hb = g·B1,
  *             ∂ha = ∂ax·A1 (masked); G_B1 += gᵀhb, G_A1 += ∂axᵀha, G_A2 += ∂haᵀx, G_B2 += ∂hbᵀx,
  *             dx = ∂ha·A2 + ∂hb·B2. Conv bypass, a dropped module and σs's bypass gradient go
- *             through E = W'' − W built by the merge driver (dense_bypass.c) when there is no rank
- *             mask (the bypass masks the rank activations, which E cannot express); with masks
- *             they take the eager twin.
+ *             through E = W'' − W built by the merge driver (dense_bypass.c); the bypass's rank
+ *             masks (on the rank activations) are folded into the factors there: A1 ← A1·diag(q_a),
+ *             B1 ← B1·diag(q_b) (exact in fp32 for 16-bit CT), and the driver's gradients of those
+ *             products are scaled back, G_A1 ← G_A1'·diag(q_a), G_B1 ← G_B1'·diag(q_b).
  * Extra memory: per thread the row-block scratch of the driver; per slot (max(threads, runs): merge
  * backward's partials belong to the driver's fixed runs, so they do not depend on the thread count;
  * the bypass backward's to the threads) r·(I·K) + 2·I·r + O·r gradient partials.
@@ -37,6 +38,7 @@ typedef struct {
     int nt;
     int runs;                     /* merge backward: the driver's fixed runs (cpu_delta.groups) */
     int np;                       /* partial slots: max(nt, runs) */
+    bool fold;                    /* dense bypass with rank masks: A1, B1 hold A1·diag(q_a), B1·diag(q_b) */
 } glora_t;
 
 static void glora_free(glora_t *g) {
@@ -50,8 +52,17 @@ static float qmask(const lyco_call *c, lyco_slot s, int64_t i) {
     return q && bypass ? lyco_load_f32(lyco_elem_at(q, i), lyco_dtype_of(q)) : 1.0f;
 }
 
-static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads) {
+/* v (n × r, row-major) ← v·diag(q) with q the bypass rank mask in slot s */
+static void scale_cols(const lyco_call *c, lyco_slot s, float *v, int64_t n, int64_t r) {
+    for (int64_t j = 0; j < r; j++) {
+        float q = qmask(c, s, j);
+        for (int64_t i = 0; i < n; i++) v[i * r + j] *= q;
+    }
+}
+
+static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads, bool fold) {
     memset(g, 0, sizeof *g);
+    g->fold = fold;
     const lyco_dims *d = &c->dims;
     lyco_dtype T = c->dt.compute;
     g->c = c;
@@ -66,6 +77,11 @@ static lyco_status glora_prepare(const lyco_call *c, glora_t *g, bool grads) {
     cpu_load_all(c->a->tensor[LYCO_GLORA_A2], T, g->A2);
     cpu_load_all(c->a->tensor[LYCO_GLORA_B1], T, g->B1);
     cpu_load_all(c->a->tensor[LYCO_GLORA_B2], T, g->B2);
+    if (fold) { /* q_a on the A path's rank activations, q_b on the B path's: in A1's and B1's columns
+                   (products of CT values: exact in fp32 for 16-bit CT) */
+        scale_cols(c, LYCO_RANK_MASK, g->A1, g->I, g->r);
+        scale_cols(c, LYCO_RANK_MASK_B, g->B1, g->O, g->r);
+    }
     if (grads) {
         /* merge backward: partials per fixed run of the driver (independent of the thread count),
            at most CPU_RUN_FLOATS floats of them; the bypass backward's per thread */
@@ -161,6 +177,10 @@ static lyco_status store(const glora_t *g) {
     reduce(g->gB2, g->np, (size_t)(g->r * g->IK));
     reduce(g->gA2, g->np, (size_t)(g->r * g->I));
     reduce(g->gA1, g->np, (size_t)(g->I * g->r));
+    if (g->fold) { /* the driver's gradients are those of A1·diag(q_a), B1·diag(q_b) */
+        scale_cols(c, LYCO_RANK_MASK, g->gA1, g->I, g->r);
+        scale_cols(c, LYCO_RANK_MASK_B, g->gB1, g->O, g->r);
+    }
     if (c->g->grad[LYCO_GLORA_B1]) cpu_store_all(c->g->grad[LYCO_GLORA_B1], g->gB1);
     if (c->g->grad[LYCO_GLORA_B2]) cpu_store_all(c->g->grad[LYCO_GLORA_B2], g->gB2);
     if (c->g->grad[LYCO_GLORA_A2]) cpu_store_all(c->g->grad[LYCO_GLORA_A2], g->gA2);
@@ -257,15 +277,14 @@ static lyco_status bypass(const lyco_call *c, glora_t *g) {
 
 lyco_status cpu_glora(const lyco_call *c, char *why, size_t why_len) {
     bool bypass_dir = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    /* conv, a dropped module, σs's gradient: through E = W'' − W (dense_bypass.c) — the merge
-       generator's E is the bypass's only without rank masks (bypass masks the rank activations) */
+    (void)why;
+    (void)why_len;
+    /* conv, a dropped module, σs's gradient: through E = W'' − W (dense_bypass.c), the rank masks
+       (which act on the rank activations) folded into A1's and B1's columns */
     bool dense = bypass_dir && (c->a->layer.kind == LYCO_LAYER_CONV || c->dropped || (c->dir == LYCO_DIR_BYPASS_BWD && c->a->tensor[LYCO_SCALAR]));
-    if (dense && (c->a->tensor[LYCO_RANK_MASK] || c->a->tensor[LYCO_RANK_MASK_B])) {
-        snprintf(why, why_len, "cpu: glora bypass with rank masks on a conv, with a dropped module or σs's gradient has no fused CPU kernel yet");
-        return LYCO_ERR_UNSUPPORTED;
-    }
+    bool fold = dense && (c->a->tensor[LYCO_RANK_MASK] || c->a->tensor[LYCO_RANK_MASK_B]);
     glora_t g;
-    lyco_status st = glora_prepare(c, &g, c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD);
+    lyco_status st = glora_prepare(c, &g, c->dir == LYCO_DIR_MERGE_BWD || c->dir == LYCO_DIR_BYPASS_BWD, fold);
     if (st == LYCO_OK) {
         cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .c = c, .state = &g, .needs_w = true, .uses_sigma = true,
                         .groups = g.runs};

@@ -13,18 +13,19 @@
  *   backward: dx = opᵀ(dy, E)                        (lk_conv_dgrad)
  *             ∂L/∂W'' = opW(x, dy)  (fp32 scratch)   (lk_conv_wgrad)
  *             the adapter gradients (σs's and dora_scale's too): the family's merge backward
- *             given ∂L/∂W'', run with compute dtype fp32 on copies of the adapter tensors (and W)
- *             rounded to the call's compute dtype CT — so every operand has its CT value while
- *             neither ∂L/∂W'' (an fp32 intermediate of ours, not a caller tensor) nor DoRA's ∂L/∂V
- *             is rounded to CT (with CT's rounding points the fp32-adapter rows would be at 1e5
- *             ULP; the CPU's cpu_delta.g_exact does the same). Copies are made only of fp32
- *             tensors under a 16-bit CT (16-bit ones already hold CT values).
+ *             given ∂L/∂W'' — every operand at its CT value while neither ∂L/∂W'' (an fp32
+ *             intermediate of ours, not a caller tensor) nor DoRA's ∂L/∂V is rounded to CT (with
+ *             CT's rounding points the fp32-adapter rows would be at 1e5 ULP; the CPU's
+ *             cpu_delta.g_exact does the same).
  *   dy0 = dy (DELTA_ONLY: 0).
  *
- * Not here: LoCon's bypass rank mask (it masks rank activations, which a merge of the adapter
- * cannot express — declined by dispatch_locon.c), Tucker LoCon with DoRA (no merge kernel).
+ * Both merges run with compute dtype fp32 over the prepared adapter (prepare()): copies, rounded
+ * to CT, of the fp32 tensors under a 16-bit CT (16-bit ones already hold CT values), and LoCon's
+ * bypass rank mask q (it masks the rank activations, which a merge's output-row mask cannot say)
+ * folded into up's columns, Ū = RN_CT(up)·q, up's gradient scaled back by q.
+ * Not here: Tucker LoCon with DoRA (no merge kernel: dispatch_locon.c declines it).
  * Extra memory (stream-ordered scratch, freed before return): E (O·I·K floats); backward also
- * ∂L/∂W'' (O·I·K floats) and the rounded copies (their element counts).
+ * ∂L/∂W'' (O·I·K floats); the copies (their element counts; up's gradient with a mask).
  * conv_direct.cu runs on CUDA cores (FFMA); these rows are small in the models that use them.
  */
 #include <string.h>
@@ -44,7 +45,7 @@ static DLTensor dev_f32(void *p, int32_t ndim, int64_t *shape, DLDevice on) {
 
 /* The scratch held by one call, freed in one place. */
 typedef struct {
-    void *p[LYCO_SLOT_COUNT + 3];
+    void *p[LYCO_SLOT_COUNT + 4];
     int n;
     void *st;
 } scratch_set;
@@ -85,11 +86,12 @@ static lyco_status rounded_copy(const DLTensor *t, const char *name, int ct, scr
     return lk_decline(why, why_len, "%s has strides whose dims do not collapse to a matrix", name);
 }
 
-/* The bypass call seen as a merge of its adapter in direction dir: out (forward, E) or d_out
-   (backward, ∂L/∂W''), both fp32 O × I·K. */
-static lyco_call as_merge(const lyco_call *c, const lyco_adapter *a, lyco_merge_args *ma, lyco_direction dir, DLTensor *buf) {
+/* The bypass call seen as a merge of adapter a in direction dir: out (forward, E) or d_out
+   (backward, ∂L/∂W''), both fp32 O × I·K; compute dtype fp32 (a holds CT values: prepare()). */
+static lyco_call as_merge(const lyco_call *c, const lyco_adapter *a, const DLTensor *W, const lyco_grads *g, lyco_merge_args *ma,
+                          lyco_direction dir, DLTensor *buf) {
     memset(ma, 0, sizeof *ma);
-    ma->weight = c->bypass->weight;
+    ma->weight = W;
     ma->mode = LYCO_MERGE_DELTA;
     lyco_call mc = *c;
     mc.dir = dir;
@@ -102,51 +104,97 @@ static lyco_call as_merge(const lyco_call *c, const lyco_adapter *a, lyco_merge_
     mc.bypass = NULL;
     mc.y = mc.dx = mc.dy0 = NULL;
     mc.dy = NULL;
-    if (dir == LYCO_DIR_MERGE_FWD) mc.g = NULL;
+    mc.g = dir == LYCO_DIR_MERGE_BWD ? g : NULL;
+    if (c->dt.compute != LYCO_F32) mc.fp32_mode = LYCO_FP32_FULL; /* TF32 is an opt-in of fp32-compute calls only */
+    mc.dt.compute = LYCO_F32;
     return mc;
 }
 
+/* The adapter both merges read: every fp32 tensor under a 16-bit CT (and W) replaced by a copy
+   rounded to CT; LoCon's bypass rank mask q (on the rank activations) folded into up's columns,
+   Ū = RN_CT(up)·q (an exact product in fp32 for 16-bit CT), the mask slot cleared. */
+typedef struct {
+    lyco_adapter a;
+    const DLTensor *W;
+    DLTensor cp[LYCO_SLOT_COUNT + 1];
+    int64_t shp[LYCO_SLOT_COUNT + 1][MAXD];
+    const DLTensor *fold_q;   /* the folded mask (up's gradient is scaled by it), or NULL */
+} prepared;
+
+/* out = RN_out(RN_ct(src)·q[column]) over views split at 1 (q exact; ct fp32: src used as stored) */
+static lyco_status scale_columns(const DLTensor *out, const DLTensor *src, const DLTensor *q, int ct, void *st, char *why, size_t why_len) {
+    lk_ew_args e;
+    memset(&e, 0, sizeof e);
+    lk_view_req rq[3] = {{src, "lora_up", 1, &e.D}, {q, "rank_mask", 0, &e.vec}, {out, "grad lora_up", 1, &e.out}};
+    lyco_status rc = lk_views(rq, 3, why, why_len);
+    if (rc) return rc;
+    e.vec_exact = 1;
+    e.K = 1;
+    e.mode = LYCO_MERGE_DELTA;
+    e.ct = (int32_t)ct;
+    e.m = 1.0;
+    return (lyco_status)lk_ew_merge(&e, st);
+}
+
+static lyco_status prepare(const lyco_call *c, scratch_set *s, prepared *p, char *why, size_t why_len) {
+    int ct = (int)c->dt.compute;
+    bool narrow = c->dt.compute != LYCO_F32;
+    lyco_status rc;
+    p->a = *c->a;
+    p->a.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
+    p->W = c->bypass->weight;
+    p->fold_q = c->a->algo == LYCO_ALGO_LOCON ? c->a->tensor[LYCO_RANK_MASK] : NULL;
+    for (int k = 0; k <= LYCO_SLOT_COUNT; k++) {
+        const DLTensor *t = k < LYCO_SLOT_COUNT ? p->a.tensor[k] : p->W;
+        bool fold = p->fold_q && k == LYCO_LORA_UP;
+        if (k == LYCO_MODULE_MASK || !t || lyco_numel(t) == 0 || t->ndim > MAXD) continue;
+        if (!fold && (!narrow || lyco_dtype_of(t) != LYCO_F32)) continue;
+        const char *name = k < LYCO_SLOT_COUNT ? lyco_slot_name((lyco_slot)k) : "W";
+        if ((rc = rounded_copy(t, name, ct, s, p->shp[k], &p->cp[k], why, why_len))) return rc;
+        if (fold && (rc = scale_columns(&p->cp[k], t, p->fold_q, ct, s->st, why, why_len))) return rc;
+        if (k < LYCO_SLOT_COUNT) p->a.tensor[k] = &p->cp[k];
+        else p->W = &p->cp[k];
+    }
+    if (p->fold_q) p->a.tensor[LYCO_RANK_MASK] = NULL;
+    return LYCO_OK;
+}
+
 /* E = W'' − W into fresh scratch (fp32 O × I·K), through the family's merge forward. */
-static lyco_status build_E(const lyco_call *c, const lk_device *dev, lk_family_run run, scratch_set *s, int64_t *shp, DLTensor *E,
-                           char *why, size_t why_len) {
-    float *p;
+static lyco_status build_E(const lyco_call *c, const lk_device *dev, lk_family_run run, const prepared *p, scratch_set *s, int64_t *shp,
+                           DLTensor *E, char *why, size_t why_len) {
+    float *buf;
     shp[0] = c->dims.O;
     shp[1] = c->dims.I * c->dims.K;
-    lyco_status rc = scratch(s, (size_t)(shp[0] * shp[1]), &p);
+    lyco_status rc = scratch(s, (size_t)(shp[0] * shp[1]), &buf);
     if (rc) return rc;
-    *E = dev_f32(p, 2, shp, c->bypass->x->device);
-    lyco_adapter a2 = *c->a;
-    a2.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
+    *E = dev_f32(buf, 2, shp, c->bypass->x->device);
     lyco_merge_args ma;
-    lyco_call mc = as_merge(c, &a2, &ma, LYCO_DIR_MERGE_FWD, E);
+    lyco_call mc = as_merge(c, &p->a, p->W, NULL, &ma, LYCO_DIR_MERGE_FWD, E);
     return run(&mc, dev, s->st, why, why_len);
 }
 
-/* The family's merge backward from G = ∂L/∂W'' (fp32), compute dtype fp32 over CT-rounded copies. */
-static lyco_status merge_bwd_from(const lyco_call *c, const lk_device *dev, lk_family_run run, scratch_set *s, DLTensor *G,
-                                  char *why, size_t why_len) {
-    int ct = (int)c->dt.compute;
-    bool narrow = c->dt.compute != LYCO_F32;
-    lyco_adapter a2 = *c->a;
-    a2.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
-    int64_t shp[LYCO_SLOT_COUNT + 1][MAXD];
-    DLTensor cp[LYCO_SLOT_COUNT + 1];
+/* The adapter gradients from G = ∂L/∂W'' (fp32) through the family's merge backward; with a folded
+   mask, up's gradient lands in fp32 scratch first and is scaled by q into the caller's tensor. */
+static lyco_status merge_bwd_from(const lyco_call *c, const lk_device *dev, lk_family_run run, const prepared *p, scratch_set *s,
+                                  DLTensor *G, char *why, size_t why_len) {
+    lyco_grads g2 = *c->g;
+    DLTensor gu;
+    int64_t shp[MAXD];
+    const DLTensor *gU = c->g->grad[LYCO_LORA_UP];
     lyco_status rc;
-    for (int k = 0; k < LYCO_SLOT_COUNT && narrow; k++) {
-        const DLTensor *t = a2.tensor[k];
-        if (k == LYCO_MODULE_MASK || !t || lyco_dtype_of(t) != LYCO_F32 || lyco_numel(t) == 0 || t->ndim > MAXD) continue;
-        if ((rc = rounded_copy(t, lyco_slot_name((lyco_slot)k), ct, s, shp[k], &cp[k], why, why_len))) return rc;
-        a2.tensor[k] = &cp[k];
+    if (p->fold_q && gU) {
+        float *buf;
+        if (gU->ndim > MAXD) return lk_decline(why, why_len, "grad lora_up has %d dims (at most %d)", (int)gU->ndim, MAXD);
+        if ((rc = scratch(s, (size_t)lyco_numel(gU), &buf))) return rc;
+        for (int d = 0; d < gU->ndim; d++) shp[d] = gU->shape[d];
+        gu = dev_f32(buf, gU->ndim, shp, gU->device);
+        g2.grad[LYCO_LORA_UP] = &gu;
     }
     lyco_merge_args ma;
-    lyco_call mc = as_merge(c, &a2, &ma, LYCO_DIR_MERGE_BWD, G);
-    const DLTensor *W = c->bypass->weight;
-    if (narrow && W && lyco_dtype_of(W) == LYCO_F32 && W->ndim <= MAXD) {
-        if ((rc = rounded_copy(W, "W", ct, s, shp[LYCO_SLOT_COUNT], &cp[LYCO_SLOT_COUNT], why, why_len))) return rc;
-        ma.weight = &cp[LYCO_SLOT_COUNT];
-    }
-    mc.dt.compute = LYCO_F32;
-    return run(&mc, dev, s->st, why, why_len);
+    lyco_call mc = as_merge(c, &p->a, p->W, &g2, &ma, LYCO_DIR_MERGE_BWD, G);
+    if ((rc = run(&mc, dev, s->st, why, why_len))) return rc;
+    if (p->fold_q && gU) return scale_columns(gU, &gu, p->fold_q, LYCO_F32, s->st, why, why_len);
+    return LYCO_OK;
 }
 
 static bool wants_any_grad(const lyco_call *c) {
@@ -164,9 +212,10 @@ lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, 
         return rc;
     if (fwd ? !c->y : (!c->dx && !wants_any_grad(c))) return LYCO_OK;
     scratch_set s = {.n = 0, .st = st};
+    prepared p;
     int64_t eshp[2], gshp[2];
     DLTensor E, G;
-    if ((rc = build_E(c, dev, run, &s, eshp, &E, why, why_len))) return scratch_free_all(&s, rc);
+    if ((rc = prepare(c, &s, &p, why, why_len)) || (rc = build_E(c, dev, run, &p, &s, eshp, &E, why, why_len))) return scratch_free_all(&s, rc);
     lk_conv_args v;
     memset(&v, 0, sizeof v);
     lk_conv_geom_of(c, &v.g);
@@ -190,5 +239,5 @@ lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, 
     G = dev_f32(gp, 2, gshp, b->x->device);
     v.gE = lk_f32_view(gp, gshp[0], gshp[1]);
     if ((rc = (lyco_status)lk_conv_wgrad(&v, st))) return scratch_free_all(&s, rc);
-    return scratch_free_all(&s, merge_bwd_from(c, dev, run, &s, &G, why, why_len));
+    return scratch_free_all(&s, merge_bwd_from(c, dev, run, &p, &s, &G, why, why_len));
 }

@@ -174,12 +174,7 @@ lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, cha
         return lk_decline(why, why_len, "DoRA on Tucker LoCon (lora_mid) has no CUDA kernel yet");
     if (a->layer.kind == LYCO_LAYER_CONV && a->layer.groups != 1)
         return lk_decline(why, why_len, "LoCon on a grouped conv is not supported");
-    if (bypass && c->dims.dora && a->layer.kind == LYCO_LAYER_CONV) {
-        if (a->tensor[LYCO_RANK_MASK])
-            return lk_decline(why, why_len, "DoRA in conv %s with a rank mask has no CUDA kernel (the mask acts on rank activations, "
-                              "which the dense W'' − W path cannot express)", lyco_direction_name(c->dir));
-        return lk_bypass_dense(c, dev, st, why, why_len, lk_run_locon);
-    }
+    if (bypass && c->dims.dora && a->layer.kind == LYCO_LAYER_CONV) return lk_bypass_dense(c, dev, st, why, why_len, lk_run_locon);
     if (c->dims.tucker || (bypass && a->layer.kind == LYCO_LAYER_CONV)) return run_conv(c, st, why, why_len);
     if (bypass && c->dims.dora) return run_dora_bypass(c, dev, st, why, why_len);
     lyco_status rc;
