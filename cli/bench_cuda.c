@@ -216,6 +216,11 @@ static const bench_item items[] = {
     {"dora", LIN("11008x4096", LYCO_ALGO_LOCON, 11008, 4096, 32, 0, CASE_DORA_OUT), MERGE, false, false, false},
     /* DoRA in bypass (dora_bypass.cu): x·Wᵀ again plus the factored norms */
     {"dora", LIN("2048tok 4096x4096", LYCO_ALGO_LOCON, 4096, 4096, 32, 2048, CASE_DORA_OUT), BYPASS, false, false, false},
+    /* DoRA in bypass through E = W'' − W (dense_bypass.c: the family's merge, then FFMA products) */
+    {"dora-dense", LIN("LoHa 2048tok 4096x4096", LYCO_ALGO_LOHA, 4096, 4096, 16, 2048, CASE_DORA_OUT), BYPASS, false, false, false},
+    {"dora-dense", {.name = "LoKr 2048tok 4096x4096 f8", .algo = LYCO_ALGO_LOKR, .O = 4096, .I = 4096, .rank = 16, .alpha = 16,
+                    .tokens = 2048, .extra = {8, 8}, .opts = CASE_W2_LOWRANK | CASE_DORA_OUT},
+     BYPASS, false, false, false},
     {"lora-conv",
      {.name = "3x3 640ch 64x64 n2", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 640, .I = 640,
       .k = {3, 3, 1}, .stride = K1, .pad = {1, 1, 0}, .dil = K1, .rank = 32, .tokens = 2, .spatial = {64, 64, 1}, .alpha = 16},
@@ -277,8 +282,19 @@ static const lyco_dtype_row *row_named(const char *name) {
     return NULL;
 }
 
-/* Useful multiply-adds × 2 of a row (0: elementwise / memory-bound families). */
+static double family_flops(const lyco_case *c, lyco_direction d);
+
+/* Useful multiply-adds × 2 of a row (0: elementwise / memory-bound families). DoRA in bypass adds
+   the product with the base weight (y = y0 + a⊙(x·Wᵀ) + c⊙Δ(x): W'' − W is full-rank). */
 static double row_flops(const lyco_case *c, lyco_direction d) {
+    double f = family_flops(c, d);
+    bool dora = c->opts & (CASE_DORA_OUT | CASE_DORA_IN), bypass = d == LYCO_DIR_BYPASS_FWD || d == LYCO_DIR_BYPASS_BWD;
+    if (!dora || !bypass || c->algo == LYCO_ALGO_LOCON) return f; /* LoCon's formula counts it */
+    double P = (double)c->tokens * (c->kind == LYCO_LAYER_CONV ? case_spatial_positions(c) : 1.0);
+    return f + (d == LYCO_DIR_BYPASS_FWD ? 2.0 : 4.0) * P * (double)c->I * case_kernel_positions(c) * (double)c->O;
+}
+
+static double family_flops(const lyco_case *c, lyco_direction d) {
     double K = case_kernel_positions(c);
     double O = (double)c->O, IK = (double)c->I * K, r = (double)c->rank;
     double P = (double)(c->tokens ? c->tokens : 0);

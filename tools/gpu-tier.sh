@@ -141,6 +141,14 @@ for a in ${FUSED_ALGOS//,/ }; do
     [ "$n" != 0 ] && fail "$a: $n cases fell back to the eager twin (expected fused)"
 done
 
+# ---- 3a. regressions pinned at the seeds that found them ----
+# LoHa's merge backward formed Γs·R_t with five fp32 roundings: an fp32 row's G_B̄ at 21 ULP over
+# its 17.2 budget at this seed (fixed: one fp64 product per term, loha.cu)
+say "pinned-seed regressions"
+"$LYCO" check --backend cuda --algo loha --dir merge_bwd --dtypes fp32 --require-fused --seed 20261204 >"$OUT/regress-loha.txt" 2>&1 \
+    || fail "regression: loha merge_bwd fp32 at seed 20261204 (see regress-loha.txt)"
+tail -n 1 "$OUT/regress-loha.txt" | tee -a "$LOG"
+
 # ---- 3b. the ctest gpu label's tests (larger conv/Tucker shapes), when built here ----
 GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"
 if [ -x "$GPU_TEST" ]; then

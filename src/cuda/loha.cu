@@ -154,17 +154,19 @@ template <typename CT, int BM, int BN, bool BYP> struct loha_grad {
                 gr1[k][e] = gr2[k][e] = 0.0f;
                 if (o >= L.O || j >= L.IK) continue;
                 const double d = rho[k] * r1[k][e] * r2[k][e]; /* ΔW̄ without σs */
-                float gam;
+                double gam;
                 if (dora) {
                     const float dw = (float)(rho[k] * (double)sig * r1[k][e] * r2[k][e]); /* as the producer rounds it */
                     gam = dora_gv(g[k][e], w[k][e], dw, st + 3 * dora_kept(a.dora, o, j, L.K), ct_of<CT>::dt);
                 } else {
-                    gam = mf * g[k][e];
+                    gam = (double)mf * g[k][e];
                 }
-                gsig += (double)gam * d;
-                const float f = gam * sig * (float)rho[k];
-                gr1[k][e] = f * (float)r2[k][e];
-                gr2[k][e] = f * (float)r1[k][e];
+                gsig += gam * d;
+                /* Γs·R_t in fp64, one rounding per term (five fp32 roundings here put an fp32 row's
+                   G_B̄ at 21 ULP, over its 17.2 budget, where the sum over rows cancels) */
+                const double f = gam * (double)sig * rho[k];
+                gr1[k][e] = (float)(f * r2[k][e]);
+                gr2[k][e] = (float)(f * r1[k][e]);
             }
     }
 };
