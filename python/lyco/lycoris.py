@@ -77,15 +77,11 @@ def _dropout_p(m):
 
 def _dora_decline(m):
     """Why a module with DoRA (wd) stays on LyCORIS's path, or None: lyco fuses DoRA with LoCon,
-    LoHa and LoKr (y = base(x) + op(x, W'' − W), LyCORIS's merge-form forward); on the GPU without
-    Tucker (LoCon's Tucker+DoRA there would run lyco's eager twin on host copies)."""
+    LoHa and LoKr (y = base(x) + op(x, W'' − W), LyCORIS's merge-form forward)."""
     if type(m).__name__ not in ("LoConModule", "LohaModule", "LokrModule"):
         return f"DoRA with {type(m).__name__} is not fused in lyco yet (LoCon, LoHa and LoKr are)"
     if getattr(m, "bypass_mode", False):
         return "DoRA in LyCORIS's bypass mode: LyCORIS ignores the decomposition there"
-    w = getattr(_org(m), "weight", None)
-    if isinstance(w, torch.Tensor) and w.is_cuda and getattr(m, "tucker", False):
-        return "DoRA with Tucker on the GPU is not fused in lyco yet (the CPU takes it)"
     return _frozen_base(m, "DoRA")
 
 

@@ -170,11 +170,12 @@ lyco_status lk_run_locon(const lyco_call *c, const lk_device *dev, void *st, cha
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
     if (a->layer.kind != LYCO_LAYER_LINEAR && a->layer.kind != LYCO_LAYER_CONV)
         return lk_decline(why, why_len, "LoCon on a norm layer is not supported");
-    if (c->dims.tucker && c->dims.dora)
-        return lk_decline(why, why_len, "DoRA on Tucker LoCon (lora_mid) has no CUDA kernel yet");
     if (a->layer.kind == LYCO_LAYER_CONV && a->layer.groups != 1)
         return lk_decline(why, why_len, "LoCon on a grouped conv is not supported");
-    if (bypass && c->dims.dora && a->layer.kind == LYCO_LAYER_CONV) return lk_bypass_dense(c, dev, st, why, why_len, lk_run_locon);
+    /* DoRA in conv bypass and with Tucker: compose.c */
+    if (bypass && c->dims.dora && (a->layer.kind == LYCO_LAYER_CONV || c->dims.tucker))
+        return lk_bypass_dense(c, dev, st, why, why_len, lk_run_locon);
+    if (c->dims.tucker && c->dims.dora) return lk_tucker_dora_merge(c, dev, st, why, why_len);
     if (c->dims.tucker || (bypass && a->layer.kind == LYCO_LAYER_CONV)) return run_conv(c, st, why, why_len);
     if (bypass && c->dims.dora) return run_dora_bypass(c, dev, st, why, why_len);
     lyco_status rc;

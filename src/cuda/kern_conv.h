@@ -67,11 +67,26 @@ typedef struct {
     lk_view gU, gD, gM, gsigma;
 } lkc_tmerge_bwd_args;
 
+/* Tucker's pieces for compositions (tucker_dora.c): P = M ×₂ D (r × I·K, fp32: P[a, c·K+κ] =
+   Σ_b RN_CT(M[a,b,κ])·RN_CT(D[b,c]), the Tucker kernels' own reading), and the chain of a given
+   G_P (r × I·K, fp32) to d_mid / d_down (either absent = not wanted). C.L.ct is CT. */
+typedef struct {
+    lkc_conv C;
+    float *P;
+} lkc_tucker_p_args;
+typedef struct {
+    lkc_conv C;
+    const float *Gp;
+    lk_view gD, gM;
+} lkc_tucker_chain_args;
+
 /* Launchers (locon_conv.cu); stream is a cudaStream_t; no host synchronisation. */
 int lkc_conv_bypass_fwd(const lkc_bypass_fwd_args *a, void *stream);
 int lkc_conv_bypass_bwd(const lkc_bypass_bwd_args *a, void *stream);
 int lkc_tucker_merge_fwd(const lkc_tmerge_fwd_args *a, void *stream);
 int lkc_tucker_merge_bwd(const lkc_tmerge_bwd_args *a, void *stream);
+int lkc_tucker_p(const lkc_tucker_p_args *a, void *stream);
+int lkc_tucker_chain(const lkc_tucker_chain_args *a, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1810,6 +1810,21 @@ template <typename CT> static int tmerge_bwd_t(const lkc_tmerge_bwd_args *a, cud
     return rc ? rc : rf;
 }
 
+template <typename CT> static int tucker_p_t(const lkc_tucker_p_args *a, cudaStream_t s) {
+    if (a->C.L.r * a->C.L.IK == 0) return LYCO_OK;
+    k_prep_p<CT><<<nblk(a->C.L.r * a->C.L.IK), NT, 0, s>>>(a->C, a->P);
+    LK_LAUNCHED("tucker P");
+    return LYCO_OK;
+}
+
+template <typename CT> static int tucker_chain_t(const lkc_tucker_chain_args *a, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    if ((!a->gD.p && !a->gM.p) || C.L.r * C.L.r * C.L.K + C.L.r * C.I == 0) return LYCO_OK;
+    k_chain<CT><<<nblk(C.L.r * C.L.r * C.L.K + C.L.r * C.I), NT, 0, s>>>(C, a->Gp, a->gD, a->gM);
+    LK_LAUNCHED("tucker chain");
+    return LYCO_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * tensor-core launchers
  * ------------------------------------------------------------------------------------------- */
@@ -2177,3 +2192,5 @@ extern "C" int lkc_conv_bypass_fwd(const lkc_bypass_fwd_args *a, void *stream) {
 extern "C" int lkc_conv_bypass_bwd(const lkc_bypass_bwd_args *a, void *stream) { LKC_DISPATCH(bypass_bwd_any, a, stream) }
 extern "C" int lkc_tucker_merge_fwd(const lkc_tmerge_fwd_args *a, void *stream) { LKC_DISPATCH(tmerge_fwd_t, a, stream) }
 extern "C" int lkc_tucker_merge_bwd(const lkc_tmerge_bwd_args *a, void *stream) { LKC_DISPATCH(tmerge_bwd_t, a, stream) }
+extern "C" int lkc_tucker_p(const lkc_tucker_p_args *a, void *stream) { LKC_DISPATCH(tucker_p_t, a, stream) }
+extern "C" int lkc_tucker_chain(const lkc_tucker_chain_args *a, void *stream) { LKC_DISPATCH(tucker_chain_t, a, stream) }

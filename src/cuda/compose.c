@@ -1,36 +1,44 @@
 /*
- * dense_bypass.c — DoRA in bypass on the CUDA backend for the algorithms without a factored
- * DoRA-bypass kernel: LoHa and LoKr (linear and conv) and LoCon on conv layers
- * (ALGORITHMS.md §1.6: y = y0 + op(x, W'' − W)). The CPU twin is src/cpu/dense_bypass.c; the
- * linear LoCon form that never builds ΔW is dora_bypass.cu.
+ * compose.c — CUDA paths composed from the families' own kernels, run at fp32 compute over
+ * copies of the operands rounded to the call's compute dtype CT (so every operand has its CT value
+ * while the fp32 intermediates between the pieces are not rounded again):
  *
- * The call is replayed as a merge of the same adapter through the family's own dispatcher (merge
- * weight = the bypass's W, mode delta, upstream's merge-scale flag cleared), which writes
- * E = W'' − W (O × I·K, fp32 scratch; DoRA's norms and scale applied as a merge applies them);
- * then conv_direct.cu's products through the base layer's op, with E used as stored (E_exact):
+ * 1. DoRA in bypass for the algorithms without a factored DoRA-bypass kernel — LoHa and LoKr
+ *    (linear and conv) and LoCon on conv layers, Tucker included (ALGORITHMS.md §1.6:
+ *    y = y0 + op(x, W'' − W)). The CPU twin is src/cpu/dense_bypass.c; the linear LoCon form that
+ *    never builds ΔW is dora_bypass.cu. The call is replayed as a merge of the same adapter through
+ *    the family's own dispatcher (merge weight = the bypass's W, mode delta, upstream's merge-scale
+ *    flag cleared), which writes E = W'' − W (O × I·K, fp32 scratch; DoRA's norms and scale applied
+ *    as a merge applies them); then conv_direct.cu's products through the base layer's op, with E
+ *    used as stored (E_exact):
+ *      forward : y = y0 + op(x, E)                      (lk_conv_fwd; x, y0 rounded to CT as loaded)
+ *      backward: dx = opᵀ(dy, E)                        (lk_conv_dgrad)
+ *                ∂L/∂W'' = opW(x, dy)  (fp32 scratch)   (lk_conv_wgrad)
+ *                the adapter gradients (σs's and dora_scale's too): the family's merge backward
+ *                given ∂L/∂W'' — neither ∂L/∂W'' (an fp32 intermediate of ours, not a caller tensor)
+ *                nor DoRA's ∂L/∂V rounded to CT (with CT's rounding points the fp32-adapter rows
+ *                would be at 1e5 ULP; the CPU's cpu_delta.g_exact does the same);
+ *      dy0 = dy (DELTA_ONLY: 0).
+ *    LoCon's bypass rank mask q (it masks the rank activations, which a merge's output-row mask
+ *    cannot say) is folded into up's columns, Ū = RN_CT(up)·q (exact in fp32 for 16-bit CT), and
+ *    up's gradient scaled back by q.
+ * 2. Tucker LoCon with DoRA in the merge directions: P = M ×₂ D (r × I·K, fp32, locon_conv.cu's
+ *    lkc_tucker_p), then the plain LoCon DoRA merge (lowrank.cu) with down := P; backward: that
+ *    merge's backward with down's gradient G_P into fp32 scratch, chained to d_mid and d_down
+ *    (lkc_tucker_chain). The DoRA merge backward's ∂L/∂V is then not rounded to CT (a rounding
+ *    point of eager's chain, NUMERICS.md §1.6: here nearer the oracle).
  *
- *   forward : y = y0 + op(x, E)                      (lk_conv_fwd; x, y0 rounded to CT as loaded)
- *   backward: dx = opᵀ(dy, E)                        (lk_conv_dgrad)
- *             ∂L/∂W'' = opW(x, dy)  (fp32 scratch)   (lk_conv_wgrad)
- *             the adapter gradients (σs's and dora_scale's too): the family's merge backward
- *             given ∂L/∂W'' — every operand at its CT value while neither ∂L/∂W'' (an fp32
- *             intermediate of ours, not a caller tensor) nor DoRA's ∂L/∂V is rounded to CT (with
- *             CT's rounding points the fp32-adapter rows would be at 1e5 ULP; the CPU's
- *             cpu_delta.g_exact does the same).
- *   dy0 = dy (DELTA_ONLY: 0).
- *
- * Both merges run with compute dtype fp32 over the prepared adapter (prepare()): copies, rounded
- * to CT, of the fp32 tensors under a 16-bit CT (16-bit ones already hold CT values), and LoCon's
- * bypass rank mask q (it masks the rank activations, which a merge's output-row mask cannot say)
- * folded into up's columns, Ū = RN_CT(up)·q, up's gradient scaled back by q.
- * Not here: Tucker LoCon with DoRA (no merge kernel: dispatch_locon.c declines it).
- * Extra memory (stream-ordered scratch, freed before return): E (O·I·K floats); backward also
- * ∂L/∂W'' (O·I·K floats); the copies (their element counts; up's gradient with a mask).
- * conv_direct.cu runs on CUDA cores (FFMA); these rows are small in the models that use them.
+ * The prepared adapter (prepare()): copies, rounded to CT, of the fp32 tensors (W and ∂L/∂W'' too)
+ * under a 16-bit CT (16-bit ones already hold CT values); none when CT is fp32.
+ * Extra memory (stream-ordered scratch, freed before return): the copies (their element counts);
+ * 1: E (O·I·K floats), backward also ∂L/∂W'' (O·I·K floats) and, with a mask, up's gradient;
+ * 2: P and, backward, G_P (r·I·K floats each).
+ * conv_direct.cu runs on CUDA cores (FFMA): these rows cost 2·tokens·O·I·K FMAs a direction.
  */
 #include <string.h>
 
 #include "cuda/dispatch_simple.h"
+#include "cuda/kern_conv.h"
 
 #define MAXD 8 /* dims of a tensor the rounded copies take (DLPack tensors here have at most 5) */
 
@@ -45,13 +53,14 @@ static DLTensor dev_f32(void *p, int32_t ndim, int64_t *shape, DLDevice on) {
 
 /* The scratch held by one call, freed in one place. */
 typedef struct {
-    void *p[LYCO_SLOT_COUNT + 4];
+    void *p[LYCO_SLOT_COUNT + 8];
     int n;
     void *st;
 } scratch_set;
 
 static lyco_status scratch(scratch_set *s, size_t floats, float **out) {
     void *p = NULL;
+    if (s->n == (int)(sizeof s->p / sizeof s->p[0])) return lyco_fail(LYCO_ERR_BACKEND, "cuda compose: more scratch blocks than planned");
     lyco_status rc = (lyco_status)lk_scratch_alloc(&p, sizeof(float) * (floats > 0 ? floats : 1), s->st);
     if (rc) return rc;
     s->p[s->n++] = p;
@@ -68,7 +77,7 @@ static lyco_status scratch_free_all(scratch_set *s, lyco_status rc) {
     return rc;
 }
 
-/* copy = RN_ct(t) in fp32, t's shape, contiguous (shape storage: shp, LYCO_MAX_DIMS entries). */
+/* copy = RN_ct(t) in fp32, t's shape, contiguous (shape storage: shp, MAXD entries). */
 static lyco_status rounded_copy(const DLTensor *t, const char *name, int ct, scratch_set *s, int64_t *shp, DLTensor *copy,
                                 char *why, size_t why_len) {
     float *p;
@@ -86,8 +95,10 @@ static lyco_status rounded_copy(const DLTensor *t, const char *name, int ct, scr
     return lk_decline(why, why_len, "%s has strides whose dims do not collapse to a matrix", name);
 }
 
+static void at_fp32(const lyco_call *c, lyco_call *mc);
+
 /* The bypass call seen as a merge of adapter a in direction dir: out (forward, E) or d_out
-   (backward, ∂L/∂W''), both fp32 O × I·K; compute dtype fp32 (a holds CT values: prepare()). */
+   (backward, ∂L/∂W''), both fp32 O × I·K, at fp32 compute (a holds CT values: prepare()). */
 static lyco_call as_merge(const lyco_call *c, const lyco_adapter *a, const DLTensor *W, const lyco_grads *g, lyco_merge_args *ma,
                           lyco_direction dir, DLTensor *buf) {
     memset(ma, 0, sizeof *ma);
@@ -105,19 +116,19 @@ static lyco_call as_merge(const lyco_call *c, const lyco_adapter *a, const DLTen
     mc.y = mc.dx = mc.dy0 = NULL;
     mc.dy = NULL;
     mc.g = dir == LYCO_DIR_MERGE_BWD ? g : NULL;
-    if (c->dt.compute != LYCO_F32) mc.fp32_mode = LYCO_FP32_FULL; /* TF32 is an opt-in of fp32-compute calls only */
-    mc.dt.compute = LYCO_F32;
+    at_fp32(c, &mc);
     return mc;
 }
 
-/* The adapter both merges read: every fp32 tensor under a 16-bit CT (and W) replaced by a copy
-   rounded to CT; LoCon's bypass rank mask q (on the rank activations) folded into up's columns,
-   Ū = RN_CT(up)·q (an exact product in fp32 for 16-bit CT), the mask slot cleared. */
+/* The adapter a composed call reads: every fp32 tensor under a 16-bit CT (and W, and G = ∂L/∂W''
+   of a merge backward) replaced by a copy rounded to CT; for a bypass, LoCon's rank mask q (on the
+   rank activations) folded into up's columns, Ū = RN_CT(up)·q (an exact product in fp32 for
+   16-bit CT), the mask slot cleared. */
 typedef struct {
     lyco_adapter a;
-    const DLTensor *W;
-    DLTensor cp[LYCO_SLOT_COUNT + 1];
-    int64_t shp[LYCO_SLOT_COUNT + 1][MAXD];
+    const DLTensor *W, *G;
+    DLTensor cp[LYCO_SLOT_COUNT + 2];
+    int64_t shp[LYCO_SLOT_COUNT + 2][MAXD];
     const DLTensor *fold_q;   /* the folded mask (up's gradient is scaled by it), or NULL */
 } prepared;
 
@@ -136,27 +147,36 @@ static lyco_status scale_columns(const DLTensor *out, const DLTensor *src, const
     return (lyco_status)lk_ew_merge(&e, st);
 }
 
-static lyco_status prepare(const lyco_call *c, scratch_set *s, prepared *p, char *why, size_t why_len) {
+static lyco_status prepare(const lyco_call *c, const DLTensor *W, const DLTensor *G, bool bypass, scratch_set *s, prepared *p,
+                           char *why, size_t why_len) {
     int ct = (int)c->dt.compute;
     bool narrow = c->dt.compute != LYCO_F32;
     lyco_status rc;
     p->a = *c->a;
-    p->a.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
-    p->W = c->bypass->weight;
-    p->fold_q = c->a->algo == LYCO_ALGO_LOCON ? c->a->tensor[LYCO_RANK_MASK] : NULL;
-    for (int k = 0; k <= LYCO_SLOT_COUNT; k++) {
-        const DLTensor *t = k < LYCO_SLOT_COUNT ? p->a.tensor[k] : p->W;
+    if (bypass) p->a.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE; /* bypass has no such compatibility mode */
+    p->W = W;
+    p->G = G;
+    p->fold_q = bypass && c->a->algo == LYCO_ALGO_LOCON ? c->a->tensor[LYCO_RANK_MASK] : NULL;
+    for (int k = 0; k < LYCO_SLOT_COUNT + 2; k++) {
+        const DLTensor *t = k < LYCO_SLOT_COUNT ? p->a.tensor[k] : k == LYCO_SLOT_COUNT ? p->W : p->G;
         bool fold = p->fold_q && k == LYCO_LORA_UP;
         if (k == LYCO_MODULE_MASK || !t || lyco_numel(t) == 0 || t->ndim > MAXD) continue;
         if (!fold && (!narrow || lyco_dtype_of(t) != LYCO_F32)) continue;
-        const char *name = k < LYCO_SLOT_COUNT ? lyco_slot_name((lyco_slot)k) : "W";
+        const char *name = k < LYCO_SLOT_COUNT ? lyco_slot_name((lyco_slot)k) : k == LYCO_SLOT_COUNT ? "W" : "d_out";
         if ((rc = rounded_copy(t, name, ct, s, p->shp[k], &p->cp[k], why, why_len))) return rc;
         if (fold && (rc = scale_columns(&p->cp[k], t, p->fold_q, ct, s->st, why, why_len))) return rc;
         if (k < LYCO_SLOT_COUNT) p->a.tensor[k] = &p->cp[k];
-        else p->W = &p->cp[k];
+        else if (k == LYCO_SLOT_COUNT) p->W = &p->cp[k];
+        else p->G = &p->cp[k];
     }
     if (p->fold_q) p->a.tensor[LYCO_RANK_MASK] = NULL;
     return LYCO_OK;
+}
+
+/* A composed call runs at fp32 compute (its operands hold CT values: prepare()). */
+static void at_fp32(const lyco_call *c, lyco_call *mc) {
+    if (c->dt.compute != LYCO_F32) mc->fp32_mode = LYCO_FP32_FULL; /* TF32 is an opt-in of fp32-compute calls only */
+    mc->dt.compute = LYCO_F32;
 }
 
 /* E = W'' − W into fresh scratch (fp32 O × I·K), through the family's merge forward. */
@@ -215,7 +235,7 @@ lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, 
     prepared p;
     int64_t eshp[2], gshp[2];
     DLTensor E, G;
-    if ((rc = prepare(c, &s, &p, why, why_len)) || (rc = build_E(c, dev, run, &p, &s, eshp, &E, why, why_len))) return scratch_free_all(&s, rc);
+    if ((rc = prepare(c, b->weight, NULL, true, &s, &p, why, why_len)) || (rc = build_E(c, dev, run, &p, &s, eshp, &E, why, why_len))) return scratch_free_all(&s, rc);
     lk_conv_args v;
     memset(&v, 0, sizeof v);
     lk_conv_geom_of(c, &v.g);
@@ -240,4 +260,67 @@ lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, 
     v.gE = lk_f32_view(gp, gshp[0], gshp[1]);
     if ((rc = (lyco_status)lk_conv_wgrad(&v, st))) return scratch_free_all(&s, rc);
     return scratch_free_all(&s, merge_bwd_from(c, dev, run, &p, &s, &G, why, why_len));
+}
+
+/* ---- 2. Tucker LoCon with DoRA, merge directions ---- */
+
+/* The Tucker pieces of the prepared adapter: D (r × I), M (r × r·K) at CT values (ct fp32). */
+static lyco_status tucker_conv(const lyco_call *c, const lyco_adapter *a, lkc_conv *C, char *why, size_t why_len) {
+    memset(C, 0, sizeof *C);
+    C->L.ct = (int32_t)LYCO_F32;
+    C->L.O = c->dims.O;
+    C->L.r = c->dims.r;
+    C->L.K = c->dims.K;
+    C->L.IK = c->dims.I * c->dims.K;
+    C->I = c->dims.I;
+    lk_view_req rq[2] = {{a->tensor[LYCO_LORA_DOWN], "lora_down", 1, &C->L.D}, {a->tensor[LYCO_LORA_MID], "lora_mid", 1, &C->M}};
+    return lk_views(rq, 2, why, why_len);
+}
+
+lyco_status lk_tucker_dora_merge(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
+    bool bwd = c->dir == LYCO_DIR_MERGE_BWD;
+    scratch_set s = {.n = 0, .st = st};
+    prepared p;
+    lkc_conv C;
+    float *P = NULL, *gp = NULL;
+    int64_t pshp[2] = {c->dims.r, c->dims.I * c->dims.K};
+    lyco_status rc;
+    if (bwd && !wants_any_grad(c)) return LYCO_OK;
+    if ((rc = prepare(c, c->merge->weight, bwd ? c->d_out : NULL, false, &s, &p, why, why_len)) ||
+        (rc = tucker_conv(c, &p.a, &C, why, why_len)) || (rc = scratch(&s, (size_t)(pshp[0] * pshp[1]), &P)))
+        return scratch_free_all(&s, rc);
+    lkc_tucker_p_args ta = {.C = C, .P = P};
+    if ((rc = (lyco_status)lkc_tucker_p(&ta, st))) return scratch_free_all(&s, rc);
+    /* the plain LoCon DoRA merge with down := P */
+    DLTensor Pt = dev_f32(P, 2, pshp, c->a->tensor[LYCO_LORA_DOWN]->device), gPt;
+    lyco_adapter a3 = p.a;
+    a3.tensor[LYCO_LORA_DOWN] = &Pt;
+    a3.tensor[LYCO_LORA_MID] = NULL;
+    lyco_merge_args ma = *c->merge;
+    ma.weight = p.W;
+    lyco_call mc = *c;
+    mc.a = &a3;
+    mc.merge = &ma;
+    mc.dims.tucker = false;
+    at_fp32(c, &mc);
+    const DLTensor *gD = c->g ? c->g->grad[LYCO_LORA_DOWN] : NULL, *gM = c->g ? c->g->grad[LYCO_LORA_MID] : NULL;
+    lyco_grads g3;
+    if (bwd) {
+        mc.d_out = p.G;
+        g3 = *c->g;
+        g3.grad[LYCO_LORA_MID] = NULL;
+        g3.grad[LYCO_LORA_DOWN] = NULL;
+        if (gD || gM) {
+            if ((rc = scratch(&s, (size_t)(pshp[0] * pshp[1]), &gp))) return scratch_free_all(&s, rc);
+            gPt = dev_f32(gp, 2, pshp, Pt.device);
+            g3.grad[LYCO_LORA_DOWN] = &gPt;
+        }
+        mc.g = &g3;
+    }
+    if ((rc = lk_run_locon(&mc, dev, st, why, why_len)) || !gp) return scratch_free_all(&s, rc);
+    /* G_P → d_mid, d_down */
+    lkc_tucker_chain_args ch = {.C = C, .Gp = gp};
+    lk_view_req rq[2] = {{gD, "grad lora_down", 1, &ch.gD}, {gM, "grad lora_mid", 1, &ch.gM}};
+    if (!(rc = lk_views(rq, 2, why, why_len))) rc = (lyco_status)lkc_tucker_chain(&ch, st);
+    return scratch_free_all(&s, rc);
 }
