@@ -141,7 +141,8 @@ VARIANTS = [
     ("ia3", {}),
 ]
 DORA = [{"dora_wd": True},                                          # output axis
-        {"dora_wd": True, "wd_on_output": False, "use_scalar": True}]  # input axis, σs
+        {"dora_wd": True, "wd_on_output": False, "use_scalar": True},  # input axis, σs
+        {"dora_wd": True, "use_tucker": True}]                          # Tucker (the Conv2d module)
 
 
 @pytest.mark.parametrize("algo,kw", VARIANTS, ids=[f"{a}-{'-'.join(k)}" for a, k in VARIANTS])
@@ -153,12 +154,12 @@ def test_variants_on_vs_off(seed, algo, kw, multiplier):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kw", DORA, ids=["out", "in-scalar"])
+@pytest.mark.parametrize("kw", DORA, ids=["out", "in-scalar", "tucker"])
 @pytest.mark.parametrize("multiplier", [1.0, 0.7])
 @pytest.mark.parametrize("algo", ["locon", "loha", "lokr"])
 def test_dora_on_vs_off(seed, algo, kw, multiplier, device, fp32_matmuls):
-    """LoCon, LoHa and LoKr with DoRA (dora_wd) on both axes, Linear and Conv2d modules: lyco's
-    fused bypass against LyCORIS's merge-form forward."""
+    """LoCon, LoHa and LoKr with DoRA (dora_wd) on both axes and with Tucker, Linear and Conv2d
+    modules: lyco's fused bypass against LyCORIS's merge-form forward."""
     _variant_on_vs_off(seed, algo, kw, multiplier, device)
 
 

@@ -43,6 +43,10 @@ const lyco_case lyco_cases_loha[] = {
      .multiplier = 0.8, .opts = CASE_DORA_OUT},
     {.name = "loha_conv2d_dora_in", .algo = LYCO_ALGO_LOHA, CONV2(3, 3), .O = 6, .I = 5, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = K1, .rank = 2, .tokens = 2, .spatial = {5, 4, 1}, .opts = CASE_DORA_IN | CASE_SCALAR},
+    /* Tucker with DoRA, output axis, rank mask (bypass: the CUDA backend's compose.c, the CPU's dense_bypass.c) */
+    {.name = "loha_conv2d_tucker_dora_out_mask", .algo = LYCO_ALGO_LOHA, CONV2(3, 3), .O = 7, .I = 4, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = K1, .rank = 3, .tokens = 2, .spatial = {5, 6, 1}, .alpha = 2, .multiplier = 0.9,
+     .opts = CASE_TUCKER | CASE_DORA_OUT | CASE_RANK_MASK},
     /* tier 1: realistic sizes */
     {.name = "loha_linear_3072_r16", .algo = LYCO_ALGO_LOHA, .O = 3072, .I = 3072, .rank = 16, .tokens = 32, .alpha = 8,
      .tier = 1},

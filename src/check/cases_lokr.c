@@ -41,6 +41,10 @@ const lyco_case lyco_cases_lokr[] = {
     {.name = "lokr_conv2d_tucker_w1lr_mask_scalar", .algo = LYCO_ALGO_LOKR, CONV2(3, 3), .O = 12, .I = 8,
      .stride = {1, 1, 1}, .pad = {1, 1, 0}, .dil = K1, .extra = {3, 2}, .rank = 3, .tokens = 2, .spatial = {5, 5, 1},
      .alpha = 2, .opts = W12 | CASE_TUCKER | CASE_SCALAR | CASE_RANK_MASK},
+    /* Tucker w2 with DoRA on the input axis and σs (bypass: compose.c / dense_bypass.c) */
+    {.name = "lokr_conv2d_tucker_dora_in", .algo = LYCO_ALGO_LOKR, CONV2(3, 3), .O = 8, .I = 6, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = K1, .extra = {2, 3}, .rank = 2, .tokens = 2, .spatial = {5, 4, 1}, .alpha = 1,
+     .opts = CASE_W2_LOWRANK | CASE_TUCKER | CASE_DORA_IN | CASE_SCALAR},
     {.name = "lokr_conv3d_tucker", .algo = LYCO_ALGO_LOKR, .kind = LYCO_LAYER_CONV, .conv_dims = 3, .O = 6, .I = 4,
      .k = {2, 3, 2}, .stride = {1, 2, 1}, .pad = {0, 1, 1}, .dil = K1, .extra = {2, 2}, .rank = 2, .tokens = 1,
      .spatial = {4, 5, 3}, .alpha = 0.5, .opts = CASE_W2_LOWRANK | CASE_TUCKER},
