@@ -60,6 +60,7 @@ typedef struct {
 
 static lyco_status scratch(scratch_set *s, size_t floats, float **out) {
     void *p = NULL;
+    *out = NULL;
     if (s->n == (int)(sizeof s->p / sizeof s->p[0])) return lyco_fail(LYCO_ERR_BACKEND, "cuda compose: more scratch blocks than planned");
     lyco_status rc = (lyco_status)lk_scratch_alloc(&p, sizeof(float) * (floats > 0 ? floats : 1), s->st);
     if (rc) return rc;
@@ -80,7 +81,7 @@ static lyco_status scratch_free_all(scratch_set *s, lyco_status rc) {
 /* copy = RN_ct(t) in fp32, t's shape, contiguous (shape storage: shp, MAXD entries). */
 static lyco_status rounded_copy(const DLTensor *t, const char *name, int ct, scratch_set *s, int64_t *shp, DLTensor *copy,
                                 char *why, size_t why_len) {
-    float *p;
+    float *p = NULL;
     lyco_status rc = scratch(s, (size_t)lyco_numel(t), &p);
     if (rc) return rc;
     for (int d = 0; d < t->ndim; d++) shp[d] = t->shape[d];
@@ -182,7 +183,7 @@ static void at_fp32(const lyco_call *c, lyco_call *mc) {
 /* E = W'' − W into fresh scratch (fp32 O × I·K), through the family's merge forward. */
 static lyco_status build_E(const lyco_call *c, const lk_device *dev, lk_family_run run, const prepared *p, scratch_set *s, int64_t *shp,
                            DLTensor *E, char *why, size_t why_len) {
-    float *buf;
+    float *buf = NULL;
     shp[0] = c->dims.O;
     shp[1] = c->dims.I * c->dims.K;
     lyco_status rc = scratch(s, (size_t)(shp[0] * shp[1]), &buf);
@@ -203,7 +204,7 @@ static lyco_status merge_bwd_from(const lyco_call *c, const lk_device *dev, lk_f
     const DLTensor *gU = c->g->grad[LYCO_LORA_UP];
     lyco_status rc;
     if (p->fold_q && gU) {
-        float *buf;
+        float *buf = NULL;
         if (gU->ndim > MAXD) return lk_decline(why, why_len, "grad lora_up has %d dims (at most %d)", (int)gU->ndim, MAXD);
         if ((rc = scratch(s, (size_t)lyco_numel(gU), &buf))) return rc;
         for (int d = 0; d < gU->ndim; d++) shp[d] = gU->shape[d];
@@ -252,7 +253,7 @@ lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, 
     lk_view_req rq[3] = {{b->x, "x", lk_act_split(c, b->x), &v.x}, {c->dy, "dy", lk_act_split(c, c->dy), &v.dy}, {c->dx, "dx", lk_act_split(c, c->dx), &v.dx}};
     if ((rc = lk_views(rq, 3, why, why_len)) || (rc = (lyco_status)lk_conv_dgrad(&v, st))) return scratch_free_all(&s, rc);
     if (!wants_any_grad(c)) return scratch_free_all(&s, LYCO_OK);
-    float *gp;
+    float *gp = NULL;
     gshp[0] = eshp[0];
     gshp[1] = eshp[1];
     if ((rc = scratch(&s, (size_t)(gshp[0] * gshp[1]), &gp))) return scratch_free_all(&s, rc);
