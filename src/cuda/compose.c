@@ -9,11 +9,15 @@
  *    never builds ΔW is dora_bypass.cu. The call is replayed as a merge of the same adapter through
  *    the family's own dispatcher (merge weight = the bypass's W, mode delta, upstream's merge-scale
  *    flag cleared), which writes E = W'' − W (O × I·K, fp32 scratch; DoRA's norms and scale applied
- *    as a merge applies them); then conv_direct.cu's products through the base layer's op, with E
- *    used as stored (E_exact):
- *      forward : y = y0 + op(x, E)                      (lk_conv_fwd; x, y0 rounded to CT as loaded)
- *      backward: dx = opᵀ(dy, E)                        (lk_conv_dgrad)
- *                ∂L/∂W'' = opW(x, dy)  (fp32 scratch)   (lk_conv_wgrad)
+ *    as a merge applies them); then the products through the base layer's op (x, y0, dy rounded
+ *    to CT as loaded, E used as stored):
+ *      forward : y = y0 + op(x, E)
+ *      backward: dx = opᵀ(dy, E),  ∂L/∂W'' = opW(x, dy)  (fp32 scratch)
+ *    Linear layers with bf16 compute: gemm.cu's tensor-core product (mma.sync), E as 2 bf16 pieces
+ *    (3 when the output is fp32) whose sum is E to 2^-16 (2^-24) relative, the partial products
+ *    chained in fp32 (lk_gemm's base_f32); ∂L/∂W'' = dyᵀ·x in one product (x, dy exact in CT).
+ *    Conv layers, fp16 and fp32 compute (and LYCO_CUDA_DENSE_FFMA=1): conv_direct.cu's CUDA-core
+ *    products (E_exact).
  *                the adapter gradients (σs's and dora_scale's too): the family's merge backward
  *                given ∂L/∂W'' — neither ∂L/∂W'' (an fp32 intermediate of ours, not a caller tensor)
  *                nor DoRA's ∂L/∂V rounded to CT (with CT's rounding points the fp32-adapter rows
@@ -32,12 +36,16 @@
  * under a 16-bit CT (16-bit ones already hold CT values); none when CT is fp32.
  * Extra memory (stream-ordered scratch, freed before return): the copies (their element counts);
  * 1: E (O·I·K floats), backward also ∂L/∂W'' (O·I·K floats) and, with a mask, up's gradient;
+ *    tensor-core route: the pieces (O·I bf16 each), R (O·I floats), two chain buffers (tokens·max(O, I)
+ *    floats each);
  * 2: P and, backward, G_P (r·I·K floats each).
- * conv_direct.cu runs on CUDA cores (FFMA): these rows cost 2·tokens·O·I·K FMAs a direction.
+ * Every product costs 2·tokens·O·I·K flops a direction (W'' − W is full-rank under DoRA).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/dispatch_simple.h"
+#include "cuda/kern_gemm.h"
 #include "cuda/kern_conv.h"
 
 #define MAXD 8 /* dims of a tensor the rounded copies take (DLPack tensors here have at most 5) */
@@ -53,7 +61,7 @@ static DLTensor dev_f32(void *p, int32_t ndim, int64_t *shape, DLDevice on) {
 
 /* The scratch held by one call, freed in one place. */
 typedef struct {
-    void *p[LYCO_SLOT_COUNT + 8];
+    void *p[LYCO_SLOT_COUNT + 16];
     int n;
     void *st;
 } scratch_set;
@@ -224,6 +232,127 @@ static bool wants_any_grad(const lyco_call *c) {
     return false;
 }
 
+/* ---- the products with E on the tensor cores (linear layers, bf16 compute; gemm.cu) ---- */
+
+/* A bf16 O × I view of compact scratch p (16-byte rows when I is a multiple of 8). */
+static lk_view bf16_view(void *p, int64_t rows, int64_t cols) {
+    lk_view v;
+    memset(&v, 0, sizeof v);
+    v.p = p;
+    v.rows = rows;
+    v.cols = cols;
+    v.s0 = cols;
+    v.s1 = 1;
+    v.dt = (int32_t)LYCO_BF16;
+    v.flags = cols % 8 == 0 ? LK_VEC : 0;
+    return v;
+}
+
+/* out = W − D (mode UNMERGE) or D (W absent, mode DELTA), fp32 arithmetic, rounded once to out's dtype. */
+static lyco_status ew_exact(lk_view W, lk_view D, lk_view out, void *st) {
+    lk_ew_args e;
+    memset(&e, 0, sizeof e);
+    e.W = W;
+    e.D = D;
+    e.out = out;
+    e.K = 1;
+    e.mode = W.p ? LYCO_MERGE_UNMERGE : LYCO_MERGE_DELTA;
+    e.ct = (int32_t)LYCO_F32;
+    e.m = 1.0;
+    return (lyco_status)lk_ew_merge(&e, st);
+}
+
+/* E (fp32 O × I) as n ≤ 3 bf16 pieces whose sum is E to ~2^-8n relative: E1 = RN(E), R = E − E1
+   (exact in fp32), E2 = RN(R), E3 = RN(R − E2). */
+static lyco_status split_E(lk_view E, int n, scratch_set *s, lk_view *pc) {
+    int64_t O = E.rows, I = E.cols;
+    float *buf = NULL, *R = NULL;
+    lyco_status rc;
+    for (int i = 0; i < n; i++) {
+        if ((rc = scratch(s, (size_t)(O * I + 1) / 2 + 8, &buf))) return rc;
+        pc[i] = bf16_view(buf, O, I);
+    }
+    if ((rc = ew_exact((lk_view){0}, E, pc[0], s->st))) return rc;
+    if (n < 2) return LYCO_OK;
+    if ((rc = scratch(s, (size_t)(O * I), &R))) return rc;
+    lk_view Rv = lk_f32_view(R, O, I);
+    if ((rc = ew_exact(E, pc[0], Rv, s->st)) || (rc = ew_exact((lk_view){0}, Rv, pc[1], s->st))) return rc;
+    return n < 3 ? LYCO_OK : ew_exact(Rv, pc[1], pc[2], s->st);
+}
+
+/* out = RN_out(RN_CT(base) + Σ_i A·B_iᵀ), the pieces smallest first, chained in fp32 through S0/S1
+   (M × N fp32 scratch each; base p NULL = none). */
+static lyco_status tc_chain(const lk_device *dev, void *st, lk_gemm_args g, const lk_view *B, int n, lk_view base, lk_view out,
+                            float *S0, float *S1) {
+    lk_view S[2] = {lk_f32_view(S0, g.M, g.N), lk_f32_view(S1, g.M, g.N)};
+    lyco_status rc;
+    for (int i = n - 1; i >= 0; i--) {
+        g.B = B[i];
+        g.base = i == n - 1 ? base : S[(n - 2 - i) & 1];
+        g.base_f32 = i == n - 1 ? 0 : 1;
+        g.out = i == 0 ? out : S[(n - 1 - i) & 1];
+        if ((rc = (lyco_status)lk_gemm(&g, dev, st))) return rc;
+    }
+    return LYCO_OK;
+}
+
+/* lk_gemm's args of one product (ct bf16), M × N × K */
+static lk_gemm_args gemm_of(lk_view A, int a_t, lk_view B, int b_t, int64_t M, int64_t N, int64_t K) {
+    lk_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.ct = (int32_t)LYCO_BF16;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.a_t = a_t;
+    g.B = B;
+    g.b_t = b_t;
+    return g;
+}
+
+/* Whether the linear products go to the tensor cores: bf16 compute, every product within gemm.cu's
+   limits (LYCO_CUDA_DENSE_FFMA=1: never, the CUDA-core products of conv_direct.cu instead). */
+static bool tc_route(const lyco_call *c, const lk_device *dev, const lk_conv_args *v) {
+    const char *ffma = getenv("LYCO_CUDA_DENSE_FFMA");
+    if ((ffma && ffma[0] == '1') || c->a->layer.kind == LYCO_LAYER_CONV || c->dt.compute != LYCO_BF16) return false;
+    int64_t T = c->tokens, O = v->E.rows, I = v->E.cols;
+    lk_view pb = bf16_view(NULL, O, I);
+    if (c->dir == LYCO_DIR_BYPASS_FWD) {
+        lk_gemm_args f = gemm_of(v->x, 0, pb, 0, T, O, I);
+        return lk_gemm_fits(&f, dev);
+    }
+    lk_gemm_args d = gemm_of(v->dy, 0, pb, 1, T, I, O), w = gemm_of(v->dy, 1, v->x, 1, O, I, T);
+    return lk_gemm_fits(&d, dev) && lk_gemm_fits(&w, dev);
+}
+
+/* number of bf16 pieces of E a product feeding out needs: 2 for a 16-bit out (2^-16 ≪ its ULP), else 3 */
+static int pieces_for(lk_view out) { return out.dt == (int32_t)LYCO_F32 ? 3 : 2; }
+
+/* y = y0 + x·Eᵀ, dx = dy·E, ∂L/∂W'' = dyᵀ·x on the tensor cores (E in bf16 pieces; x, dy, y0
+   rounded to CT as staged). gE: fp32 O × I, p NULL = not wanted. */
+static lyco_status tc_products(const lyco_call *c, const lk_device *dev, scratch_set *s, lk_view E, const lk_view *xv,
+                               const lk_view *y0, const lk_view *y, const lk_view *dy, const lk_view *dx, lk_view gE) {
+    int64_t T = c->tokens, O = E.rows, I = E.cols, wide = O > I ? O : I;
+    lk_view pc[3];
+    float *S0 = NULL, *S1 = NULL;
+    lyco_status rc;
+    const lk_view none = {0};
+    bool fwd = c->dir == LYCO_DIR_BYPASS_FWD;
+    const lk_view *out = fwd ? y : dx;
+    if (out->p) {
+        int n = pieces_for(*out);
+        if ((rc = split_E(E, n, s, pc)) || (rc = scratch(s, (size_t)(T * wide), &S0)) || (rc = scratch(s, (size_t)(T * wide), &S1)))
+            return rc;
+        lk_gemm_args g = fwd ? gemm_of(*xv, 0, pc[0], 0, T, O, I) : gemm_of(*dy, 0, pc[0], 1, T, I, O);
+        if ((rc = tc_chain(dev, s->st, g, pc, n, fwd ? *y0 : none, *out, S0, S1))) return rc;
+    }
+    if (fwd || !gE.p) return LYCO_OK;
+    lk_gemm_args w = gemm_of(*dy, 1, *xv, 1, O, I, T);
+    w.out = gE;
+    return (lyco_status)lk_gemm(&w, dev, s->st);
+}
+
 lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len, lk_family_run run) {
     const lyco_bypass_args *b = c->bypass;
     bool fwd = c->dir == LYCO_DIR_BYPASS_FWD, delta_only = b->flags & LYCO_BYPASS_DELTA_ONLY;
@@ -244,22 +373,26 @@ lyco_status lk_bypass_dense(const lyco_call *c, const lk_device *dev, void *st, 
     v.E_exact = 1;
     v.m = 1.0;
     v.ct = (int32_t)ct;
-    if (fwd) {
-        const DLTensor *y0 = delta_only ? NULL : b->y0;
-        lk_view_req rq[3] = {{b->x, "x", lk_act_split(c, b->x), &v.x}, {y0, "y0", lk_act_split(c, y0), &v.y0}, {c->y, "y", lk_act_split(c, c->y), &v.y}};
-        if (!(rc = lk_views(rq, 3, why, why_len))) rc = (lyco_status)lk_conv_fwd(&v, st);
-        return scratch_free_all(&s, rc);
-    }
-    lk_view_req rq[3] = {{b->x, "x", lk_act_split(c, b->x), &v.x}, {c->dy, "dy", lk_act_split(c, c->dy), &v.dy}, {c->dx, "dx", lk_act_split(c, c->dx), &v.dx}};
-    if ((rc = lk_views(rq, 3, why, why_len)) || (rc = (lyco_status)lk_conv_dgrad(&v, st))) return scratch_free_all(&s, rc);
-    if (!wants_any_grad(c)) return scratch_free_all(&s, LYCO_OK);
+    const DLTensor *y0 = fwd && !delta_only ? b->y0 : NULL;
+    lk_view_req rq[5] = {{b->x, "x", lk_act_split(c, b->x), &v.x},
+                         {y0, "y0", lk_act_split(c, y0), &v.y0},
+                         {fwd ? c->y : NULL, "y", lk_act_split(c, c->y), &v.y},
+                         {fwd ? NULL : c->dy, "dy", lk_act_split(c, c->dy), &v.dy},
+                         {fwd ? NULL : c->dx, "dx", lk_act_split(c, c->dx), &v.dx}};
+    if ((rc = lk_views(rq, 5, why, why_len))) return scratch_free_all(&s, rc);
+    bool tc = tc_route(c, dev, &v);
     float *gp = NULL;
-    gshp[0] = eshp[0];
-    gshp[1] = eshp[1];
-    if ((rc = scratch(&s, (size_t)(gshp[0] * gshp[1]), &gp))) return scratch_free_all(&s, rc);
-    G = dev_f32(gp, 2, gshp, b->x->device);
-    v.gE = lk_f32_view(gp, gshp[0], gshp[1]);
-    if ((rc = (lyco_status)lk_conv_wgrad(&v, st))) return scratch_free_all(&s, rc);
+    if (!fwd && wants_any_grad(c)) {
+        gshp[0] = eshp[0];
+        gshp[1] = eshp[1];
+        if ((rc = scratch(&s, (size_t)(gshp[0] * gshp[1]), &gp))) return scratch_free_all(&s, rc);
+        G = dev_f32(gp, 2, gshp, b->x->device);
+        v.gE = lk_f32_view(gp, gshp[0], gshp[1]);
+    }
+    if (tc) rc = tc_products(c, dev, &s, v.E, &v.x, &v.y0, &v.y, &v.dy, &v.dx, v.gE);
+    else if (fwd) rc = (lyco_status)lk_conv_fwd(&v, st);
+    else if (!(rc = (lyco_status)lk_conv_dgrad(&v, st))) rc = (lyco_status)lk_conv_wgrad(&v, st);
+    if (rc || fwd || !gp) return scratch_free_all(&s, rc);
     return scratch_free_all(&s, merge_bwd_from(c, dev, run, &p, &s, &G, why, why_len));
 }
 
