@@ -13,9 +13,6 @@
  *    to CT as loaded, E used as stored):
  *      forward : y = y0 + op(x, E)
  *      backward: dx = opᵀ(dy, E),  ∂L/∂W'' = opW(x, dy)  (fp32 scratch)
- *    The forward merge runs at CT on the caller's tensors unless a mask is folded (the merge
- *    rounds its operands to CT as it loads them and writes E in fp32: the same E); the backward
- *    merge always at fp32 compute over the copies (its G must not be rounded to CT).
  *    Linear layers with bf16 compute: gemm.cu's tensor-core product (mma.sync), E as 2 bf16 pieces
  *    (3 when the output is fp32) whose sum is E to 2^-16 (2^-24) relative, the partial products
  *    chained in fp32 (lk_gemm's base_f32); ∂L/∂W'' = dyᵀ·x in one product (x, dy exact in CT).
@@ -202,17 +199,6 @@ static lyco_status build_E(const lyco_call *c, const lk_device *dev, lk_family_r
     *E = dev_f32(buf, 2, shp, c->bypass->x->device);
     lyco_merge_args ma;
     lyco_call mc = as_merge(c, &p->a, p->W, NULL, &ma, LYCO_DIR_MERGE_FWD, E);
-    /* Without a folded mask the forward merge runs at the call's own compute dtype on the caller's
-       tensors (it rounds them to CT as it loads them; its fp32 output E is not rounded to CT), on the
-       families' 16-bit kernels (at fp32 compute LoHa's DoRA merge took 805 of a 1563 µs forward). */
-    lyco_adapter a2 = *c->a;
-    if (!p->fold_q) {
-        a2.flags &= ~LYCO_FLAG_UPSTREAM_MERGE_SCALE;
-        mc.a = &a2;
-        ma.weight = c->bypass->weight;
-        mc.dt.compute = c->dt.compute;
-        mc.fp32_mode = c->fp32_mode;
-    }
     return run(&mc, dev, s->st, why, why_len);
 }
 
