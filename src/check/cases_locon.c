@@ -28,6 +28,11 @@ const lyco_case lyco_cases_locon[] = {
      .opts = CASE_RANK_MASK | CASE_SCALAR},
     {.name = "locon_conv1d", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
      .k = {3, 1, 1}, .stride = {1, 1, 1}, .pad = {1, 0, 0}, .dil = K1, .rank = 2, .tokens = 3, .spatial = {9, 1, 1}},
+    /* the LoCon twin of dylora_conv1d_unaligned_bs2_1of2 (conv1d, unaligned tensors, rank 4): the CUDA
+       dx halo path's open bug (session 22) — does it follow the alignment or DyLoRA's rank sub-view? */
+    {.name = "locon_conv1d_unaligned_r4", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
+     .k = {3, 1, 1}, .stride = {1, 1, 1}, .pad = {1, 0, 0}, .dil = K1, .rank = 4, .tokens = 3, .spatial = {9, 1, 1},
+     .alpha = 3, .opts = CASE_UNALIGNED},
     {.name = "locon_conv3d", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 3, .O = 4, .I = 3,
      .k = {2, 3, 2}, .stride = {1, 2, 1}, .pad = {0, 1, 1}, .dil = K1, .rank = 2, .tokens = 1, .spatial = {4, 5, 3}},
     {.name = "locon_conv2d_tucker", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 7, .I = 6,
