@@ -55,6 +55,8 @@
  * GEMM, k = (channel chunk, kernel offset)); everything else keeps the round-1 tile routine.
  * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
  * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
+ * LYCO_CUDA_CONV_HX_GENERIC=1 = k_h_halo's runtime-bound kernel-offset loop for 3 × 3 kernels too
+ * (the default unrolls it there: same products in the same order, bitwise the same H);
  * LYCO_CUDA_CONV_DXHALO=1 = OPT-IN halo path for dx too (k_dx_halo: bf16, plain, the same
  * geometries; written last, least reviewed). Session 22 turned it on by default and the H200 check
  * failed dylora_conv1d_unaligned_bs2_1of2 bypass_bwd (bf16 rows, dx at 320–413 ULP; LoCon's conv
@@ -1213,11 +1215,16 @@ template <typename CT, int RT, int NA> __device__ __forceinline__ void hx_put_a(
     }
 }
 
-/* acc += the chunk in shared memory: warp w, output row w, kernel offsets (dh, dw) */
-template <typename CT, int MI>
-__device__ __forceinline__ void hx_mma(const CT *xs, const CT *as, int kh, int kw, int HW, float (&acc)[MI][2][4]) {
+/* acc += the chunk in shared memory: warp w, output row w, kernel offsets (dh, dw). K3: a 3 × 3
+   kernel known at compile time — the loops unroll, so the shared-memory fragments of later offsets
+   are loaded while earlier offsets' MMAs run (the generic loop waits on each load: ncu, session 22) */
+template <typename CT, int MI, bool K3>
+__device__ __forceinline__ void hx_mma(const CT *xs, const CT *as, int kh_rt, int kw_rt, int HW, float (&acc)[MI][2][4]) {
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+    const int kh = K3 ? 3 : kh_rt, kw = K3 ? 3 : kw_rt;
+#pragma unroll(K3 ? 3 : 1)
     for (int dh = 0; dh < kh; dh++)
+#pragma unroll(K3 ? 3 : 1)
         for (int dw = 0; dw < kw; dw++) {
             const int kap = dh * kw + dw;
             unsigned b[2][2];
@@ -1245,14 +1252,14 @@ __device__ __forceinline__ void hx_mma(const CT *xs, const CT *as, int kh, int k
 
 /* H (Z = 1) or the partials of channel-chunk range z (Z > 1), as k_h_tc; grid (N · row tiles ·
    column tiles, rank tiles of 16·MI, Z); kc chunks of HX_CC channels per z */
-template <typename CT, int MI>
+template <typename CT, int MI, bool K3>
 __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, float *H, float *part, i64 kc) {
     const int RT = 16 * MI, NA = (RT * HX_KMAX * HX_KMAX * 2 + NT - 1) / NT;
     __shared__ __align__(16) CT xs[HX_HP_MAX * HX_XP];
     __shared__ __align__(16) CT as[RT * HX_AP];
     const lk_locon &L = C.L;
     const lkc_geom &g = C.g;
-    const int kh = (int)g.k[0], kw = (int)g.k[1], HW = HX_TW + kw - 1, hp_n = (HX_TH + kh - 1) * HW;
+    const int kh = K3 ? 3 : (int)g.k[0], kw = K3 ? 3 : (int)g.k[1], HW = HX_TW + kw - 1, hp_n = (HX_TH + kh - 1) * HW;
     const int OH = (int)g.out[0], OW = (int)g.out[1];
     const i64 S = g.sout, T = C.N * S;
     i64 n;
@@ -1282,7 +1289,7 @@ __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *
                 hx_fetch_x(s, (ch + 1) * HX_CC, xv);
                 hx_fetch_a<CT, RT, NA>(s, Pk, (ch + 1) * HX_CC, av);
             }
-            hx_mma<CT, MI>(xs, as, kh, kw, HW, acc);
+            hx_mma<CT, MI, K3>(xs, as, kh, kw, HW, acc);
             __syncthreads();
             if (more) {
                 hx_put_x<CT>(hp_n, xv, xs);
@@ -1935,8 +1942,14 @@ template <typename CT> struct hx_launch {
         k_prep_pk<CT><<<nblk_grid(C.L.r * C.L.K * h.Ipad), NT, 0, s>>>(C, P, h.Ipad, Pk);
         LK_LAUNCHED("conv locon h operand (halo path)");
         dim3 grid(h.gx, h.gy, (unsigned)h.Z);
-        if (h.MI == 1) k_h_halo<CT, 1><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
-        else k_h_halo<CT, 2><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+        /* 3 × 3 kernels (most conv layers of the diffusion UNets) take the unrolled instance;
+           LYCO_CUDA_CONV_HX_GENERIC=1 (read at each call): the runtime-bound loop (A/B) */
+        const char *gen = getenv("LYCO_CUDA_CONV_HX_GENERIC");
+        const bool k3 = C.g.k[0] == 3 && C.g.k[1] == 3 && !(gen && gen[0] == '1');
+        if (h.MI == 1 && k3) k_h_halo<CT, 1, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+        else if (h.MI == 1) k_h_halo<CT, 1, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+        else if (k3) k_h_halo<CT, 2, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+        else k_h_halo<CT, 2, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
         LK_LAUNCHED("conv locon h (halo path)");
         return LYCO_OK;
     }
