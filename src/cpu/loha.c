@@ -84,6 +84,7 @@ typedef struct {
     int nt;
     int runs;       /* merge backward: the driver's fixed runs of row blocks (cpu_delta.groups) */
     int np;         /* gradient partial and scratch slots: max(nt, runs) */
+    bool gen32;     /* merge forward into a 16-bit output without DoRA: the fp32 generator */
 } loha_t;
 
 static float mask_at(const lyco_call *c, int64_t i) {
@@ -126,6 +127,10 @@ static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
     int64_t per_run = (d->r + (d->r2 > 0 ? d->r2 : d->r)) * s->IK, cap = CPU_RUN_FLOATS / (per_run > 0 ? per_run : 1);
     s->runs = cpu_runs(CPU_RUNS_BIG, cap < CPU_RUNS_BIG ? cap : CPU_RUNS_BIG);
     s->np = s->nt > s->runs ? s->nt : s->runs;
+    /* A merge forward into a 16-bit output without DoRA generates ΔW̄ in fp32 (~1e-7 relative
+       against the output's half-ULP of 2^-9 / 2^-12; 2·DL lanes and no conversions: about half the
+       fp64 generator's time). fp32 outputs and DoRA (whose norms sum the elements) keep fp64. */
+    s->gen32 = c->dir == LYCO_DIR_MERGE_FWD && !d->dora && c->out && lyco_dtype_of(c->out) != LYCO_F32;
     s->rho = alloc_f(s->O);
     s->rhod = calloc((size_t)s->O + 1, sizeof(double));
     s->dscr_n = 4 * (d->r + (d->r2 > 0 ? d->r2 : d->r));
@@ -188,6 +193,7 @@ typedef float v4f __attribute__((vector_size(16)));
 
 typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
 
 /* ---- the generator kernels, once per ISA (isa.h, loha_kern.h) ---- */
 #ifdef CPU_V4
@@ -197,9 +203,11 @@ typedef float v8f __attribute__((vector_size(32)));
 #define LK_V3 1
 #define VD v8d
 #define VFH v8f
+#define VF v16f
 #define DL 8
 #include "loha_kern.h"
 #undef DL
+#undef VF
 #undef VFH
 #undef VD
 #undef LK_V3
@@ -208,6 +216,7 @@ typedef float v8f __attribute__((vector_size(32)));
 #endif
 #define VD v4d
 #define VFH v4f
+#define VF v8f
 #define DL 4
 #ifdef CPU_V3
 #pragma GCC push_options
@@ -223,8 +232,25 @@ typedef float v8f __attribute__((vector_size(32)));
 #include "loha_kern.h"
 #undef KN
 #undef DL
+#undef VF
 #undef VFH
 #undef VD
+
+static void gen32(const loha_t *s, int64_t o0, int64_t nr, double lambda, float *out) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        gen32_v4(s, o0, nr, lambda, out);
+        return;
+    }
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        gen32_v3(s, o0, nr, lambda, out);
+        return;
+    }
+#endif
+    gen32_base(s, o0, nr, lambda, out);
+}
 
 static void gen(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
                 bool trans) {
@@ -340,7 +366,8 @@ static lyco_status store_grads(const loha_t *s) {
 static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
     (void)W;
     const loha_t *s = dl->state;
-    gen(s, o0, nr, 0, s->IK, 1.0, out, s->IK, false);
+    if (s->gen32) gen32(s, o0, nr, 1.0, out);
+    else gen(s, o0, nr, 0, s->IK, 1.0, out, s->IK, false);
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {

@@ -14,8 +14,10 @@
  * written as _mm256_cvtps_pd, LK_V3): one vcvtps2pd ymm per load and vbroadcastsd from memory. Same operations, same FMA contraction (the v3 copy fuses
  * `a += c·v` as the v3 clone did; the portable copy has no FMA, as the default clone had): the
  * values are bitwise those of the clones.
- * Expects from loha.c: loha_t, term_t, VD / VFH (DL fp64 / fp32 lanes), DL, cpu_thread_id(). Shapes, tiling and memory: see
- * loha.c.
+ * gen32 / block4f: the same generator in fp32 (VF: 2·DL fp32 lanes; coefficients λ·ρ_o·Ā_1 rounded
+ * once to fp32) for a merge forward into a 16-bit output without DoRA (loha.c's rule).
+ * Expects from loha.c: loha_t, term_t, VD / VFH (DL fp64 / fp32 lanes), VF (2·DL fp32 lanes), DL,
+ * cpu_thread_id(). Shapes, tiling and memory: see loha.c.
  */
 
 
@@ -81,6 +83,38 @@ static inline __attribute__((always_inline)) void KN(block4)(const loha_t *s, in
     p[3] = a3 * b3;
 }
 
+/* The 4 × 2·DL block at columns j … j+2·DL−1: 8 accumulators per term (block4's 4 leave the FMA
+   units idle half the time on their 4-cycle chains); every element the same chain as block4's. */
+static inline __attribute__((always_inline)) void KN(block4x2)(const loha_t *s, int64_t j, const double *c1, const double *c2,
+                                                           VD *p) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    int64_t IK = s->IK;
+    VD a[4][2], b[4][2];
+    for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = b[i][0] = b[i][1] = KN(bc4)(0);
+    for (int64_t k = 0; k < t1->r; k++) {
+        VD v0 = KN(ld4f)(t1->B + k * IK + j), v1 = KN(ld4f)(t1->B + k * IK + j + DL);
+        const double *c = c1 + k * 4;
+        for (int i = 0; i < 4; i++) {
+            VD ci = KN(bc4)(c[i]);
+            a[i][0] += ci * v0;
+            a[i][1] += ci * v1;
+        }
+    }
+    for (int64_t k = 0; k < t2->r; k++) {
+        VD v0 = KN(ld4f)(t2->B + k * IK + j), v1 = KN(ld4f)(t2->B + k * IK + j + DL);
+        const double *c = c2 + k * 4;
+        for (int i = 0; i < 4; i++) {
+            VD ci = KN(bc4)(c[i]);
+            b[i][0] += ci * v0;
+            b[i][1] += ci * v1;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        p[2 * i] = a[i][0] * b[i][0];
+        p[2 * i + 1] = a[i][1] * b[i][1];
+    }
+}
+
 /* One element (row slot i of the coefficients, column j), scalar fp64: the column tails. */
 static inline __attribute__((always_inline)) double KN(elem_d)(const loha_t *s, int64_t i, int64_t j, const double *c1,
                                                            const double *c2) {
@@ -101,6 +135,17 @@ static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t
         int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
         KN(coefs)(s, o0 + r0, rb, lambda, c1, c2);
         int64_t jj = 0;
+        for (; jj + 2 * DL <= nc; jj += 2 * DL) {
+            VD p[8];
+            KN(block4x2)(s, j0 + jj, c1, c2, p);
+            for (int64_t i = 0; i < rb; i++)
+                for (int h = 0; h < 2; h++)
+                    for (int q = 0; q < DL; q++) {
+                        float v = (float)p[2 * i + h][q];
+                        if (trans) out[(jj + h * DL + q) * ldo + r0 + i] = v;
+                        else out[(r0 + i) * ldo + jj + h * DL + q] = v;
+                    }
+        }
         for (; jj + DL <= nc; jj += DL) {
             VD p[4];
             KN(block4)(s, j0 + jj, c1, c2, p);
@@ -141,3 +186,79 @@ static double KN(dot_rows_d)(const loha_t *s, int64_t o0, int64_t nr, const floa
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + tail;
 }
 #endif
+
+/* ---- fp32 generator: 4 × 2·FL register blocks (FL = 2·DL fp32 lanes), coefficients in fp32 ---- */
+#define FL (2 * DL)
+static inline __attribute__((always_inline)) VF KN(bcf)(float a) { return (VF){0} + a; }
+static inline __attribute__((always_inline)) VF KN(ldf)(const float *p) {
+    VF v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* c1 = RN32(λ·ρ_o·Ā_1[o,k]), c2 = Ā_2[o,k] for up to 4 rows, interleaved c[k·4 + i] */
+static inline __attribute__((always_inline)) void KN(coefs32)(const loha_t *s, int64_t o0, int64_t rb, double lambda, float *c1,
+                                                          float *c2) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    for (int64_t i = 0; i < 4; i++) {
+        double f = i < rb ? lambda * s->rhod[o0 + i] : 0.0;
+        for (int64_t k = 0; k < t1->r; k++) c1[k * 4 + i] = i < rb ? (float)(f * t1->A[(o0 + i) * t1->r + k]) : 0.0f;
+        for (int64_t k = 0; k < t2->r; k++) c2[k * 4 + i] = i < rb ? t2->A[(o0 + i) * t2->r + k] : 0.0f;
+    }
+}
+
+/* The 4 × 2·FL block at columns j … j+2·FL−1: 8 accumulators per term, so the FMA chains
+   (4-cycle latency, 2 units) keep both units busy — 4 chains stalled them every other cycle. */
+static inline __attribute__((always_inline)) void KN(block4f)(const loha_t *s, int64_t j, const float *c1, const float *c2, VF *p) {
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    int64_t IK = s->IK;
+    VF a[4][2], b[4][2];
+    for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = b[i][0] = b[i][1] = KN(bcf)(0);
+    for (int64_t k = 0; k < t1->r; k++) {
+        VF v0 = KN(ldf)(t1->B + k * IK + j), v1 = KN(ldf)(t1->B + k * IK + j + FL);
+        const float *c = c1 + k * 4;
+        for (int i = 0; i < 4; i++) {
+            VF ci = KN(bcf)(c[i]);
+            a[i][0] += ci * v0;
+            a[i][1] += ci * v1;
+        }
+    }
+    for (int64_t k = 0; k < t2->r; k++) {
+        VF v0 = KN(ldf)(t2->B + k * IK + j), v1 = KN(ldf)(t2->B + k * IK + j + FL);
+        const float *c = c2 + k * 4;
+        for (int i = 0; i < 4; i++) {
+            VF ci = KN(bcf)(c[i]);
+            b[i][0] += ci * v0;
+            b[i][1] += ci * v1;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        p[2 * i] = a[i][0] * b[i][0];
+        p[2 * i + 1] = a[i][1] * b[i][1];
+    }
+}
+
+/* rows o0 … o0+nr−1, all IK columns, out[rr·IK + j] (merge forward's row generator) */
+static void KN(gen32)(const loha_t *s, int64_t o0, int64_t nr, double lambda, float *out) {
+    float *c1 = (float *)(s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n), *c2 = c1 + 4 * s->t[0].r;
+    const term_t *t1 = &s->t[0], *t2 = &s->t[1];
+    int64_t IK = s->IK;
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
+        KN(coefs32)(s, o0 + r0, rb, lambda, c1, c2);
+        int64_t j = 0;
+        for (; j + 2 * FL <= IK; j += 2 * FL) {
+            VF p[8];
+            KN(block4f)(s, j, c1, c2, p);
+            for (int64_t i = 0; i < rb; i++) memcpy(out + (r0 + i) * IK + j, &p[2 * i], 2 * sizeof p[0]);
+        }
+        for (; j < IK; j++) /* the column tail, the same chain per element in scalars */
+            for (int64_t i = 0; i < rb; i++) {
+                float x1 = 0.0f, x2 = 0.0f;
+                for (int64_t k = 0; k < t1->r; k++) x1 += c1[k * 4 + i] * t1->B[k * IK + j];
+                for (int64_t k = 0; k < t2->r; k++) x2 += c2[k * 4 + i] * t2->B[k * IK + j];
+                out[(r0 + i) * IK + j] = x1 * x2;
+            }
+    }
+}
+#undef FL
