@@ -21,7 +21,6 @@
  * backward's partials belong to the driver's fixed runs, so they do not depend on the thread count;
  * the bypass backward's to the threads) r·(I·K) + 2·I·r + O·r gradient partials.
  */
-#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 

@@ -84,7 +84,7 @@ typedef struct {
     int nt;
     int runs;       /* merge backward: the driver's fixed runs of row blocks (cpu_delta.groups) */
     int np;         /* gradient partial and scratch slots: max(nt, runs) */
-    bool gen32;     /* merge forward into a 16-bit output without DoRA: the fp32 generator */
+    bool gen32;     /* merge forward into a 16-bit output without DoRA: gen takes the fp32 generator */
 } loha_t;
 
 static float mask_at(const lyco_call *c, int64_t i) {
@@ -236,22 +236,6 @@ typedef float v16f __attribute__((vector_size(64)));
 #undef VFH
 #undef VD
 
-static void gen32(const loha_t *s, int64_t o0, int64_t nr, double lambda, float *out) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        gen32_v4(s, o0, nr, lambda, out);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        gen32_v3(s, o0, nr, lambda, out);
-        return;
-    }
-#endif
-    gen32_base(s, o0, nr, lambda, out);
-}
-
 static void gen(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
                 bool trans) {
 #ifdef CPU_V4
@@ -366,8 +350,7 @@ static lyco_status store_grads(const loha_t *s) {
 static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
     (void)W;
     const loha_t *s = dl->state;
-    if (s->gen32) gen32(s, o0, nr, 1.0, out);
-    else gen(s, o0, nr, 0, s->IK, 1.0, out, s->IK, false);
+    gen(s, o0, nr, 0, s->IK, 1.0, out, s->IK, false);
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {

@@ -128,8 +128,14 @@ static inline __attribute__((always_inline)) double KN(elem_d)(const loha_t *s, 
 /* out[rr·ldo + jj] = rnd(λ·ρ_o·R_1[o,j]·R_2[o,j]) for o = o0+rr < o0+nr, j = j0+jj < j0+nc (trans:
    out[jj·ldo + rr]): the two r-term sums, the Hadamard product and every scale factor in fp64, one
    rounding per element; 4 × DL register blocks. */
+static void KN(gen32)(const loha_t *s, int64_t o0, int64_t nr, double lambda, float *out);
+
 static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
                 bool trans) {
+    if (s->gen32 && !trans && j0 == 0 && nc == s->IK && ldo == s->IK) { /* whole rows of a 16-bit merge output */
+        KN(gen32)(s, o0, nr, lambda, out);
+        return;
+    }
     double *c1 = s->dscr + (size_t)cpu_thread_id() * (size_t)s->dscr_n, *c2 = c1 + 4 * s->t[0].r;
     for (int64_t r0 = 0; r0 < nr; r0 += 4) {
         int64_t rb = nr - r0 < 4 ? nr - r0 : 4;
