@@ -311,15 +311,24 @@ static double reduction_length(const lyco_case *c, lyco_direction dir) {
        m): m·b more fp32 roundings deep; m = 0 in a case means the full log2(nb) + 1 (boft_linear_1280_b10_m8, fp16+fp32adapter merge: 19.8 ULP
        against a 17.6 budget that counted one stage) */
     double boft = c->algo == LYCO_ALGO_BOFT ? (double)case_boft_stages(c) * r : 0.0;
+    /* each rotation block is itself built in fp32: the Cayley solve R = (I + Q)(I − Q)⁻¹ of a b × b
+       block is an elimination then a substitution, two chains b deep, in every block of every
+       stage (diag_oft_linear_bs32_rescale_mult merge_fwd: 21.6 ULP, fp32 output, seed
+       1796075528899827 with LYCO_CPU_ISA=base, and 20.2 at seed 96 on AVX-512, against a 19.1
+       budget that counted only the product with W; a 150-seed sweep put BOFT's merges at 0.96 of
+       theirs) */
+    double cayley = c->algo == LYCO_ALGO_DIAG_OFT ? 2.0 * r
+                    : c->algo == LYCO_ALGO_BOFT  ? 2.0 * (double)case_boft_stages(c) * r : 0.0;
+    double rot = boft + cayley;
     /* LoHa's CUDA bypass forward runs through the face-splitting form (src/cuda/loha_fs.cu):
        h = x·Kᵀ is I·K long, then y = h·Mᵀ sums r1·r2 pair terms instead of r */
     double r2 = (double)(c->extra[0] > 0 ? c->extra[0] : (c->rank > 0 ? c->rank : 1));
     double loha = c->algo == LYCO_ALGO_LOHA ? r * r2 : 0.0;
     switch (dir) {
-    case LYCO_DIR_MERGE_FWD: return r * k + dora + glora + tucker + boft + 1;
-    case LYCO_DIR_MERGE_BWD: return ik + (double)c->O + dora + 2.0 * tucker + 2.0 * boft;
-    case LYCO_DIR_BYPASS_FWD: return ik + r + dora + glora + tucker + boft + loha;
-    default: return (double)c->tokens * sp + ik + (double)c->O + dora + 2.0 * tucker + 2.0 * boft;
+    case LYCO_DIR_MERGE_FWD: return r * k + dora + glora + tucker + rot + 1;
+    case LYCO_DIR_MERGE_BWD: return ik + (double)c->O + dora + 2.0 * tucker + 2.0 * rot;
+    case LYCO_DIR_BYPASS_FWD: return ik + r + dora + glora + tucker + rot + loha;
+    default: return (double)c->tokens * sp + ik + (double)c->O + dora + 2.0 * tucker + 2.0 * rot;
     }
 }
 
