@@ -147,6 +147,15 @@ say "pinned-seed regressions"
 "$LYCO" check --backend cuda --algo loha --dir merge_bwd --dtypes fp32 --require-fused --seed 20261204 >"$OUT/regress-loha.txt" 2>&1 \
     || fail "regression: loha merge_bwd fp32 at seed 20261204 (see regress-loha.txt)"
 tail -n 1 "$OUT/regress-loha.txt" | tee -a "$LOG"
+# the ptxas st.u8 miscompile (common.cuh st_elem, tools/sass-lint.sh): k_dx_halo wrote wrong low
+# bytes into unaligned 16-bit dx (locon_conv1d_unaligned_r2/_r4, dylora_conv1d_unaligned_bs2_1of2);
+# then dx through the halo path (default) and through k_dx_tc (LYCO_CUDA_CONV_DXHALO=0)
+"$LYCO" check --backend cuda --algo locon,dylora --dir bypass_bwd --require-fused --seed "$SEED" >"$OUT/regress-dxhalo.txt" 2>&1 \
+    || fail "regression: locon/dylora bypass_bwd with the dx halo path (see regress-dxhalo.txt)"
+tail -n 1 "$OUT/regress-dxhalo.txt" | tee -a "$LOG"
+LYCO_CUDA_CONV_DXHALO=0 "$LYCO" check --backend cuda --algo locon,dylora --dir bypass_bwd --require-fused --seed "$SEED" >"$OUT/regress-dxtc.txt" 2>&1 \
+    || fail "locon/dylora bypass_bwd with LYCO_CUDA_CONV_DXHALO=0 (see regress-dxtc.txt)"
+tail -n 1 "$OUT/regress-dxtc.txt" | tee -a "$LOG"
 
 # ---- 3b. the ctest gpu label's tests (larger conv/Tucker shapes), when built here ----
 GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"

@@ -104,9 +104,24 @@ __device__ __forceinline__ unsigned f_to_bits(float v, int dt) {
     return (unsigned)__half_as_ushort(__float2half_rn(v));
 }
 
+/* Bits of RN_dt(v) for a 16-bit dt in the low half of a 32-bit register, from the packed
+   conversion (cvt.rn.{bf16,f16}x2.f32, sm_80+), so no 16-bit float-typed register exists.
+   Needed by the unaligned store: ptxas 13.0 compiles `st.u8 [p], %rs` of a 16-bit register that
+   holds a cvt.rn.bf16.f32 / cvt.rn.f16.f32 result as F2I.U8.F16 — a numeric conversion of the
+   16-bit value to an integer, not its low byte. k_dx_halo (locon_conv.cu) and k_y<bf16> were
+   compiled that way and wrote wrong low bytes into unaligned 16-bit outputs (dx off by 320–413
+   ULP on the case table's odd-address conv1d rows; a printf in the kernel changed the code
+   generation and hid it). tools/sass-lint.sh fails the build's tests if F2I.U8 appears again. */
+__device__ __forceinline__ unsigned f_to_bits16_wide(float v, int dt) {
+    unsigned w;
+    if (dt == DT_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(0.0f), "f"(v));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(0.0f), "f"(v));
+    return w;
+}
+
 __device__ __forceinline__ void st_elem(char *p, int dt, bool unal, float v) {
-    unsigned u = f_to_bits(v, dt);
     if (dt == DT_F32) {
+        const unsigned u = __float_as_uint(v);
         if (unal) {
             for (int i = 0; i < 4; i++) p[i] = (char)(u >> (8 * i));
         } else {
@@ -114,10 +129,11 @@ __device__ __forceinline__ void st_elem(char *p, int dt, bool unal, float v) {
         }
     } else {
         if (unal) {
+            const unsigned u = f_to_bits16_wide(v, dt);
             p[0] = (char)u;
             p[1] = (char)(u >> 8);
         } else {
-            *(unsigned short *)p = (unsigned short)u;
+            *(unsigned short *)p = (unsigned short)f_to_bits(v, dt);
         }
     }
 }

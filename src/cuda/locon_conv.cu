@@ -57,13 +57,12 @@
  * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
  * LYCO_CUDA_CONV_HX_GENERIC=1 = k_h_halo's runtime-bound kernel-offset loop for 3 × 3 kernels too
  * (the default unrolls it there: same products in the same order, bitwise the same H);
- * LYCO_CUDA_CONV_DXHALO=1 = OPT-IN halo path for dx too (k_dx_halo: bf16, plain, the same
- * geometries; written last, least reviewed). Session 22 turned it on by default and the H200 check
- * failed dylora_conv1d_unaligned_bs2_1of2 bypass_bwd (bf16 rows, dx at 320–413 ULP; LoCon's conv
- * rows, test_cuda_locon_conv and memcheck/racecheck passed); LoCon twins (locon_conv1d_unaligned_r2,
- * _r4 fail, locon_conv1d_r4 passes) tie it to unaligned tensors with a 16-bit dx; memcheck and
- * initcheck are clean, and with a printf before the store the failure vanishes (a Heisenbug:
- * docs/kernels.md, session 22) — not found yet, off by default until it is;
+ * LYCO_CUDA_CONV_DXHALO=0 = dx through k_dx_tc instead of the halo path (k_dx_halo: bf16,
+ * plain, the same geometries; the default since session 23). Session 22 found it wrong for
+ * unaligned tensors with a 16-bit dx (dx at 320–413 ULP on the odd-address conv1d rows) and kept
+ * it opt-in; the cause was ptxas, not the kernel: `st.u8` of a 16-bit register holding a
+ * cvt.rn.bf16.f32 result compiled as a float → u8 conversion (F2I.U8.F16) in st_elem's unaligned
+ * store (common.cuh now converts through a 32-bit register; tools/sass-lint.sh guards it);
  * measured gain when on: 3x3 640ch 64² n2 r32 bwd 676 → 534 µs, 320ch 128² r16 832 → 694.
  *
  * Time model (H200: 132 SMs, ~1.05e12 warp-instr/s issue, 4.2 TB/s DRAM, L2 ~10 TB/s; bf16;
@@ -86,7 +85,7 @@
  *             source and the flipped kernel); H 15 | 20; k_red_dup_tc 40 | 60 (unchanged);
  *             k_gp_halo 25-40 | 30-50 (grid 40·2·Z7 | 20·1·Z26 blocks, 10 tiles each, 128 regs =
  *             2 blocks/SM, GH in 3 bf16 parts); finalisers 5 | 5; total ≈ 300-400 | 500-650
- *             (round 1: 1083 | 1720), dominated by k_dx_tc. With LYCO_CUDA_CONV_DXHALO=1:
+ *             (round 1: 1083 | 1720), dominated by k_dx_tc. With the dx halo path (default now):
  *             k_dx_halo 15-25 | 25-40 (grid 64·20 | 256·10 blocks, 2 | 1 rank chunks, 3 GH parts,
  *             96 regs = 2 blocks/SM) instead of k_dx_tc: total ≈ 150-200 | 200-300.
  * If the measured H (forward) is still > 50 µs, the model's "gather-issue-bound" reading is wrong
@@ -1466,7 +1465,7 @@ __global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const 
 }
 
 /* =============================================================================================
- * halo path for dx (OPT-IN: LYCO_CUDA_CONV_DXHALO=1; default is k_dx_tc): col2im as an implicit
+ * halo path for dx (default; LYCO_CUDA_CONV_DXHALO=0 = k_dx_tc): col2im as an implicit
  * GEMM over the input-pixel tile, dx[n,c,ih,iw] = Σ_{a,κ} P[a, c·K+κ]·GH[n, a, ih+π−dh, iw+π−dw]
  * (stride 1, dilation 1: the flipped kernel). bf16 CT, plain LoCon (P = RN_CT(D) exact), the
  * geometries of k_h_halo. Block: 8 × 16 input pixels of one image × RT = 32 channels (grid.y),
@@ -2076,12 +2075,12 @@ template <typename CT> static lkc_bwd_split bwd_split_tc(const lkc_conv &C) {
     return b;
 }
 
-/* LYCO_CUDA_CONV_DXHALO=1 (read at each call, opt-in): dx through k_dx_halo where it applies
+/* dx through k_dx_halo where it applies (LYCO_CUDA_CONV_DXHALO=0, read at each call, opts out)
    (bf16 CT, plain, halo_geom, input tiles within grid.x, ⌈I/32⌉ ≤ 65535). Its ranks padded to 16
    (rpad) or 0 when dx takes k_dx_tc. */
 template <typename CT> static i64 dx_halo_rpad(const lkc_conv &C) {
     const char *e = getenv("LYCO_CUDA_CONV_DXHALO");
-    if (!(e && e[0] == '1') || !is_bf16<CT>::v || C.M.p || !halo_geom(C)) return 0;
+    if ((e && e[0] == '0') || !is_bf16<CT>::v || C.M.p || !halo_geom(C)) return 0;
     const i64 tiles = C.N * cdiv(C.g.in[0], HX_TH) * cdiv(C.g.in[1], HX_TW);
     if (tiles > 0x7fffffff || cdiv(C.I, 32) > 65535) return 0;
     return cdiv(C.L.r, HX_CC) * HX_CC;
