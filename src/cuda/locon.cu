@@ -1117,8 +1117,7 @@ template <typename CT> static int merge_fwd_t(const lk_merge_fwd_args *a, const 
     int rc = LYCO_OK;
     if (cdiv(L.O, 64) > 65535) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: O = %lld is too large for the merge grid", (long long)L.O);
     if (a->dora.on) {
-        i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-        if ((rc = lk_scratch_alloc(&ws, (size_t)(2 * n + 3 * kept) * 4, s))) return rc;
+        if ((rc = lk_scratch_alloc(&ws, (size_t)dora_ws_floats(L.O, L.IK, L.K, a->dora.on_out) * 4, s))) return rc;
         lk_view none = {};
         rc = dora_stats<CT, locon_delta>(L, a->dora, a->W, none, (float *)ws, &st, s);
     }
@@ -1254,8 +1253,7 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
     float *st = NULL;
     int rc;
     if (a->dora.on) {
-        i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-        float *ws = (float *)(cv.base + carve_take(cv, (size_t)(2 * n + 3 * kept) * 4));
+        float *ws = (float *)(cv.base + carve_take(cv, (size_t)dora_ws_floats(L.O, L.IK, L.K, a->dora.on_out) * 4));
         if ((rc = dora_stats<CT, locon_delta>(L, a->dora, a->W, a->G, ws, &st, s))) return rc;
     }
     if ((a->gU.p || a->gsigma.p) && !a->dora.on && !lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0) {
@@ -1316,10 +1314,7 @@ static size_t merge_bwd_bytes(const lk_merge_bwd_args *a) {
     const i64 RP = (i64)nch * NR;
     const int BK = DUP_SPLIT_STEP;
     size_t b = 0;
-    if (a->dora.on) {
-        i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-        b += ((size_t)(2 * n + 3 * kept) * 4 + 255) / 256 * 256;
-    }
+    if (a->dora.on) b += ((size_t)dora_ws_floats(L.O, L.IK, L.K, a->dora.on_out) * 4 + 255) / 256 * 256;
     if (a->gU.p || a->gsigma.p) {
         int z;
         i64 kper;

@@ -448,8 +448,7 @@ template <typename CT> static int merge_fwd_t(const lk_loha_args *a0, lh_carve &
     if ((rc = lk_loha_tucker_prep(&a.L, (float *)carve_take(cv, (size_t)lk_loha_tucker_floats(&a.L) * 4), s))) return rc;
     float *st = NULL;
     if (a.dora.on) {
-        const i64 n = a.dora.on_out ? a.L.O : a.L.IK, kept = a.dora.on_out ? a.L.O : a.L.IK / a.L.K;
-        float *ws = (float *)carve_take(cv, (size_t)(2 * n + 3 * kept) * 4);
+        float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a.L.O, a.L.IK, a.L.K, a.dora.on_out) * 4);
         lk_view none = {};
         if ((rc = dora_stats<CT, loha_delta>(a.L, a.dora, a.W, none, ws, &st, s))) return rc;
     }
@@ -463,10 +462,7 @@ template <typename CT> static int merge_fwd_t(const lk_loha_args *a0, lh_carve &
 
 static size_t merge_fwd_bytes(const lk_loha_args *a) {
     size_t b = ((size_t)lk_loha_tucker_floats(&a->L) * 4 + 255) / 256 * 256;
-    if (a->dora.on) {
-        const i64 n = a->dora.on_out ? a->L.O : a->L.IK, kept = a->dora.on_out ? a->L.O : a->L.IK / a->L.K;
-        b += ((size_t)(2 * n + 3 * kept) * 4 + 255) / 256 * 256;
-    }
+    if (a->dora.on) b += ((size_t)dora_ws_floats(a->L.O, a->L.IK, a->L.K, a->dora.on_out) * 4 + 255) / 256 * 256;
     return b;
 }
 
@@ -477,10 +473,7 @@ static size_t grads_bytes(const lk_loha_args *a) {
     const lk_loha &L = a->L;
     size_t b = ((size_t)lk_loha_tucker_floats(&L) * 4 + 255) / 256 * 256;
     if (L.tucker) b += ((size_t)(L.r1 + L.r2) * L.IK * 4 + 255) / 256 * 256;
-    if (a->dora.on) {
-        const i64 n = a->dora.on_out ? L.O : L.IK, kept = a->dora.on_out ? L.O : L.IK / L.K;
-        b += ((size_t)(2 * n + 3 * kept) * 4 + 255) / 256 * 256;
-    }
+    if (a->dora.on) b += ((size_t)dora_ws_floats(L.O, L.IK, L.K, a->dora.on_out) * 4 + 255) / 256 * 256;
     b += ((size_t)cdiv(L.O, 32) * 8 + 255) / 256 * 256;
     return b;
 }
@@ -493,8 +486,7 @@ template <typename CT, bool BYP> static int grads_t(const lk_loha_args *a0, lh_c
     float *GP = L.tucker ? (float *)carve_take(cv, (size_t)(L.r1 + L.r2) * L.IK * 4) : NULL;
     float *st = NULL;
     if (!BYP && a.dora.on) {
-        const i64 n = a.dora.on_out ? L.O : L.IK, kept = a.dora.on_out ? L.O : L.IK / L.K;
-        float *ws = (float *)carve_take(cv, (size_t)(2 * n + 3 * kept) * 4);
+        float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(L.O, L.IK, L.K, a.dora.on_out) * 4);
         if ((rc = dora_stats<CT, loha_delta>(L, a.dora, a.W, a.G, ws, &st, s))) return rc;
     }
     const bool want_sig = a.gsigma.p && !a.sigma_zero;

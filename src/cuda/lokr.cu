@@ -330,10 +330,9 @@ static mb_plan mb_plan_of(const lk_lokr_args *a) {
     return pl;
 }
 
-static i64 dora_ws_floats(const lk_lokr_args *a) {
+static i64 lokr_dora_ws_floats(const lk_lokr_args *a) {
     if (!a->dora.on) return 0;
-    const i64 IK = a->I * a->K, n = a->dora.on_out ? a->O : IK, kept = a->dora.on_out ? a->O : a->I;
-    return 2 * n + 3 * kept;
+    return dora_ws_floats(a->O, a->I * a->K, a->K, a->dora.on_out);
 }
 
 template <typename CT>
@@ -353,7 +352,7 @@ static int dora_stats_any(const lokr_dev &A, const lk_dora &dr, const lk_view &W
 
 static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *dev, cudaStream_t s) {
     lokr_halves h;
-    float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a) * 4);
+    float *ws = (float *)carve_take(cv, (size_t)lokr_dora_ws_floats(a) * 4);
     int rc = lokr_halves_build(a, cv, &h, false, s);
     if (rc || !cv.base) return rc;
     const lokr_dev A = lokr_dev_of(a, &h, true);
@@ -416,7 +415,7 @@ static int merge_bwd_one(const lk_lokr_args *a, lk_carve &cv, bool vec, i64 gx, 
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
     const bool needsig = a->gsigma.p && !a->compat;
-    float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a) * 4);
+    float *ws = (float *)carve_take(cv, (size_t)lokr_dora_ws_floats(a) * 4);
     float *pw1 = (float *)carve_take(cv, need1 ? (size_t)(gx * ac) * 4 : 0);
     double *psig = (double *)carve_take(cv, needsig ? (size_t)(gx * z) * 8 : 0);
     float *pw2 = (float *)carve_take(cv, need2 ? (size_t)(z * n2) * 4 : 0);
@@ -454,7 +453,7 @@ static int merge_bwd_body(const lk_lokr_args *a, lk_carve &cv, cudaStream_t s) {
     const i64 ac = a->a * a->c, n2 = a->b * a->d * a->K;
     const bool need1 = a->gw1.p || a->gw1a.p || a->gw1b.p, need2 = a->gw2.p || a->gw2a.p || a->gw2b.p || a->gt2.p;
     const bool needsig = a->gsigma.p && !a->compat;
-    float *ws = (float *)carve_take(cv, (size_t)dora_ws_floats(a) * 4);
+    float *ws = (float *)carve_take(cv, (size_t)lokr_dora_ws_floats(a) * 4);
     float *pw1 = (float *)carve_take(cv, (size_t)(pl.z1 * ac) * 4);
     double *psig = (double *)carve_take(cv, needsig ? (size_t)(pl.z1 * ac) * 8 : 0);
     float *pw2 = (float *)carve_take(cv, need2 ? (size_t)(pl.z2 * n2) * 4 : 0);

@@ -13,16 +13,20 @@
  * k = o (norm per output row) or j / K (per input channel, kernel positions folded in).
  *
  * DoRA statistics, two passes, deterministic, no atomics:
- *   pass 1 (templated on the producer): per row (out axis: block = 32 rows, sweeping the
- *     columns in 64-wide tiles) or per column (in axis: block = 32 columns, sweeping the rows
- *     in 64-high tiles) — Σ V² and, backward, Σ G·V, in fp32 with a fixed reduction order;
- *   pass 2 (dora.cu, lk_dora_finish): per kept index k, sums the K columns of a channel in
- *     order and writes st[k] = {f_k, f_k − 1, γ_k} with γ_k = m·d_k·S_k / (n_k²·‖V‖_k), and
+ *   pass 1 (templated on the producer): per row (out axis: block = 32 rows, sweeping a chunk of
+ *     the columns in 64-wide tiles) or per column (in axis: block = 32 columns, sweeping a chunk
+ *     of the rows in 64-high tiles) — partial Σ V² and, backward, Σ G·V per chunk, in fp32 with a
+ *     fixed reduction order. The swept axis is split into Z chunks (grid.y; dora_split: ≥ 512
+ *     blocks where the shape allows, a function of the shape only) — one block per 32 rows left a
+ *     4096-row LoHa layer with 128 blocks on 132 SMs, latency-bound (545 µs of the H200's LoHa
+ *     DoRA bypass forward);
+ *   pass 2 (dora.cu, lk_dora_finish_parts): per kept index k, sums the Z partials and the K
+ *     columns of a channel in order and writes st[k] = {f_k, f_k − 1, γ_k} with γ_k = m·d_k·S_k / (n_k²·‖V‖_k), and
  *     ∂L/∂d_k = m·S_k / n_k.
  * Backward source (GV = ∂L/∂V, what the LoCon backward contracts with its factors):
  *   GV = RN_CT(g·f_k − γ_k·V)   (g = RN_CT(∂L/∂W''); rounded as the eager chain stores it)
  * The only cached values are these per-index fp32 statistics (3 floats per kept index, plus
- * 2 fp32 sums per row or column) in scratch.
+ * 2·Z fp32 partial sums per row or column) in scratch: dora_ws_floats.
  */
 #ifndef LYCO_CUDA_MERGE_EP_CUH
 #define LYCO_CUDA_MERGE_EP_CUH
@@ -55,9 +59,37 @@ __device__ __forceinline__ float dora_gv(float g, float w, float dw, const float
     return round_to(fmaf(g, st[0], -st[2] * V), ct);
 }
 
-/* ---- pass 1: Σ V² (and Σ G·V) per row ---- */
+/* Split of pass 1's swept axis: blocks along the other axis, tiles (64 wide) along the swept one;
+   returns the tiles per chunk (Z = ⌈tiles / per⌉ chunks). */
+static inline i64 dora_split(i64 blocks, i64 tiles) {
+    i64 z = cdiv(512, blocks > 0 ? blocks : 1);
+    if (z > cdiv(tiles, 2)) z = cdiv(tiles, 2);
+    if (z > 64) z = 64;
+    if (z < 1) z = 1;
+    return cdiv(tiles > 0 ? tiles : 1, z);
+}
+/* pass 1's geometry for an O × IK layer: n sums per chunk, Z chunks of per tiles */
+struct dora_plan {
+    i64 n, kept, per_tiles, Z;
+};
+static inline dora_plan dora_plan_of(i64 O, i64 IK, i64 K, bool on_out) {
+    dora_plan p;
+    p.n = on_out ? O : IK;
+    p.kept = on_out ? O : IK / K;
+    const i64 tiles = on_out ? cdiv(IK, 64) : cdiv(O, 64);
+    p.per_tiles = dora_split(cdiv(p.n, 32), tiles);
+    p.Z = cdiv(tiles > 0 ? tiles : 1, p.per_tiles);
+    return p;
+}
+/* scratch floats of dora_stats: 2·Z partial sums per row / column, 3 statistics per kept index */
+static inline i64 dora_ws_floats(i64 O, i64 IK, i64 K, bool on_out) {
+    const dora_plan p = dora_plan_of(O, IK, K, on_out);
+    return 2 * p.Z * p.n + 3 * p.kept;
+}
+
+/* ---- pass 1: Σ V² (and Σ G·V) per row, over columns [blockIdx.y·jper, …) ---- */
 template <typename CT, template <typename, int, int, int> class PROD>
-__global__ __launch_bounds__(NT) void k_dora_rows(typename PROD<CT, 32, 64, 2>::args_t A, lk_view W, lk_view G,
+__global__ __launch_bounds__(NT) void k_dora_rows(typename PROD<CT, 32, 64, 2>::args_t A, lk_view W, lk_view G, i64 jper,
                                                   float *ss_out, float *sg_out) {
     typedef PROD<CT, 32, 64, 2> P;
     __shared__ __align__(16) char smem[P::SMEM_IN > P::SMEM_C ? P::SMEM_IN : P::SMEM_C];
@@ -68,7 +100,10 @@ __global__ __launch_bounds__(NT) void k_dora_rows(typename PROD<CT, 32, 64, 2>::
     const int rr = threadIdx.x / 8, cc = (threadIdx.x % 8) * 8;
     const float sig = sigma_ct<CT>(A.sigma);
     float ss = 0.0f, sg = 0.0f;
-    for (i64 j0 = 0; j0 < A.IK; j0 += 64) {
+    const i64 jb = (i64)blockIdx.y * jper, je = jb + jper < A.IK ? jb + jper : A.IK;
+    ss_out += (i64)blockIdx.y * A.O;
+    if (sg_out) sg_out += (i64)blockIdx.y * A.O;
+    for (i64 j0 = jb; j0 < je; j0 += 64) {
         float w[8], g[8];
         vload8(w, W, o0 + rr, j0 + cc);
         if (G.p) vload8(g, G, o0 + rr, j0 + cc);
@@ -91,9 +126,9 @@ __global__ __launch_bounds__(NT) void k_dora_rows(typename PROD<CT, 32, 64, 2>::
     }
 }
 
-/* ---- pass 1: Σ V² (and Σ G·V) per column ---- */
+/* ---- pass 1: Σ V² (and Σ G·V) per column, over rows [blockIdx.y·oper, …) ---- */
 template <typename CT, template <typename, int, int, int> class PROD>
-__global__ __launch_bounds__(NT) void k_dora_cols(typename PROD<CT, 64, 32, 4>::args_t A, lk_view W, lk_view G,
+__global__ __launch_bounds__(NT) void k_dora_cols(typename PROD<CT, 64, 32, 4>::args_t A, lk_view W, lk_view G, i64 oper,
                                                   float *ss_out, float *sg_out) {
     typedef PROD<CT, 64, 32, 4> P;
     __shared__ __align__(16) char smem[P::SMEM_IN > P::SMEM_C ? P::SMEM_IN : P::SMEM_C];
@@ -106,7 +141,10 @@ __global__ __launch_bounds__(NT) void k_dora_cols(typename PROD<CT, 64, 32, 4>::
     const i64 j = j0 + col;
     const float sig = sigma_ct<CT>(A.sigma);
     float ss = 0.0f, sg = 0.0f;
-    for (i64 o0 = 0; o0 < A.O; o0 += 64) {
+    const i64 ob = (i64)blockIdx.y * oper, oe = ob + oper < A.O ? ob + oper : A.O;
+    ss_out += (i64)blockIdx.y * A.IK;
+    if (sg_out) sg_out += (i64)blockIdx.y * A.IK;
+    for (i64 o0 = ob; o0 < oe; o0 += 64) {
         float w[8], g[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -137,22 +175,22 @@ __global__ __launch_bounds__(NT) void k_dora_cols(typename PROD<CT, 64, 32, 4>::
     }
 }
 
-/* Host: both passes. ws must hold 2·n + 3·kept floats (n = O rows or I·K columns).
-   On return st = ws + 2·n holds the statistics. */
+/* Host: both passes. ws must hold dora_ws_floats(A.O, A.IK, A.K, dr.on_out) floats.
+   On return *st (inside ws) holds the statistics. */
 template <typename CT, template <typename, int, int, int> class PROD>
 static int dora_stats(const typename PROD<CT, 32, 64, 2>::args_t &A, const lk_dora &dr, const lk_view &W,
                       const lk_view &G, float *ws, float **st, cudaStream_t stream) {
-    i64 n = dr.on_out ? A.O : A.IK, kept = dr.on_out ? A.O : A.IK / A.K;
-    float *ss = ws, *sg = G.p ? ws + n : NULL;
-    *st = ws + 2 * n;
+    const dora_plan p = dora_plan_of(A.O, A.IK, A.K, dr.on_out);
+    float *ss = ws, *sg = G.p ? ws + p.Z * p.n : NULL;
+    *st = ws + 2 * p.Z * p.n;
     if (dr.on_out) {
-        k_dora_rows<CT, PROD><<<(unsigned)cdiv(A.O, 32), NT, 0, stream>>>(A, W, G, ss, sg);
+        k_dora_rows<CT, PROD><<<dim3((unsigned)cdiv(A.O, 32), (unsigned)p.Z), NT, 0, stream>>>(A, W, G, 64 * p.per_tiles, ss, sg);
         LK_LAUNCHED("dora_rows");
     } else {
-        k_dora_cols<CT, PROD><<<(unsigned)cdiv(A.IK, 32), NT, 0, stream>>>(A, W, G, ss, sg);
+        k_dora_cols<CT, PROD><<<dim3((unsigned)cdiv(A.IK, 32), (unsigned)p.Z), NT, 0, stream>>>(A, W, G, 64 * p.per_tiles, ss, sg);
         LK_LAUNCHED("dora_cols");
     }
-    return lk_dora_finish(&dr, ss, sg, kept, dr.on_out ? 1 : A.K, A.m, A.ct, *st, stream);
+    return lk_dora_finish_parts(&dr, ss, sg, p.Z, p.n, p.kept, dr.on_out ? 1 : A.K, A.m, A.ct, *st, stream);
 }
 
 #endif
