@@ -86,14 +86,21 @@ static lyco_status scratch_free_all(scratch_set *s, lyco_status rc) {
     return rc;
 }
 
-/* copy = RN_ct(t) in fp32, t's shape, contiguous (shape storage: shp, MAXD entries). */
-static lyco_status rounded_copy(const DLTensor *t, const char *name, int ct, scratch_set *s, int64_t *shp, DLTensor *copy,
-                                char *why, size_t why_len) {
+/* copy: fresh fp32 scratch of t's shape, contiguous (shape storage: shp, MAXD entries). */
+static lyco_status scratch_like(const DLTensor *t, scratch_set *s, int64_t *shp, DLTensor *copy) {
     float *p = NULL;
     lyco_status rc = scratch(s, (size_t)lyco_numel(t), &p);
     if (rc) return rc;
     for (int d = 0; d < t->ndim; d++) shp[d] = t->shape[d];
     *copy = dev_f32(p, t->ndim, shp, t->device);
+    return LYCO_OK;
+}
+
+/* copy = RN_ct(t) in fp32, t's shape, contiguous (shape storage: shp, MAXD entries). */
+static lyco_status rounded_copy(const DLTensor *t, const char *name, int ct, scratch_set *s, int64_t *shp, DLTensor *copy,
+                                char *why, size_t why_len) {
+    lyco_status rc = scratch_like(t, s, shp, copy);
+    if (rc) return rc;
     /* any split at which both views collapse (the copy is contiguous: every split does) */
     int splits[4] = {t->ndim - 1, 1, 0, t->ndim};
     for (int i = 0; i < 4; i++) {
@@ -172,8 +179,10 @@ static lyco_status prepare(const lyco_call *c, const DLTensor *W, const DLTensor
         if (k == LYCO_MODULE_MASK || !t || lyco_numel(t) == 0 || t->ndim > MAXD) continue;
         if (!fold && (!narrow || lyco_dtype_of(t) != LYCO_F32)) continue;
         const char *name = k < LYCO_SLOT_COUNT ? lyco_slot_name((lyco_slot)k) : k == LYCO_SLOT_COUNT ? "W" : "d_out";
-        if ((rc = rounded_copy(t, name, ct, s, p->shp[k], &p->cp[k], why, why_len))) return rc;
-        if (fold && (rc = scale_columns(&p->cp[k], t, p->fold_q, ct, s->st, why, why_len))) return rc;
+        if (fold) rc = scratch_like(t, s, p->shp[k], &p->cp[k]);   /* Ū = RN_CT(up)·q in one pass */
+        if (fold && !rc) rc = scale_columns(&p->cp[k], t, p->fold_q, ct, s->st, why, why_len);
+        if (!fold) rc = rounded_copy(t, name, ct, s, p->shp[k], &p->cp[k], why, why_len);
+        if (rc) return rc;
         if (k < LYCO_SLOT_COUNT) p->a.tensor[k] = &p->cp[k];
         else if (k == LYCO_SLOT_COUNT) p->W = &p->cp[k];
         else p->G = &p->cp[k];
@@ -234,20 +243,6 @@ static bool wants_any_grad(const lyco_call *c) {
 
 /* ---- the products with E on the tensor cores (linear layers, bf16 compute; gemm.cu) ---- */
 
-/* A bf16 O × I view of compact scratch p (16-byte rows when I is a multiple of 8). */
-static lk_view bf16_view(void *p, int64_t rows, int64_t cols) {
-    lk_view v;
-    memset(&v, 0, sizeof v);
-    v.p = p;
-    v.rows = rows;
-    v.cols = cols;
-    v.s0 = cols;
-    v.s1 = 1;
-    v.dt = (int32_t)LYCO_BF16;
-    v.flags = cols % 8 == 0 ? LK_VEC : 0;
-    return v;
-}
-
 /* out = W − D (mode UNMERGE) or D (W absent, mode DELTA), fp32 arithmetic, rounded once to out's dtype. */
 static lyco_status ew_exact(lk_view W, lk_view D, lk_view out, void *st) {
     lk_ew_args e;
@@ -270,7 +265,7 @@ static lyco_status split_E(lk_view E, int n, scratch_set *s, lk_view *pc) {
     lyco_status rc;
     for (int i = 0; i < n; i++) {
         if ((rc = scratch(s, (size_t)(O * I + 1) / 2 + 8, &buf))) return rc;
-        pc[i] = bf16_view(buf, O, I);
+        pc[i] = lk_compact_view(buf, O, I, LYCO_BF16);
     }
     if ((rc = ew_exact((lk_view){0}, E, pc[0], s->st))) return rc;
     if (n < 2) return LYCO_OK;
@@ -296,33 +291,18 @@ static lyco_status tc_chain(const lk_device *dev, void *st, lk_gemm_args g, cons
     return LYCO_OK;
 }
 
-/* lk_gemm's args of one product (ct bf16), M × N × K */
-static lk_gemm_args gemm_of(lk_view A, int a_t, lk_view B, int b_t, int64_t M, int64_t N, int64_t K) {
-    lk_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.ct = (int32_t)LYCO_BF16;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.A = A;
-    g.a_t = a_t;
-    g.B = B;
-    g.b_t = b_t;
-    return g;
-}
-
 /* Whether the linear products go to the tensor cores: bf16 compute, every product within gemm.cu's
    limits (LYCO_CUDA_DENSE_FFMA=1: never, the CUDA-core products of conv_direct.cu instead). */
 static bool tc_route(const lyco_call *c, const lk_device *dev, const lk_conv_args *v) {
     const char *ffma = getenv("LYCO_CUDA_DENSE_FFMA");
     if ((ffma && ffma[0] == '1') || c->a->layer.kind == LYCO_LAYER_CONV || c->dt.compute != LYCO_BF16) return false;
     int64_t T = c->tokens, O = v->E.rows, I = v->E.cols;
-    lk_view pb = bf16_view(NULL, O, I);
+    lk_view pb = lk_compact_view(NULL, O, I, LYCO_BF16);
     if (c->dir == LYCO_DIR_BYPASS_FWD) {
-        lk_gemm_args f = gemm_of(v->x, 0, pb, 0, T, O, I);
+        lk_gemm_args f = lk_gemm_product(LYCO_BF16, v->x, 0, pb, 0, T, O, I);
         return lk_gemm_fits(&f, dev);
     }
-    lk_gemm_args d = gemm_of(v->dy, 0, pb, 1, T, I, O), w = gemm_of(v->dy, 1, v->x, 1, O, I, T);
+    lk_gemm_args d = lk_gemm_product(LYCO_BF16, v->dy, 0, pb, 1, T, I, O), w = lk_gemm_product(LYCO_BF16, v->dy, 1, v->x, 1, O, I, T);
     return lk_gemm_fits(&d, dev) && lk_gemm_fits(&w, dev);
 }
 
@@ -344,11 +324,11 @@ static lyco_status tc_products(const lyco_call *c, const lk_device *dev, scratch
         int n = pieces_for(*out);
         if ((rc = split_E(E, n, s, pc)) || (rc = scratch(s, (size_t)(T * wide), &S0)) || (rc = scratch(s, (size_t)(T * wide), &S1)))
             return rc;
-        lk_gemm_args g = fwd ? gemm_of(*xv, 0, pc[0], 0, T, O, I) : gemm_of(*dy, 0, pc[0], 1, T, I, O);
+        lk_gemm_args g = fwd ? lk_gemm_product(LYCO_BF16, *xv, 0, pc[0], 0, T, O, I) : lk_gemm_product(LYCO_BF16, *dy, 0, pc[0], 1, T, I, O);
         if ((rc = tc_chain(dev, s->st, g, pc, n, fwd ? *y0 : none, *out, S0, S1))) return rc;
     }
     if (fwd || !gE.p) return LYCO_OK;
-    lk_gemm_args w = gemm_of(*dy, 1, *xv, 1, O, I, T);
+    lk_gemm_args w = lk_gemm_product(LYCO_BF16, *dy, 1, *xv, 1, O, I, T);
     w.out = gE;
     return (lyco_status)lk_gemm(&w, dev, s->st);
 }

@@ -37,7 +37,7 @@ void lk_conv_geom_of(const lyco_call *c, lk_conv_geom *g) {
     }
 }
 
-lk_view lk_f32_view(float *p, int64_t rows, int64_t cols) {
+lk_view lk_compact_view(void *p, int64_t rows, int64_t cols, lyco_dtype dt) {
     lk_view v;
     memset(&v, 0, sizeof v);
     v.p = p;
@@ -45,10 +45,12 @@ lk_view lk_f32_view(float *p, int64_t rows, int64_t cols) {
     v.cols = cols;
     v.s0 = cols;
     v.s1 = 1;
-    v.dt = (int32_t)LYCO_F32;
-    if (p && (uintptr_t)p % 16 == 0 && (rows <= 1 || cols % 4 == 0)) v.flags = LK_VEC;
+    v.dt = (int32_t)dt;
+    if ((uintptr_t)p % 16 == 0 && (rows <= 1 || cols * (int64_t)lyco_dtype_size(dt) % 16 == 0)) v.flags = LK_VEC;
     return v;
 }
+
+lk_view lk_f32_view(float *p, int64_t rows, int64_t cols) { return lk_compact_view(p, rows, cols, LYCO_F32); }
 
 lyco_status lk_copy_or_zero(const DLTensor *dst, const char *name, const DLTensor *src, int split, int ct, void *st,
                             char *why, size_t why_len) {

@@ -14,7 +14,10 @@
 int lk_act_split(const lyco_call *c, const DLTensor *t);
 /* The base layer's geometry (linear: nd = 0 and unit spatial sizes). */
 void lk_conv_geom_of(const lyco_call *c, lk_conv_geom *g);
-/* A compact fp32 rows × cols view of device scratch. */
+/* A compact (row-major, contiguous) rows × cols view of device scratch of dtype dt; 16-byte
+   access (LK_VEC) when p is 16-byte aligned (or NULL: a view for planning) and rows are whole
+   16-byte units. lk_f32_view: the same for fp32. */
+lk_view lk_compact_view(void *p, int64_t rows, int64_t cols, lyco_dtype dt);
 lk_view lk_f32_view(float *p, int64_t rows, int64_t cols);
 /* dst = RN_dst(RN_ct(src)), or 0 when src is NULL; both viewed with dst's split (lk_ew_merge). */
 lyco_status lk_copy_or_zero(const DLTensor *dst, const char *name, const DLTensor *src, int split, int ct, void *st,

@@ -504,16 +504,7 @@ int mm_at(const ctx &X, float *C, i64 M, i64 N, i64 K, lk_view A, bool at, int r
        (bf16 compute only: fp16's exponent range would lose the small pieces); two → CUDA cores */
     const bool sa = rA == DT_F32, sb = rB == DT_F32;
     if (tc && X.tc && (!at || bt) && !(sa && sb) && (!(sa || sb) || (X.ct == DT_BF16 && X.split))) {
-        lk_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.ct = X.ct;
-        g.M = M;
-        g.N = N;
-        g.K = K;
-        g.A = A;
-        g.B = B;
-        g.a_t = at;
-        g.b_t = bt;
+        lk_gemm_args g = lk_gemm_product(X.ct, A, at, B, bt, M, N, K);
         g.out = fview(C, M, N);
         if (lk_gemm_fits(&g, X.dev)) {
             DG_TRY(tc_product(X, g, sa ? 1 : sb ? 2 : 0, tc));

@@ -12,6 +12,8 @@
 #ifndef LYCO_CUDA_KERN_GEMM_H
 #define LYCO_CUDA_KERN_GEMM_H
 
+#include <string.h>
+
 #include "cuda/kern.h"
 
 #ifdef __cplusplus
@@ -30,6 +32,23 @@ typedef struct {
                             base): out/base p + z·M·N floats; the caller sums the slabs */
     int64_t kchunk;
 } lk_gemm_args;
+
+/* The args of one product out = A·Bᵀ (M × N × K; a_t / b_t: given transposed) at compute ct,
+   everything else off (no base, no K split; out set by the caller). */
+static inline lk_gemm_args lk_gemm_product(int32_t ct, lk_view A, int32_t a_t, lk_view B, int32_t b_t, int64_t M, int64_t N,
+                                           int64_t K) {
+    lk_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.ct = ct;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.a_t = a_t;
+    g.B = B;
+    g.b_t = b_t;
+    return g;
+}
 
 /* Whether lk_gemm runs this call (16-bit CT, grid limits, shared memory); 0 = use another path. */
 int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev);

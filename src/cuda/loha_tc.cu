@@ -323,14 +323,7 @@ extern "C" int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev
     lk_expand_args e = tc_expand(a, 0, oc);
     const lk_view dw = lk_pitched_view(NULL, oc, L.IK, ld, L.ct);
     e.out = dw;
-    lk_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.ct = L.ct;
-    g.M = T;
-    g.N = oc;
-    g.K = L.IK;
-    g.A = lk_act_as_view(a->x, T, L.IK);
-    g.B = dw;
+    lk_gemm_args g = lk_gemm_product(L.ct, lk_act_as_view(a->x, T, L.IK), 0, dw, 0, T, oc, L.IK);
     g.out = lk_act_as_view(a->y, T, L.O);
     if (!lk_expand_fits(&e, dev) || !lk_gemm_fits(&g, dev)) return LYCO_OK;
     *done = 1;
@@ -371,16 +364,8 @@ static bool tc_grad_fits(const lk_loha_args *a, int gdt, const lk_device *dev) {
    operands given k-major (k = tokens). */
 static lk_gemm_args tc_ge_gemm(const lk_loha_args *a, i64 o0, i64 n, float *chunk, i64 ld) {
     const lk_loha &L = a->L;
-    lk_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.ct = L.ct;
-    g.M = n;
-    g.N = L.IK;
-    g.K = a->T;
-    g.A = lk_view_sub(lk_act_as_view(a->dy, a->T, L.O), 0, a->T, o0, n);
-    g.a_t = 1;
-    g.B = lk_act_as_view(a->x, a->T, L.IK);
-    g.b_t = 1;
+    lk_gemm_args g = lk_gemm_product(L.ct, lk_view_sub(lk_act_as_view(a->dy, a->T, L.O), 0, a->T, o0, n), 1,
+                                     lk_act_as_view(a->x, a->T, L.IK), 1, n, L.IK, a->T);
     g.out = lk_pitched_view(chunk, n, L.IK, ld, DT_F32);
     return g;
 }
@@ -478,15 +463,7 @@ static int tc_dx(const lk_loha_args *a, const lk_device *dev, cudaStream_t s) {
         e.Q2 = lk_view_sub(L.B2, 0, L.r2, i0, n);
         e.out = lk_pitched_view(chunk, L.O, n, ld, L.ct);
         if ((rc = lk_expand(&e, dev, s))) break;
-        lk_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.ct = L.ct;
-        g.M = T;
-        g.N = n;
-        g.K = L.O;
-        g.A = lk_act_as_view(a->dy, T, L.O);
-        g.B = e.out;
-        g.b_t = 1;
+        lk_gemm_args g = lk_gemm_product(L.ct, lk_act_as_view(a->dy, T, L.O), 0, e.out, 1, T, n, L.O);
         g.out = lk_view_sub(dx, 0, T, i0, n);
         rc = lk_gemm(&g, dev, s);
     }
