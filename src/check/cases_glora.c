@@ -23,6 +23,13 @@ const lyco_case lyco_cases_glora[] = {
     {.name = "glora_conv1d_unaligned", .algo = LYCO_ALGO_GLORA, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
      .k = {3, 1, 1}, .stride = {1, 1, 1}, .pad = {1, 0, 0}, .dil = K1, .rank = 2, .tokens = 3, .spatial = {9, 1, 1},
      .alpha = 4, .opts = CASE_UNALIGNED},
+    /* the CUDA merges' lean route (glora.cu: lowrank.cu's kernels for linear layers, r ≤ 64):
+       odd sizes at odd addresses with σs and m ≠ 1; its upper rank; r = 65 takes the generic kernel */
+    {.name = "glora_linear_unaligned_r7", .algo = LYCO_ALGO_GLORA, .O = 33, .I = 29, .rank = 7, .tokens = 5, .alpha = 5,
+     .multiplier = 0.6, .opts = CASE_SCALAR | CASE_UNALIGNED | CASE_NONCONTIG},
+    {.name = "glora_linear_r64", .algo = LYCO_ALGO_GLORA, .O = 72, .I = 80, .rank = 64, .tokens = 4, .alpha = 32,
+     .opts = CASE_SCALAR},
+    {.name = "glora_linear_r65", .algo = LYCO_ALGO_GLORA, .O = 70, .I = 66, .rank = 65, .tokens = 3, .alpha = 16},
     {.name = "glora_linear_1280_r16", .algo = LYCO_ALGO_GLORA, .O = 1280, .I = 1280, .rank = 16, .tokens = 64, .alpha = 8,
      .opts = CASE_SCALAR, .tier = 1},
 };

@@ -42,7 +42,6 @@ static void fill_grads(const lyco_call *c, lk_glora_args *g, lk_view_req *rq, in
 }
 
 lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, char *why, size_t why_len) {
-    (void)dev;
     const lyco_layer *l = &c->a->layer;
     bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
     if (l->kind != LYCO_LAYER_LINEAR && l->kind != LYCO_LAYER_CONV) return lk_decline(why, why_len, "GLoRA on a norm layer is not supported");
@@ -62,13 +61,13 @@ lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, cha
         g.mode = (int32_t)c->merge->mode;
         rq[n++] = (lk_view_req){c->out, "out", 1, &g.out};
         if ((rc = lk_views(rq, n, why, why_len))) return rc;
-        return (lyco_status)lk_glora_merge_fwd(&g, st);
+        return (lyco_status)lk_glora_merge_fwd(&g, dev, st);
     case LYCO_DIR_MERGE_BWD:
         rq[n++] = (lk_view_req){c->d_out, "d_out", 1, &g.G};
         fill_grads(c, &g, rq, &n);
         if ((rc = lk_views(rq, n, why, why_len))) return rc;
         if (!g.gA1.p && !g.gA2.p && !g.gB1.p && !g.gB2.p && !g.gsigma.p) return LYCO_OK;
-        return (lyco_status)lk_glora_merge_bwd(&g, st);
+        return (lyco_status)lk_glora_merge_bwd(&g, dev, st);
     case LYCO_DIR_BYPASS_FWD: {
         const DLTensor *y0 = (c->bypass->flags & LYCO_BYPASS_DELTA_ONLY) ? NULL : c->bypass->y0;
         lk_act_req ar[] = {{c->bypass->x, "x", &g.x}, {y0, "y0", &g.y0}, {c->y, "y", &g.y}};

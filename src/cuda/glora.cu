@@ -41,6 +41,19 @@
  * Skinny products (few output tiles, long reduction: P = W·A1, the factor gradients) are split
  * over the reduction into S fp64 partials (S from the shape only: ≥ 512 blocks, ≥ 256 elements per
  * split), summed in split order by k_gemm_fin, which applies the same epilogue.
+ * Linear layers at bf16 / fp32 compute, r ≤ 64: the merges take lowrank.cu's streaming kernels
+ * instead (LoRA's; kern_lowrank.h), since ΔW = s·σs·[B1 | P]·[B2 ; A2] is a rank-2r LoRA product:
+ *   merge fwd : P = W·A1 (row reduction, fp32 partials summed in order), Pcat = [RN_CT(B1) | P]
+ *               (O × 2r fp32, entering the product as nsplit CT parts: P is not rounded),
+ *               Qcat = [B2 ; A2] (2r × I, CT), then the expand with the merge epilogue.
+ *   merge bwd : Γ·Qcatᵀ (one row reduction of Γ) → G_B1 = c·Γ·B2ᵀ and GP = Γ·A2ᵀ; P = W·A1;
+ *               G_B2 = c·B1ᵀ·Γ, G_A2 = c·Pᵀ·Γ (P in parts), G_A1 = c·Wᵀ·GP (GP in parts): column
+ *               reductions; G_σs by k_dot2 as below.
+ *   The generic kernel took 818 / 1818 µs for a 4096² r8 merge forward / backward on the H200 (51× /
+ *   114× the floor; ncu: 344 µs for P's split product, 477 µs for the merge product). fp16 keeps
+ *   the generic kernel (a 2-part fp16 split of P loses its small part to fp16's subnormal range).
+ *   LYCO_CUDA_GLORA_GENERIC=1 (read at each call) keeps every call on the generic kernel (A/B).
+ *   Extra memory: O·2r floats + 2r·I CT values, and the reductions' fp32 partials.
  * Deterministic: each output element is a fixed-order sum; the σs dot products are one block's
  * fixed-order tree. No atomics, no host synchronisation.
  * Extra memory (fp32 scratch, stream-ordered): merge fwd K·O·r; merge bwd 2·K·O·r + O·r;
@@ -51,6 +64,7 @@
 #include <string.h>
 
 #include "cuda/kern_glora.h"
+#include "cuda/kern_lowrank.h"
 #include "cuda/merge_ep.cuh"
 
 #define GBM 64
@@ -254,6 +268,29 @@ __global__ __launch_bounds__(NT) void k_dot2(gop X0, gop Y0, gop X1, gop Y1, int
     if (threadIdx.x == 0) vstore(out, 0, 0, coef * red[0]);
 }
 
+/* out[m, j] = coef·σ'·Σ_z part[z][m][c0 + j], j < out.cols (part: Z sets of M × rp fp32 partials,
+   summed z ascending), σ' = RN_CT(σs) when sigma is given; rounded once to out's dtype. */
+__global__ __launch_bounds__(NT) void k_sum_parts(const float *part, i64 Z, i64 M, i64 rp, i64 c0, lk_view out, float coef,
+                                                  lk_view sigma, int ct) {
+    const float scale = coef * (sigma.p ? round_to(vload(sigma, 0, 0), ct) : 1.0f);
+    const i64 n = M * out.cols;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 m = idx / out.cols, j = idx % out.cols;
+        float acc = 0.0f;
+        for (i64 z = 0; z < Z; z++) acc += part[(z * M + m) * rp + c0 + j];
+        vstore(out, m, j, acc * scale);
+    }
+}
+
+/* dst = RN_CT(src) elementwise (same shape). */
+__global__ __launch_bounds__(NT) void k_round_copy(lk_view dst, lk_view src, int ct) {
+    const i64 n = dst.rows * dst.cols;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 r = idx / dst.cols, c = idx % dst.cols;
+        vstore(dst, r, c, round_to(vload(src, r, c), ct));
+    }
+}
+
 /* ---- host side ---- */
 
 static gop op(const lk_view &v, i64 zs, i64 zr, int raw) {
@@ -272,6 +309,7 @@ static lk_view tr(const lk_view &v) {
     t.cols = v.rows;
     t.s0 = v.s1;
     t.s1 = v.s0;
+    t.flags &= ~LK_VEC; /* its rows are no longer contiguous */
     return t;
 }
 
@@ -391,6 +429,153 @@ static int w_times_a1(const lk_glora_args *a, float *P, cudaStream_t s) {
 
 static int alloc_f32(float **p, i64 n, cudaStream_t s) { return lk_scratch_alloc((void **)p, (size_t)(n > 0 ? n : 1) * 4, s); }
 
+/* ---- linear layers at bf16 / fp32 compute: lowrank.cu's kernels (see the header) ---- */
+
+static bool lean_linear(const lk_glora_args *a) {
+    const char *e = getenv("LYCO_CUDA_GLORA_GENERIC");
+    return !(e && e[0] == '1') && a->K == 1 && (a->ct == DT_BF16 || a->ct == DT_F32) && a->r >= 1 && 2 * a->r <= 128;
+}
+
+static unsigned grid_of(i64 n) {
+    const i64 b = cdiv(n > 0 ? n : 1, NT);
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+
+static int run_sum_parts(const float *part, i64 Z, i64 M, i64 rp, i64 c0, const lk_view &out, float coef, const lk_view &sigma,
+                         int ct, cudaStream_t s) {
+    if (!out.p || M * out.cols == 0) return LYCO_OK;
+    k_sum_parts<<<grid_of(M * out.cols), NT, 0, s>>>(part, Z, M, rp, c0, out, coef, sigma, ct);
+    LK_LAUNCHED("glora sum_parts");
+    return LYCO_OK;
+}
+
+static int run_round_copy(const lk_view &dst, const lk_view &src, int ct, cudaStream_t s) {
+    if (dst.rows * dst.cols == 0) return LYCO_OK;
+    k_round_copy<<<grid_of(dst.rows * dst.cols), NT, 0, s>>>(dst, src, ct);
+    LK_LAUNCHED("glora round_copy");
+    return LYCO_OK;
+}
+
+/* out (M × ncols, from column c0 of the row reduction's rank tile) = coef·σ'·A·Bᵀ, A M×K, B ncols×K
+   (or K×ncols, b_kmajor; B's columns from c0 when the reduction covers several operands) */
+static int reduce_into(const lk_glora_args *a, const lk_view &A, const lk_view &B, int b_kmajor, i64 M, i64 K, i64 rank,
+                       const lk_view *outs, const i64 *c0, int nout, float coef, const lk_view &sigma, const lk_device *dev,
+                       cudaStream_t s) {
+    const i64 rp = lk_reduce_rank_tile(rank);
+    float *part = NULL;
+    int64_t Z = 0;
+    int rc = lk_reduce_parts(a->ct, &A, &B, b_kmajor, M, K, rp, &part, &Z, dev, s);
+    for (int i = 0; i < nout && !rc; i++) rc = run_sum_parts(part, Z, M, rp, c0[i], outs[i], i ? 1.0f : coef, i ? none_view() : sigma, a->ct, s);
+    const int rf = part ? lk_scratch_free(part, s) : LYCO_OK;
+    return rc ? rc : rf;
+}
+
+/* The rank-2r operands in one scratch block: pcat = [RN_CT(B1) | P] (O × 2r fp32; b1, p its halves)
+   and qcat = [B2 ; A2] rounded to CT (2r × I, row pitch a multiple of 8). */
+typedef struct {
+    void *mem;
+    lk_view pcat, b1, p, qcat;
+} lean_ops;
+
+static size_t lean_pbytes(const lk_glora_args *a) { return ((size_t)(a->O * 2 * a->r) * 4 + 255) / 256 * 256; }
+
+static lean_ops lean_views(const lk_glora_args *a, void *mem) {
+    const i64 r = a->r, ld = cdiv(a->I, 8) * 8;
+    lean_ops L;
+    L.mem = mem;
+    L.pcat = lk_pitched_view(mem, a->O, 2 * r, 2 * r, DT_F32);
+    if ((2 * r * 4) % 16) L.pcat.flags = 0;
+    L.b1 = lk_view_sub(L.pcat, 0, a->O, 0, r);
+    L.p = lk_view_sub(L.pcat, 0, a->O, r, r);
+    L.qcat = lk_pitched_view(mem ? (char *)mem + lean_pbytes(a) : NULL, 2 * r, a->I, ld, a->ct);
+    return L;
+}
+
+static int lean_alloc(const lk_glora_args *a, lean_ops *L, cudaStream_t s) {
+    const size_t es = a->ct == DT_F32 ? 4 : 2;
+    void *mem = NULL;
+    int rc = lk_scratch_alloc(&mem, lean_pbytes(a) + (size_t)(2 * a->r * cdiv(a->I, 8) * 8) * es, s);
+    if (rc) return rc;
+    *L = lean_views(a, mem);
+    return LYCO_OK;
+}
+
+/* qcat = [RN_CT(B2) ; RN_CT(A2)] */
+static int lean_qcat(const lk_glora_args *a, const lean_ops &L, cudaStream_t s) {
+    int rc = run_round_copy(lk_view_sub(L.qcat, 0, a->r, 0, a->I), a->B2, a->ct, s);
+    return rc ? rc : run_round_copy(lk_view_sub(L.qcat, a->r, a->r, 0, a->I), a->A2, a->ct, s);
+}
+
+/* P = W·A1 (fp32) into L.p */
+static int lean_p(const lk_glora_args *a, const lean_ops &L, const lk_device *dev, cudaStream_t s) {
+    const i64 c0 = 0;
+    return reduce_into(a, a->W, a->A1, 1, a->O, a->I, a->r, &L.p, &c0, 1, 1.0f, none_view(), dev, s);
+}
+
+static lk_expand_args lean_expand_args(const lk_glora_args *a, const lean_ops &L) {
+    lk_expand_args e;
+    memset(&e, 0, sizeof e);
+    e.ct = a->ct;
+    e.M = a->O;
+    e.N = a->I;
+    e.r = 2 * a->r;
+    e.P = L.pcat;
+    e.p_split = a->ct != DT_F32;
+    e.Q = L.qcat;
+    if (a->mode != 1) e.base = a->W;
+    e.out = a->out;
+    e.sigma = a->sigma;
+    e.row_scale = a->s;
+    e.sig_in_row = 1;
+    e.mult = a->m;
+    e.mode = a->mode;
+    e.K = 1;
+    return e;
+}
+
+static int lean_merge_fwd(const lk_glora_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    *done = false;
+    if (!lean_linear(a)) return LYCO_OK;
+    const lk_expand_args plan = lean_expand_args(a, lean_views(a, NULL));
+    if (!lk_expand_fits(&plan, dev)) return LYCO_OK;
+    *done = true;
+    lean_ops L;
+    int rc = lean_alloc(a, &L, s);
+    if (rc) return rc;
+    if (!(rc = run_round_copy(L.b1, a->B1, a->ct, s)) && !(rc = lean_qcat(a, L, s)) && !(rc = lean_p(a, L, dev, s))) {
+        const lk_expand_args e = lean_expand_args(a, L);
+        rc = lk_expand(&e, dev, s);
+    }
+    const int rf = lk_scratch_free(L.mem, s);
+    return rc ? rc : rf;
+}
+
+/* merge backward; X1 = Γ·B2ᵀ (fp32 O × r) and GP = Γ·A2ᵀ (fp32 O × r) scratch for σs's dot products */
+static int lean_merge_bwd(const lk_glora_args *a, float *X1, float *GP, const lk_device *dev, cudaStream_t s, bool *done) {
+    *done = false;
+    if (!lean_linear(a) || lk_reduce_rank_tile(2 * a->r) == 0) return LYCO_OK;
+    *done = true;
+    const i64 O = a->O, I = a->I, r = a->r;
+    const float c = (float)(a->s * a->m);
+    lean_ops L;
+    int rc = lean_alloc(a, &L, s);
+    if (rc) return rc;
+    const lk_view x1 = scr(X1, O, r), gp = scr(GP, O, r);
+    if (!rc && (a->gB1.p || a->gA1.p || a->gsigma.p)) { /* [Γ·B2ᵀ | Γ·A2ᵀ] in one pass over Γ */
+        const lk_view outs[3] = {a->gB1, gp, a->gsigma.p ? x1 : none_view()};
+        const i64 c0[3] = {0, r, 0};
+        if (!(rc = lean_qcat(a, L, s))) rc = reduce_into(a, a->G, L.qcat, 0, O, I, 2 * r, outs, c0, 3, c, a->sigma, dev, s);
+    }
+    if (!rc && a->gB2.p) rc = lk_colreduce(a->ct, &a->G, &a->B1, 0, O, I, r, &a->gB2, 0, c, &a->sigma, dev, s);
+    if (!rc && (a->gA2.p || a->gsigma.p)) rc = lean_p(a, L, dev, s);
+    if (!rc && a->gA2.p) rc = lk_colreduce(a->ct, &a->G, &L.p, a->ct != DT_F32, O, I, r, &a->gA2, 0, c, &a->sigma, dev, s);
+    if (!rc && a->gA1.p) rc = lk_colreduce(a->ct, &a->W, &gp, a->ct != DT_F32, O, I, r, &a->gA1, 1, c, &a->sigma, dev, s);
+    if (!rc && a->gsigma.p)
+        rc = run_dot2(op(a->B1, 0, 0, 0), op(x1, 0, 0, 1), op(L.p, 0, 0, 1), op(gp, 0, 0, 1), c, a->ct, a->gsigma, s);
+    const int rf = lk_scratch_free(L.mem, s);
+    return rc ? rc : rf;
+}
+
 /* ---- merge forward ---- */
 
 static int merge_fwd_body(const lk_glora_args *a, float *P, cudaStream_t s) {
@@ -411,11 +596,14 @@ static int merge_fwd_body(const lk_glora_args *a, float *P, cudaStream_t s) {
     return run_gemm(g, K, s);
 }
 
-extern "C" int lk_glora_merge_fwd(const lk_glora_args *a, void *stream) {
+extern "C" int lk_glora_merge_fwd(const lk_glora_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     if (a->out.rows * a->out.cols == 0) return LYCO_OK;
+    bool done = false;
+    int rc = lean_merge_fwd(a, dev, s, &done);
+    if (rc || done) return rc;
     float *P = NULL;
-    int rc = alloc_f32(&P, a->K * a->O * a->r, s);
+    rc = alloc_f32(&P, a->K * a->O * a->r, s);
     if (rc) return rc;
     rc = merge_fwd_body(a, P, s);
     int rf = lk_scratch_free(P, s);
@@ -462,13 +650,15 @@ static int merge_bwd_body(const lk_glora_args *a, float *X1, float *P, float *GP
     return LYCO_OK;
 }
 
-extern "C" int lk_glora_merge_bwd(const lk_glora_args *a, void *stream) {
+extern "C" int lk_glora_merge_bwd(const lk_glora_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     const i64 OR = a->O * a->r, KOR = a->K * OR;
     float *buf = NULL;
     int rc = alloc_f32(&buf, OR + 2 * KOR, s);
     if (rc) return rc;
-    rc = merge_bwd_body(a, buf, buf + OR, buf + OR + KOR, s);
+    bool done = false;
+    rc = lean_merge_bwd(a, buf, buf + OR + KOR, dev, s, &done);
+    if (!rc && !done) rc = merge_bwd_body(a, buf, buf + OR, buf + OR + KOR, s);
     int rf = lk_scratch_free(buf, s);
     return rc ? rc : rf;
 }

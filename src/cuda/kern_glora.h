@@ -35,8 +35,9 @@ typedef struct {
     lk_view gA1, gA2, gB1, gB2, gsigma;  /* gradients (p NULL = not wanted) */
 } lk_glora_args;
 
-int lk_glora_merge_fwd(const lk_glora_args *a, void *stream);
-int lk_glora_merge_bwd(const lk_glora_args *a, void *stream);
+/* dev: linear layers at bf16 / fp32 compute take lowrank.cu's kernels (glora.cu's header) */
+int lk_glora_merge_fwd(const lk_glora_args *a, const lk_device *dev, void *stream);
+int lk_glora_merge_bwd(const lk_glora_args *a, const lk_device *dev, void *stream);
 int lk_glora_bypass_fwd(const lk_glora_args *a, void *stream);
 int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream);
 

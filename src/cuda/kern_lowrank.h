@@ -96,9 +96,9 @@ int lk_expand_merge(const lk_expand_args *a, const lk_device *dev, void *stream)
 int lk_reduce_h(int32_t ct, const lk_view *A, const lk_view *B, const lk_view *mask, int64_t M, int64_t K, int64_t r,
                 void *h, int64_t rp, const lk_device *dev, void *stream);
 /* The partials alone: *part = Z·M·rp fp32 ([z][m][i], i < rp; stream-ordered scratch the caller frees
-   with lk_scratch_free, also on failure when non-NULL). A M×K, B r×K (r ≤ rp). */
-int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t K, int64_t rp, float **part, int64_t *Z,
-                    const lk_device *dev, void *stream);
+   with lk_scratch_free, also on failure when non-NULL). A M×K, B r×K (r ≤ rp), or K×r (b_kmajor). */
+int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, int64_t M, int64_t K, int64_t rp, float **part,
+                    int64_t *Z, const lk_device *dev, void *stream);
 /* Bypass backward's per-token values: gh = RN_CT(c·q ⊙ (dy·U)) and h = RN_CT(q ⊙ (x·Dᵀ)), both
    stored in CT, into T×RPo scratch (row pitch RPo ≥ the rank tile), dy0 = RN(dy) written from the staged dy tiles (dy0 p
    NULL: none), and nblocks fixed-order partials of dσs = s·m·Σ q ⊙ (dy·U) ⊙ (x·Dᵀ) into sigpart

@@ -237,7 +237,7 @@ static int reduce_to(const lk_lokr_args *a, const lk_view &A, const lk_view &B, 
                      float *out, const lk_device *dev, cudaStream_t s) {
     float *part = NULL;
     int64_t Z = 0;
-    int rc = lk_reduce_parts(a->ct, &A, &B, M, K, rp, &part, &Z, dev, s);
+    int rc = lk_reduce_parts(a->ct, &A, &B, 0, M, K, rp, &part, &Z, dev, s);
     if (rc == LYCO_OK) {
         if (mw.W) k_tc_mix<<<tc_grid(mw.T * mw.TA * rp), NT, 0, s>>>(part, Z, M * rp, mw.T, mw.TA, mw.P, rp, mw.W, mw.wi, mw.wp, out);
         else k_tc_hsum<<<tc_grid(M * rp), NT, 0, s>>>(part, Z, M, rp, out);

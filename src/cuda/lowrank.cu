@@ -802,10 +802,10 @@ extern "C" int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int 
     }
 }
 
-extern "C" int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t K, int64_t rp, float **part,
-                               int64_t *Z, const lk_device *dev, void *stream) {
+extern "C" int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, int64_t M, int64_t K, int64_t rp,
+                               float **part, int64_t *Z, const lk_device *dev, void *stream) {
     i64 z = 0;
-    int rc = reduce_parts(ct, A, B, 0, NULL, M, K, rp, part, &z, dev, (cudaStream_t)stream);
+    int rc = reduce_parts(ct, A, B, b_kmajor, NULL, M, K, rp, part, &z, dev, (cudaStream_t)stream);
     *Z = z;
     return rc;
 }
