@@ -1261,7 +1261,7 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
         const i64 rp = lk_reduce_rank_tile(L.r), nb = cdiv(L.O * L.r, NT);
         float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL, *part = NULL;
         int64_t z = 0;
-        rc = lk_reduce_parts(L.ct, &a->G, &L.D, L.O, L.IK, rp, &part, &z, dev, s);
+        rc = lk_reduce_parts(L.ct, &a->G, &L.D, 0, L.O, L.IK, rp, &part, &z, dev, s);
         if (rc == LYCO_OK) {
             k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, part, (int)z, rp, sigpart);
             cudaError_t e = cudaGetLastError();
