@@ -372,7 +372,13 @@ double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out,
        counts as sqrt(K − I·K) + sqrt(I·K) rather than sqrt(K) (H200 conv test, cu_conv2d_r67_o70
        fp32 lora_up: 56.9 ULP against 52.5 counted as one chain) */
     double ik = (double)c->I * case_kernel_positions(c);
-    double chain = dir == LYCO_DIR_BYPASS_BWD && K > ik ? sqrt(K - ik) + sqrt(ik) : sqrt(K);
+    /* GLoRA's merges chain two reductions the same way: P = W·A1 (length I) feeds ΔW's rank-2r
+       product, and GP = Γ·A2ᵀ (length I·K) feeds G_A1 = Wᵀ·GP (length O) — with the CUDA merges on
+       lowrank.cu's tensor-core reductions the H200 saw glora_a1 at 29.4 ULP against 28 counted as
+       one chain (glora_linear_r64, bf16+fp32adapter merge_bwd, seed 50) */
+    bool glora_merge = c->algo == LYCO_ALGO_GLORA && (dir == LYCO_DIR_MERGE_FWD || dir == LYCO_DIR_MERGE_BWD);
+    double first = glora_merge && dir == LYCO_DIR_MERGE_FWD ? (double)c->I : ik;
+    double chain = (dir == LYCO_DIR_BYPASS_BWD || glora_merge) && K > first ? sqrt(K - first) + sqrt(first) : sqrt(K);
     double acc = out != LYCO_F32 ? 0.5 + (full_reduction ? ldexp(0.5 * K, lyco_dtype_precision(out) - 24) : 0.0)
                  : full_reduction ? 8.0 + 0.5 * K : 8.0 + 1.5 * chain * tail;
     /* DoRA's epilogue adds about four fp32 roundings per element (norm, d/n, the interpolation,

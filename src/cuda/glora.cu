@@ -43,9 +43,11 @@
  * split), summed in split order by k_gemm_fin, which applies the same epilogue.
  * Linear layers at bf16 / fp32 compute, r ≤ 64: the merges take lowrank.cu's streaming kernels
  * instead (LoRA's; kern_lowrank.h), since ΔW = s·σs·[B1 | P]·[B2 ; A2] is a rank-2r LoRA product:
- *   merge fwd : P = W·A1 (row reduction, fp32 partials summed in order), Pcat = [RN_CT(B1) | P]
- *               (O × 2r fp32, entering the product as nsplit CT parts: P is not rounded),
- *               Qcat = [B2 ; A2] (2r × I, CT), then the expand with the merge epilogue.
+ *   merge fwd : P = W·A1 (row reduction, fp32 partials summed in order), Pcat = [RN_CT(B1) | P's
+ *               3 bf16 parts] (O × 4r, every operand CT: the expand's lean kernel; r ≤ 32) with
+ *               Qcat = [B2 ; A2 ; A2 ; A2], or for fp32 compute / bf16 with 32 < r ≤ 64 Pcat =
+ *               [RN_CT(B1) | P] in fp32 (P entering as nsplit CT parts: P is never rounded to CT)
+ *               with Qcat = [B2 ; A2]; then the expand with the merge epilogue.
  *   merge bwd : Γ·Qcatᵀ (one row reduction of Γ) → G_B1 = c·Γ·B2ᵀ and GP = Γ·A2ᵀ; P = W·A1;
  *               G_B2 = c·B1ᵀ·Γ, G_A2 = c·Pᵀ·Γ (P in parts), G_A1 = c·Wᵀ·GP (GP in parts): column
  *               reductions; G_σs by k_dot2 as below.
@@ -268,17 +270,24 @@ __global__ __launch_bounds__(NT) void k_dot2(gop X0, gop Y0, gop X1, gop Y1, int
     if (threadIdx.x == 0) vstore(out, 0, 0, coef * red[0]);
 }
 
-/* out[m, j] = coef·σ'·Σ_z part[z][m][c0 + j], j < out.cols (part: Z sets of M × rp fp32 partials,
-   summed z ascending), σ' = RN_CT(σs) when sigma is given; rounded once to out's dtype. */
+/* v = coef·σ'·Σ_z part[z][m][c0 + j] for j < out.cols (part: Z sets of M × rp fp32 partials, summed
+   z ascending; σ' = RN_CT(σs) when sigma is given), stored as nparts successive parts in out's
+   dtype, part q at column j + q·pstride: h_q = RN_out(v − h_0 − … − h_{q−1}) (exact residuals: the
+   parts sum to v to 2^-8·nparts relative for bf16); nparts 1 = v rounded once. */
 __global__ __launch_bounds__(NT) void k_sum_parts(const float *part, i64 Z, i64 M, i64 rp, i64 c0, lk_view out, float coef,
-                                                  lk_view sigma, int ct) {
+                                                  lk_view sigma, int ct, int nparts, i64 pstride) {
     const float scale = coef * (sigma.p ? round_to(vload(sigma, 0, 0), ct) : 1.0f);
     const i64 n = M * out.cols;
     for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
         const i64 m = idx / out.cols, j = idx % out.cols;
         float acc = 0.0f;
         for (i64 z = 0; z < Z; z++) acc += part[(z * M + m) * rp + c0 + j];
-        vstore(out, m, j, acc * scale);
+        float v = acc * scale;
+        for (int q = 0; q < nparts; q++) {
+            const float h = round_to(v, out.dt);
+            vstore(out, m, j + q * pstride, h);
+            v -= h;
+        }
     }
 }
 
@@ -441,10 +450,21 @@ static unsigned grid_of(i64 n) {
     return (unsigned)(b < 65536 ? b : 65536);
 }
 
-static int run_sum_parts(const float *part, i64 Z, i64 M, i64 rp, i64 c0, const lk_view &out, float coef, const lk_view &sigma,
-                         int ct, cudaStream_t s) {
-    if (!out.p || M * out.cols == 0) return LYCO_OK;
-    k_sum_parts<<<grid_of(M * out.cols), NT, 0, s>>>(part, Z, M, rp, c0, out, coef, sigma, ct);
+/* one output of a row reduction: columns [c0, c0 + v.cols) of the rank tile into v, as parts
+   successive parts pstride columns apart (k_sum_parts) */
+typedef struct {
+    lk_view v;
+    i64 c0;
+    int parts;
+    i64 pstride;
+} sum_out;
+
+static sum_out plain_out(const lk_view &v, i64 c0) { return sum_out{v, c0, 1, 0}; }
+
+static int run_sum_parts(const float *part, i64 Z, i64 M, i64 rp, const sum_out &o, float coef, const lk_view &sigma, int ct,
+                         cudaStream_t s) {
+    if (!o.v.p || M * o.v.cols == 0) return LYCO_OK;
+    k_sum_parts<<<grid_of(M * o.v.cols), NT, 0, s>>>(part, Z, M, rp, o.c0, o.v, coef, sigma, ct, o.parts, o.pstride);
     LK_LAUNCHED("glora sum_parts");
     return LYCO_OK;
 }
@@ -456,60 +476,75 @@ static int run_round_copy(const lk_view &dst, const lk_view &src, int ct, cudaSt
     return LYCO_OK;
 }
 
-/* out (M × ncols, from column c0 of the row reduction's rank tile) = coef·σ'·A·Bᵀ, A M×K, B ncols×K
-   (or K×ncols, b_kmajor; B's columns from c0 when the reduction covers several operands) */
+/* The row reduction A·Bᵀ (A M×K, B rank×K, or K×rank with b_kmajor) summed into outs; the first
+   output gets coef·σ', the others are the plain sums. */
 static int reduce_into(const lk_glora_args *a, const lk_view &A, const lk_view &B, int b_kmajor, i64 M, i64 K, i64 rank,
-                       const lk_view *outs, const i64 *c0, int nout, float coef, const lk_view &sigma, const lk_device *dev,
-                       cudaStream_t s) {
+                       const sum_out *outs, int nout, float coef, const lk_view &sigma, const lk_device *dev, cudaStream_t s) {
     const i64 rp = lk_reduce_rank_tile(rank);
     float *part = NULL;
     int64_t Z = 0;
     int rc = lk_reduce_parts(a->ct, &A, &B, b_kmajor, M, K, rp, &part, &Z, dev, s);
-    for (int i = 0; i < nout && !rc; i++) rc = run_sum_parts(part, Z, M, rp, c0[i], outs[i], i ? 1.0f : coef, i ? none_view() : sigma, a->ct, s);
+    for (int i = 0; i < nout && !rc; i++) rc = run_sum_parts(part, Z, M, rp, outs[i], i ? 1.0f : coef, i ? none_view() : sigma, a->ct, s);
     const int rf = part ? lk_scratch_free(part, s) : LYCO_OK;
     return rc ? rc : rf;
 }
 
-/* The rank-2r operands in one scratch block: pcat = [RN_CT(B1) | P] (O × 2r fp32; b1, p its halves)
-   and qcat = [B2 ; A2] rounded to CT (2r × I, row pitch a multiple of 8). */
+/* The rank-R operands in one scratch block: pcat = [RN_CT(B1) | P's columns] (O × R) and
+   qcat = [RN_CT(B2) ; RN_CT(A2) …] (R × I, CT; one A2 block per P block). P's columns are either
+   `parts` CT parts of P in their own column blocks (pcat in CT, R = (1 + parts)·r: every operand of
+   the expand is CT, so it can take its lean kernel; parts 1 for fp32 compute) or, parts 0, P in fp32
+   (R = 2r) entering the expand as nsplit CT parts (p_split). Rows of both 16-byte multiples. */
 typedef struct {
     void *mem;
+    int parts;
+    i64 R;
     lk_view pcat, b1, p, qcat;
 } lean_ops;
 
-static size_t lean_pbytes(const lk_glora_args *a) { return ((size_t)(a->O * 2 * a->r) * 4 + 255) / 256 * 256; }
+static i64 lean_rank(const lk_glora_args *a, int parts) { return parts ? (1 + parts) * a->r : 2 * a->r; }
+static int lean_pdt(const lk_glora_args *a, int parts) { return parts ? a->ct : DT_F32; }
 
-static lean_ops lean_views(const lk_glora_args *a, void *mem) {
-    const i64 r = a->r, ld = cdiv(a->I, 8) * 8;
+static size_t lean_pbytes(const lk_glora_args *a, int parts) {
+    const size_t es = lean_pdt(a, parts) == DT_F32 ? 4 : 2;
+    return ((size_t)(a->O * cdiv(lean_rank(a, parts), 8) * 8) * es + 255) / 256 * 256;
+}
+
+static size_t lean_bytes(const lk_glora_args *a, int parts) {
+    return lean_pbytes(a, parts) + (size_t)(lean_rank(a, parts) * cdiv(a->I, 8) * 8) * (a->ct == DT_F32 ? 4 : 2);
+}
+
+static lean_ops lean_views(const lk_glora_args *a, int parts, void *mem) {
+    const i64 r = a->r, R = lean_rank(a, parts);
     lean_ops L;
     L.mem = mem;
-    L.pcat = lk_pitched_view(mem, a->O, 2 * r, 2 * r, DT_F32);
-    if ((2 * r * 4) % 16) L.pcat.flags = 0;
+    L.parts = parts;
+    L.R = R;
+    L.pcat = lk_pitched_view(mem, a->O, R, cdiv(R, 8) * 8, lean_pdt(a, parts));
     L.b1 = lk_view_sub(L.pcat, 0, a->O, 0, r);
     L.p = lk_view_sub(L.pcat, 0, a->O, r, r);
-    L.qcat = lk_pitched_view(mem ? (char *)mem + lean_pbytes(a) : NULL, 2 * r, a->I, ld, a->ct);
+    L.qcat = lk_pitched_view(mem ? (char *)mem + lean_pbytes(a, parts) : NULL, R, a->I, cdiv(a->I, 8) * 8, a->ct);
     return L;
 }
 
-static int lean_alloc(const lk_glora_args *a, lean_ops *L, cudaStream_t s) {
-    const size_t es = a->ct == DT_F32 ? 4 : 2;
+static int lean_alloc(const lk_glora_args *a, int parts, lean_ops *L, cudaStream_t s) {
     void *mem = NULL;
-    int rc = lk_scratch_alloc(&mem, lean_pbytes(a) + (size_t)(2 * a->r * cdiv(a->I, 8) * 8) * es, s);
+    int rc = lk_scratch_alloc(&mem, lean_bytes(a, parts), s);
     if (rc) return rc;
-    *L = lean_views(a, mem);
+    *L = lean_views(a, parts, mem);
     return LYCO_OK;
 }
 
-/* qcat = [RN_CT(B2) ; RN_CT(A2)] */
+/* qcat = [RN_CT(B2) ; RN_CT(A2) per P block] */
 static int lean_qcat(const lk_glora_args *a, const lean_ops &L, cudaStream_t s) {
     int rc = run_round_copy(lk_view_sub(L.qcat, 0, a->r, 0, a->I), a->B2, a->ct, s);
-    return rc ? rc : run_round_copy(lk_view_sub(L.qcat, a->r, a->r, 0, a->I), a->A2, a->ct, s);
+    for (i64 r0 = a->r; r0 < L.R && !rc; r0 += a->r) rc = run_round_copy(lk_view_sub(L.qcat, r0, a->r, 0, a->I), a->A2, a->ct, s);
+    return rc;
 }
 
-/* P = W·A1 (fp32) into L.p */
+/* P = W·A1 into L.p (fp32, or as L.parts CT parts) */
 static int lean_p(const lk_glora_args *a, const lean_ops &L, const lk_device *dev, cudaStream_t s) {
-    const i64 c0 = 0;
-    return reduce_into(a, a->W, a->A1, 1, a->O, a->I, a->r, &L.p, &c0, 1, 1.0f, none_view(), dev, s);
+    const sum_out o = {L.p, 0, L.parts ? L.parts : 1, a->r};
+    return reduce_into(a, a->W, a->A1, 1, a->O, a->I, a->r, &o, 1, 1.0f, none_view(), dev, s);
 }
 
 static lk_expand_args lean_expand_args(const lk_glora_args *a, const lean_ops &L) {
@@ -518,9 +553,9 @@ static lk_expand_args lean_expand_args(const lk_glora_args *a, const lean_ops &L
     e.ct = a->ct;
     e.M = a->O;
     e.N = a->I;
-    e.r = 2 * a->r;
+    e.r = L.R;
     e.P = L.pcat;
-    e.p_split = a->ct != DT_F32;
+    e.p_split = L.parts == 0 && a->ct != DT_F32;
     e.Q = L.qcat;
     if (a->mode != 1) e.base = a->W;
     e.out = a->out;
@@ -533,14 +568,17 @@ static lk_expand_args lean_expand_args(const lk_glora_args *a, const lean_ops &L
     return e;
 }
 
+/* merge forward: bf16 with 4r ≤ 128 puts P's 3 parts in their own columns (the expand's lean
+   kernel); fp32 uses P as is; bf16 with larger r, P in fp32 through p_split */
 static int lean_merge_fwd(const lk_glora_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
     *done = false;
     if (!lean_linear(a)) return LYCO_OK;
-    const lk_expand_args plan = lean_expand_args(a, lean_views(a, NULL));
+    const int parts = a->ct == DT_F32 ? 1 : 4 * a->r <= 128 ? nsplit<bf16_t>::n : 0;
+    const lk_expand_args plan = lean_expand_args(a, lean_views(a, parts, NULL));
     if (!lk_expand_fits(&plan, dev)) return LYCO_OK;
     *done = true;
     lean_ops L;
-    int rc = lean_alloc(a, &L, s);
+    int rc = lean_alloc(a, parts, &L, s);
     if (rc) return rc;
     if (!(rc = run_round_copy(L.b1, a->B1, a->ct, s)) && !(rc = lean_qcat(a, L, s)) && !(rc = lean_p(a, L, dev, s))) {
         const lk_expand_args e = lean_expand_args(a, L);
@@ -553,18 +591,17 @@ static int lean_merge_fwd(const lk_glora_args *a, const lk_device *dev, cudaStre
 /* merge backward; X1 = Γ·B2ᵀ (fp32 O × r) and GP = Γ·A2ᵀ (fp32 O × r) scratch for σs's dot products */
 static int lean_merge_bwd(const lk_glora_args *a, float *X1, float *GP, const lk_device *dev, cudaStream_t s, bool *done) {
     *done = false;
-    if (!lean_linear(a) || lk_reduce_rank_tile(2 * a->r) == 0) return LYCO_OK;
+    if (!lean_linear(a)) return LYCO_OK;
     *done = true;
     const i64 O = a->O, I = a->I, r = a->r;
     const float c = (float)(a->s * a->m);
     lean_ops L;
-    int rc = lean_alloc(a, &L, s);
+    int rc = lean_alloc(a, 0, &L, s);
     if (rc) return rc;
     const lk_view x1 = scr(X1, O, r), gp = scr(GP, O, r);
-    if (!rc && (a->gB1.p || a->gA1.p || a->gsigma.p)) { /* [Γ·B2ᵀ | Γ·A2ᵀ] in one pass over Γ */
-        const lk_view outs[3] = {a->gB1, gp, a->gsigma.p ? x1 : none_view()};
-        const i64 c0[3] = {0, r, 0};
-        if (!(rc = lean_qcat(a, L, s))) rc = reduce_into(a, a->G, L.qcat, 0, O, I, 2 * r, outs, c0, 3, c, a->sigma, dev, s);
+    if (a->gB1.p || a->gA1.p || a->gsigma.p) { /* [Γ·B2ᵀ | Γ·A2ᵀ] in one pass over Γ */
+        const sum_out outs[3] = {plain_out(a->gB1, 0), plain_out(gp, r), plain_out(a->gsigma.p ? x1 : none_view(), 0)};
+        if (!(rc = lean_qcat(a, L, s))) rc = reduce_into(a, a->G, L.qcat, 0, O, I, 2 * r, outs, 3, c, a->sigma, dev, s);
     }
     if (!rc && a->gB2.p) rc = lk_colreduce(a->ct, &a->G, &a->B1, 0, O, I, r, &a->gB2, 0, c, &a->sigma, dev, s);
     if (!rc && (a->gA2.p || a->gsigma.p)) rc = lean_p(a, L, dev, s);
