@@ -50,7 +50,9 @@
  *               with Qcat = [B2 ; A2]; then the expand with the merge epilogue.
  *   merge bwd : Γ·Qcatᵀ (one row reduction of Γ) → G_B1 = c·Γ·B2ᵀ and GP = Γ·A2ᵀ; P = W·A1;
  *               G_B2 = c·B1ᵀ·Γ, G_A2 = c·Pᵀ·Γ (P in parts), G_A1 = c·Wᵀ·GP (GP in parts): column
- *               reductions; G_σs by k_dot2 as below.
+ *               reductions; G_σs by k_dot2 as below. At bf16 compute only when no gradient is fp32
+ *               (two chained tensor-core reductions were too coarse for fp32 gradients: see
+ *               lean_merge_bwd); fp32 compute runs the reductions in FFMA.
  *   The generic kernel took 818 / 1818 µs for a 4096² r8 merge forward / backward on the H200 (51× /
  *   114× the floor; ncu: 344 µs for P's split product, 477 µs for the merge product). fp16 keeps
  *   the generic kernel (a 2-part fp16 split of P loses its small part to fp16's subnormal range).
@@ -588,10 +590,21 @@ static int lean_merge_fwd(const lk_glora_args *a, const lk_device *dev, cudaStre
     return rc ? rc : rf;
 }
 
-/* merge backward; X1 = Γ·B2ᵀ (fp32 O × r) and GP = Γ·A2ᵀ (fp32 O × r) scratch for σs's dot products */
+static bool any_f32(const lk_view *v, int n) {
+    for (int i = 0; i < n; i++)
+        if (v[i].p && v[i].dt == DT_F32) return true;
+    return false;
+}
+
+/* merge backward; X1 = Γ·B2ᵀ (fp32 O × r) and GP = Γ·A2ᵀ (fp32 O × r) scratch for σs's dot products.
+   At 16-bit compute only for 16-bit gradients: G_A1 and G_A2 chain two tensor-core reductions
+   (GP then Wᵀ·GP; P then Pᵀ·Γ), and with fp32 gradients the H200 measured glora_a1 at up to 42
+   fp32 ULP (glora_linear_r64, bf16+fp32adapter, 2 of 24 seeds over a 35.8 budget; the generic
+   kernel: ~5) — those calls keep the generic kernel. */
 static int lean_merge_bwd(const lk_glora_args *a, float *X1, float *GP, const lk_device *dev, cudaStream_t s, bool *done) {
     *done = false;
-    if (!lean_linear(a)) return LYCO_OK;
+    const lk_view grads[4] = {a->gA1, a->gA2, a->gB1, a->gB2};
+    if (!lean_linear(a) || (a->ct != DT_F32 && any_f32(grads, 4))) return LYCO_OK;
     *done = true;
     const i64 O = a->O, I = a->I, r = a->r;
     const float c = (float)(a->s * a->m);
