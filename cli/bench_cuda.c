@@ -233,6 +233,7 @@ static const bench_item items[] = {
     {"ia3", LIN("4096x4096", LYCO_ALGO_IA3, 4096, 4096, 0, 0, 0), MERGE, false, false, false},
     {"full", LIN("4096x4096", LYCO_ALGO_FULL, 4096, 4096, 0, 0, CASE_BIAS), MERGE, false, true, false},
     {"glora", LIN("4096x4096", LYCO_ALGO_GLORA, 4096, 4096, 8, 0, 0), MERGE, false, true, false},
+    {"glora", LIN("8192tok 4096x4096", LYCO_ALGO_GLORA, 4096, 4096, 8, 8192, 0), BYPASS, false, false, false},
     {"dylora",
      {.name = "4096x4096", .algo = LYCO_ALGO_DYLORA, .O = 4096, .I = 4096, .rank = 32, .alpha = 16, .extra = {4, 3}},
      MERGE, false, false, false},
@@ -336,8 +337,14 @@ static double family_flops(const lyco_case *c, lyco_direction d) {
         default: return 4.0 * m * P * O * r;
         }
     }
-    case LYCO_ALGO_GLORA: /* ΔW = W·A1·A2 + B1·B2: W·A1 plus a rank-2r product */
-        return d == LYCO_DIR_MERGE_FWD ? 2.0 * O * IK * r + 4.0 * O * IK * r : 4.0 * O * IK * r + 8.0 * O * IK * r;
+    case LYCO_ALGO_GLORA: /* ΔW = W·A1·A2 + B1·B2: W·A1 plus a rank-2r product; bypass: W·A1 once, then the
+                             rank activations x·A2ᵀ, x·B2ᵀ and their products with P and B1 per token */
+        switch (d) {
+        case LYCO_DIR_MERGE_FWD: return 2.0 * O * IK * r + 4.0 * O * IK * r;
+        case LYCO_DIR_MERGE_BWD: return 4.0 * O * IK * r + 8.0 * O * IK * r;
+        case LYCO_DIR_BYPASS_FWD: return 2.0 * O * IK * r + 4.0 * P * r * (IK + O);
+        default: return 4.0 * O * IK * r + 8.0 * P * r * (IK + O);
+        }
     default: return 0;
     }
 }
