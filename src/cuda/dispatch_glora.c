@@ -73,7 +73,7 @@ lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, cha
         lk_act_req ar[] = {{c->bypass->x, "x", &g.x}, {y0, "y0", &g.y0}, {c->y, "y", &g.y}};
         lk_fill_geo(c, &g.geo);
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 3, why, why_len))) return rc;
-        return (lyco_status)lk_glora_bypass_fwd(&g, st);
+        return (lyco_status)lk_glora_bypass_fwd(&g, dev, st);
     }
     default: {
         lk_act_req ar[] = {{c->bypass->x, "x", &g.x}, {c->dy, "dy", &g.dy}, {c->dx, "dx", &g.dx}, {c->dy0, "dy0", &g.dy0}};

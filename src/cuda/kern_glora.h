@@ -35,10 +35,11 @@ typedef struct {
     lk_view gA1, gA2, gB1, gB2, gsigma;  /* gradients (p NULL = not wanted) */
 } lk_glora_args;
 
-/* dev: linear layers at bf16 / fp32 compute take lowrank.cu's kernels (glora.cu's header) */
+/* dev: linear layers at bf16 / fp32 compute take lowrank.cu's kernels (glora.cu's header) for the
+   merges and the bypass forward */
 int lk_glora_merge_fwd(const lk_glora_args *a, const lk_device *dev, void *stream);
 int lk_glora_merge_bwd(const lk_glora_args *a, const lk_device *dev, void *stream);
-int lk_glora_bypass_fwd(const lk_glora_args *a, void *stream);
+int lk_glora_bypass_fwd(const lk_glora_args *a, const lk_device *dev, void *stream);
 int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream);
 
 #ifdef __cplusplus
