@@ -68,13 +68,11 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     for (int64_t r = 0; r < nr; r++) out[r] = s->q[o0 + r] * s->wn[o0 + r];
 }
 
-/* the streaming driver's span: one column, so n = 1 and j0 = 0 */
-static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
-    (void)W;
-    (void)j0;
-    (void)n;
+/* the streaming driver's span (stream.h): one column, δ = w_norm[o]·q[o] */
+static void span(const cpu_delta *dl, int64_t o, float *scratch, cpu_span *sp) {
+    (void)scratch;
     const norm_t *s = dl->state;
-    out[0] = s->q[o] * s->wn[o];
+    *sp = (cpu_span){.x = CPU_SPAN_CYCLE, .vec = s->wn + o, .s = s->q + o, .period = 1};
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
