@@ -55,14 +55,11 @@ CK_AI __m256 KN(rnd8)(__m256 v, lyco_dtype T) {
 
 #ifdef CK_V4
 /* ---- 16 lanes (x86-64-v4: AVX-512 F/BW/DQ/VL): the same operations, compares into masks ---- */
-CK_AI __m512 KN(ld_bf16_16)(const void *p) {
-    __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-}
+/* 16 bf16 / fp16 patterns (a register, so that masked loads share the conversion) as fp32 */
+CK_AI __m512 KN(bf16_widen16)(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 /* vcvtph2ps quiets a signalling NaN; convert.c keeps it: bit 22 cleared again on those lanes */
-CK_AI __m512 KN(ld_f16_16)(const void *p) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+CK_AI __m512 KN(f16_widen16)(__m256i h) {
     __m512i f = _mm512_castps_si512(_mm512_cvtph_ps(h));
     __m512i em = _mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x7fff));
     __mmask16 nan = _mm512_cmpgt_epi32_mask(em, _mm512_set1_epi32(0x7c00));

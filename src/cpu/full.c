@@ -60,7 +60,7 @@ static void span(const cpu_delta *dl, int64_t o, float *scratch, cpu_span *sp) {
     const full_t *s = dl->state;
     if (s->dv.fast) {
         *sp = (cpu_span){.x = CPU_SPAN_ROW, .src = s->dv.base + o * s->dv.rs * (int64_t)s->dv.es, .src_dt = s->dv.dt,
-                         .period = s->IK};
+                         .src_T = s->c->dt.compute, .period = s->IK};
         return;
     }
     cpu_load(&s->dv, o, 0, s->IK, s->c->dt.compute, scratch);

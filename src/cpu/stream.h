@@ -8,7 +8,8 @@
  *     ΔW̄[o, j] = x_j · s[⌊j / period⌋]        (x_j alone when s is NULL)
  * where x_j is, by `x`:
  *     CPU_SPAN_W      RN_T(W[o, j]), W's element rounded to the compute dtype T   (IA3)
- *     CPU_SPAN_ROW    RN_T(src[j]), a compact row of another tensor in its dtype  (Full's diff)
+ *     CPU_SPAN_ROW    RN_T(src[j]), a compact row of another tensor in its dtype  (Full's diff;
+ *                     Norm's fp32 w_norm with src_T = fp32: no rounding)
  *     CPU_SPAN_CYCLE  vec[j mod period], fp32 values already in T                 (LoKr's W2 row)
  * (period 1 with CYCLE: one value vec[0] for the whole row; with s: s elementwise). A generator
  * whose source is not compact loads it into `scratch` (IK floats of the calling thread, also
@@ -31,6 +32,7 @@ typedef struct {
     cpu_span_x x;
     const void *src;      /* ROW: element 0 of the row */
     lyco_dtype src_dt;    /* ROW: its dtype */
+    lyco_dtype src_T;     /* ROW: the dtype it is rounded through (T; fp32 for values already in T) */
     const float *vec;     /* CYCLE: `period` values */
     const float *s;       /* one scale per run, or NULL */
     int64_t period;       /* ≥ 1 */
@@ -39,6 +41,10 @@ typedef struct {
 typedef void (*cpu_span_fn)(const cpu_delta *d, int64_t o, float *scratch, cpu_span *sp);
 
 lyco_status cpu_merge_fwd_stream(const lyco_call *c, const cpu_delta *d, cpu_span_fn span);
+/* The same for a merge whose W is a vector (Norm's γ, C × 1): W and the output viewed as one row of
+   all their elements, described by one span (its per-element sources and scales indexed by the
+   element), on the calling thread — a row, and a span call, per element was most of the call. */
+lyco_status cpu_merge_fwd_stream_flat(const lyco_call *c, const cpu_delta *d, const cpu_span *sp);
 
 /* merge.c's pieces the streaming driver shares: σs as the merge applies it (1 when the algorithm
    has none or the upstream merge scale replaces it), the columns of ΔW̄ (I/g·K; 1 for Norm), and
