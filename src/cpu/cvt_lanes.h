@@ -73,7 +73,7 @@ CK_AI __m512i KN(bf16_bits16)(__m512 v) {
     __m512i hi = _mm512_srli_epi32(u, 16);
     __m512i r = _mm512_srli_epi32(
         _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
-    __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    __mmask16 isnan = _mm512_fpclass_ps_mask(v, 0x81);   /* quiet (0x01) or signalling (0x80) NaN */
     return _mm512_mask_or_epi32(r, isnan, hi, _mm512_set1_epi32(0x40));
 }
 
