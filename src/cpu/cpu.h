@@ -5,7 +5,8 @@
  * view.c moves rows of any DLTensor (any strides, unaligned data) to and from fp32 with the
  * conversions done in registers (vectorisable, bit-identical to src/core/convert.c); merge.c is the
  * shared merge driver (W'' = W + m·σs·ΔW, the merge modes, the DoRA epilogue forward and backward)
- * that every additive algorithm plugs a ΔW row generator into.
+ * that every additive algorithm plugs a ΔW row generator into; stream.c its one-pass form for the
+ * elementwise generators (IA3, Full, LoKr, Norm).
  *
  * Hot loops are compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA+F16C) and a portable
  * baseline, picked at load time (GCC target_clones / ifunc): one binary runs on any x86-64.

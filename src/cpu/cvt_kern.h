@@ -16,6 +16,7 @@
  *   fp32 -> fp16  F16C vcvtps2ph with the immediate round-to-nearest-even (MXCSR not consulted):
  *                 RNE, subnormals kept, ≥ 65520 to ±Inf, NaN quieted with the top 10 payload bits
  *                 — exactly convert.c (checked on all 2^32 patterns)
+ * The 8-lane helpers are cvt_lanes.h's (shared with stream_kern.h).
  * 8 lanes per step (unrolled to 16 where the loop is a plain stream), the n mod 8 tail through the
  * scalar helpers of view.c (bf16_f32, f32_bf16, f16_f32, f32_f16), which must be declared before
  * the inclusion. 16-bit data may be unaligned (loadu/storeu, memcpy in the tails); the portable
@@ -24,50 +25,7 @@
  */
 
 #ifdef CK_V3
-/* ---- 8-lane helpers (v3 only) ---- */
-#ifndef CK_AI
-#define CK_AI static inline __attribute__((always_inline))
-#endif
-
-CK_AI __m256 KN(ld_bf16)(const void *p) {
-    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-}
-
-CK_AI __m256 KN(ld_f16)(const void *p) {
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    __m256 f = _mm256_cvtph_ps(h);
-    __m256i em = _mm256_and_si256(_mm256_cvtepu16_epi32(h), _mm256_set1_epi32(0x7fff));
-    __m256i nan = _mm256_cmpgt_epi32(em, _mm256_set1_epi32(0x7c00));
-    __m256i quiet = _mm256_cmpeq_epi32(_mm256_and_si256(em, _mm256_set1_epi32(0x200)), _mm256_set1_epi32(0x200));
-    __m256i fix = _mm256_and_si256(_mm256_andnot_si256(quiet, nan), _mm256_set1_epi32(0x00400000));
-    return _mm256_castsi256_ps(_mm256_andnot_si256(fix, _mm256_castps_si256(f)));
-}
-
-/* the bf16 pattern of each lane, in the low 16 bits of a 32-bit lane */
-CK_AI __m256i KN(bf16_bits)(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i hi = _mm256_srli_epi32(u, 16);
-    __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1))), 16);
-    __m256i nanv = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-    __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, nanv, isnan);
-}
-
-CK_AI void KN(st_bf16)(void *p, __m256 v) {
-    __m256i r = KN(bf16_bits)(v);
-    __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);  /* r0..r3 | r4..r7 */
-    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
-}
-
-CK_AI void KN(st_f16)(void *p, __m256 v) { _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
-
-/* RN_T(v) as fp32 (T = bf16 or fp16); a narrowed NaN is quiet, so widening it back needs no fix */
-CK_AI __m256 KN(rnd8)(__m256 v, lyco_dtype T) {
-    if (T == LYCO_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(KN(bf16_bits)(v), 16));
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
+#include "cvt_lanes.h"
 #endif
 
 /* v[i] = RN_T(v[i]) in place (T = fp32: nothing) */

@@ -54,11 +54,17 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     for (int64_t r = 0; r < nr; r++) cpu_load(&s->dv, o0 + r, 0, s->IK, s->c->dt.compute, out + r * s->IK);
 }
 
-/* ΔW̄[o, j0 .. j0+n) for the streaming driver: diff rounded to the compute dtype */
-static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
-    (void)W;
+/* ΔW̄'s row o for the streaming driver (stream.h): diff's row rounded to the compute dtype, read in
+   place when compact, else loaded into the scratch row */
+static void span(const cpu_delta *dl, int64_t o, float *scratch, cpu_span *sp) {
     const full_t *s = dl->state;
-    cpu_load(&s->dv, o, j0, n, s->c->dt.compute, out);
+    if (s->dv.fast) {
+        *sp = (cpu_span){.x = CPU_SPAN_ROW, .src = s->dv.base + o * s->dv.rs * (int64_t)s->dv.es, .src_dt = s->dv.dt,
+                         .src_T = s->c->dt.compute, .period = s->IK};
+        return;
+    }
+    cpu_load(&s->dv, o, 0, s->IK, s->c->dt.compute, scratch);
+    *sp = (cpu_span){.x = CPU_SPAN_CYCLE, .vec = scratch, .period = s->IK};
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {

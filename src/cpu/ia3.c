@@ -20,7 +20,7 @@
  *   driver's groups) and the runs are added in order: G_w does not depend on the thread count.
  * Conv bypass in input mode goes through E = W'' − W built by the merge driver (dense_bypass.c).
  *
- * Extra memory: w (D floats); merge: 2 pieces of 1024 floats per thread (stack) and, backward,
+ * Extra memory: w (D floats); merge: the streaming driver's IK floats per thread and, backward,
  * CPU_RUNS·D floats (G_w in the first D); bypass out: one row per thread;
  * bypass in: per thread TB·I (x') + OB·I (a W block) + TB·O (the y / dy tile) + TB·I (g');
  * backward partials D floats per run.
@@ -95,20 +95,12 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     }
 }
 
-/* ΔW̄[o, j0 .. j0+n) for the streaming driver: the same products as rows() */
-static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
+/* ΔW̄'s row o for the streaming driver (stream.h): the products of rows(), W̄·w[o] over the row
+   or W̄·w[c] over runs of one input channel (K columns) */
+static void span(const cpu_delta *dl, int64_t o, float *scratch, cpu_span *sp) {
+    (void)scratch;
     const ia3_t *s = dl->state;
-    if (!s->on_input) {
-        float f = s->w[o];
-        for (int64_t j = 0; j < n; j++) out[j] = W[j] * f;
-        return;
-    }
-    for (int64_t j = 0; j < n;) {   /* runs of one input channel: K columns each */
-        int64_t ch = (j0 + j) / s->K, end = (ch + 1) * s->K - j0;
-        float f = s->w[ch];
-        if (end > n) end = n;
-        for (; j < end; j++) out[j] = W[j] * f;
-    }
+    *sp = (cpu_span){.x = CPU_SPAN_W, .s = s->on_input ? s->w : s->w + o, .period = s->on_input ? s->K : s->IK};
 }
 
 /* run: the driver's fixed run of row blocks (cpu_delta.groups = CPU_RUNS) */

@@ -1,6 +1,6 @@
 /*
  * isa.h — the runtime ISA dispatch of the fused CPU backend's kernel files (dense.c + gemm_kern.h,
- * view.c + cvt_kern.h, loha.c). Not a public header.
+ * view.c + cvt_kern.h, stream.c + stream_kern.h, loha.c, …). Not a public header.
  *
  * The pattern (one, shared): the kernels are written once in a header with names through KN(name)
  * and included twice by their .c file — once between
@@ -8,10 +8,12 @@
  *     #pragma GCC target("arch=x86-64-v3")       (AVX2 + FMA + F16C + BMI)
  *     #define KN(name) name##_v3  …  #pragma GCC pop_options
  * and once plainly with KN(name) name##_base (portable x86-64 / any target) — and a small wrapper
- * calls the _v3 copy when cpu_have_v3() says the CPU has it. dense.c's GEMM kernels have a third
- * copy, _v4 under target("arch=x86-64-v4") with 16-lane vectors, taken when cpu_isa() ≥ 2; the
- * other kernel files run their v3 copy on AVX-512 machines (they stream memory: wider vectors do
- * not move them). LYCO_CPU_ISA=base|v3|v4 caps the level (tests run the lower copies with it).
+ * calls the _v3 copy when cpu_have_v3() says the CPU has it. dense.c's GEMM kernels and
+ * stream.c's merge rows have a third copy, _v4 under target("arch=x86-64-v4") with 16-lane vectors,
+ * taken when cpu_isa() ≥ 2 (the streaming merge converts and rounds every element: at memory speed
+ * on one core it was bound by its vector instructions, half of them with 16 lanes); the other
+ * kernel files run their v3 copy on AVX-512 machines. LYCO_CPU_ISA=base|v3|v4 caps the level
+ * (tests run the lower copies with it).
  *
  * Why not CPU_HOT (cpu.h: GCC target_clones): GCC 12 compiles the GCC vector types and intrinsics
  * of always_inline helpers inlined into a target_clones / target("…") function as 128-bit halves
@@ -29,7 +31,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CPU_V3 1
-#define CPU_V4 1 /* dense.c's GEMM kernels also have an x86-64-v4 (AVX-512) copy */
+#define CPU_V4 1 /* dense.c's GEMM kernels and stream.c's rows also have an x86-64-v4 (AVX-512) copy */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -345,21 +345,13 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     }
 }
 
-/* ΔW̄[o, j0 .. j0+n) for the streaming driver: the products of rows(), run by run of one p
-   (multiplies only, so the ISA clones give the same bits) */
-CPU_HOT
-static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
-    (void)W;
+/* ΔW̄'s row o for the streaming driver (stream.h): the products of rows(), W2[j,:] scaled by
+   w_p = (float)(ρ_o·W1[i,p]) over the run of one p (dK columns); the c scales in the scratch row */
+static void span(const cpu_delta *dl, int64_t o, float *scratch, cpu_span *sp) {
     const lokr_t *s = dl->state;
-    int64_t cc = s->cc, dK = s->dK, i = o / s->b, j = o % s->b;
-    const float *w2 = s->W2 + j * dK;
-    int64_t p = j0 / dK, n0 = j0 - p * dK;   /* one division per span (one per run was ~20% of it) */
-    for (int64_t q = 0; q < n; p++, n0 = 0) {
-        int64_t len = dK - n0 < n - q ? dK - n0 : n - q;
-        float w = (float)(s->rho[o] * s->W1d[i * cc + p]);
-        for (int64_t k = 0; k < len; k++) out[q + k] = w * w2[n0 + k];
-        q += len;
-    }
+    int64_t cc = s->cc, i = o / s->b, j = o % s->b;
+    for (int64_t p = 0; p < cc; p++) scratch[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
+    *sp = (cpu_span){.x = CPU_SPAN_CYCLE, .vec = s->W2 + j * s->dK, .s = scratch, .period = s->dK};
 }
 
 /* One row of the merge backward, in L1 (g: the row of G as c × dK; w2 = W2[j,:]; w[p] = ρ_o·W1[i,p]):

@@ -27,14 +27,12 @@
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
  * and DyLoRA do; the other generators keep per-thread partials).
  *
- * Streaming form (stream.h, cpu_merge_fwd_stream) for elementwise generators: pieces of ≤ PIECE
- * floats (whole rows while rows are shorter), W loaded, the span generated and combined in L1,
- * stored; the same per-element expressions as the row-block path (combine()).
+ * Streaming form (stream.h, stream.c: cpu_merge_fwd_stream) for elementwise generators: one pass
+ * in registers with the same per-element expressions as combine() here.
  *
  * Extra memory: per thread 3 blocks of max(RB, rows_bwd_block) × I·K floats (DoRA per output row
  * backward: and one row of I·K floats); DoRA per input channel: 2·I floats per run of the column
- * pass (≤ COL_GROUPS);
- * streaming: 2·PIECE floats per thread (stack).
+ * pass (≤ COL_GROUPS).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +54,7 @@ static int64_t ik_of(const lyco_call *c) {
     if (l->kind == LYCO_LAYER_NORM) return 1;
     return l->kind == LYCO_LAYER_CONV ? c->dims.I / l->groups * c->dims.K : c->dims.I;
 }
+int64_t cpu_merge_cols(const lyco_call *c) { return ik_of(c); }
 
 /* σs applies unless the algorithm has none or the upstream merge scale replaces it */
 static bool sigma_active(const lyco_call *c, const cpu_delta *d) {
@@ -63,6 +62,7 @@ static bool sigma_active(const lyco_call *c, const cpu_delta *d) {
     return d->uses_sigma && !compat;
 }
 static float sigma_for(const lyco_call *c, const cpu_delta *d) { return sigma_active(c, d) ? cpu_sigma(c) : 1.0f; }
+float cpu_merge_sigma(const lyco_call *c, const cpu_delta *d) { return sigma_for(c, d); }
 
 typedef struct {
     float *norm2;     /* Σ V² per kept index (then ‖V‖) */
@@ -288,7 +288,7 @@ NOFMA_HOT static void combine(lyco_merge_mode mode, bool need_w, float m, float 
 }
 
 /* b'' = b + m·Δb (the modes as above; Δb from the generator's bias hook, 0 when dropped). */
-static lyco_status merge_bias(const lyco_call *c, const cpu_delta *d) {
+lyco_status cpu_merge_bias(const lyco_call *c, const cpu_delta *d) {
     int64_t n = c->dims.O;
     lyco_merge_mode mode = c->merge->mode;
     float m = (float)c->m;
@@ -376,73 +376,12 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             cpu_store(&ov, o0 + r, 0, IK, o);
         }
     }
-    if (c->out_bias) st = merge_bias(c, d);
+    if (c->out_bias) st = cpu_merge_bias(c, d);
 done:
     scratch_free(scr, nt);
     dora_free(&dr);
     free(partial);
     return st;
-}
-
-/* ---- the streaming forward (stream.h) ---- */
-
-#define PIECE 1024   /* floats per piece: W and Δ pieces (8 KB) stay in L1 */
-
-/* rows [o0, o0+nr) × columns [j0, j0+n) of a view, packed nr × n; one run when the rows are
-   whole and adjacent in memory */
-static bool whole_rows(const cpu_view *v, int64_t n) { return v->fast && n == v->cols && (v->rows <= 1 || v->rs == v->cols); }
-
-static void load_block(const cpu_view *v, int64_t o0, int64_t nr, int64_t j0, int64_t n, lyco_dtype T, float *dst) {
-    if (whole_rows(v, n)) {
-        cpu_load(v, o0, 0, nr * n, T, dst);
-        return;
-    }
-    for (int64_t r = 0; r < nr; r++) cpu_load(v, o0 + r, j0, n, T, dst + r * n);
-}
-
-static void store_block(const cpu_view *v, int64_t o0, int64_t nr, int64_t j0, int64_t n, const float *src) {
-    if (whole_rows(v, n)) {
-        cpu_store(v, o0, 0, nr * n, src);
-        return;
-    }
-    for (int64_t r = 0; r < nr; r++) cpu_store(v, o0 + r, j0, n, src + r * n);
-}
-
-lyco_status cpu_merge_fwd_stream(const lyco_call *c, const cpu_delta *d, cpu_span_fn span) {
-    if (c->dims.dora && !c->dropped) return cpu_merge_fwd(c, d);
-    int64_t O = c->dims.O, IK = ik_of(c);
-    lyco_dtype T = c->dt.compute;
-    lyco_merge_mode mode = c->merge->mode;
-    const DLTensor *Wt = c->merge->weight;
-    bool need_w = Wt && (mode != LYCO_MERGE_DELTA || d->needs_w);
-    float sig = sigma_for(c, d), m = (float)c->m;
-    cpu_view wv, ov;
-    if (Wt) cpu_view_init(&wv, Wt, 1);
-    cpu_view_init(&ov, c->out, 1);
-    if (O > 0 && IK > 0) {
-        /* blocks of whole rows while a row is shorter than a piece, else one row in pieces */
-        int64_t cw = IK < PIECE ? IK : PIECE, rb = IK < PIECE ? PIECE / IK : 1;
-        int64_t npc = (IK + cw - 1) / cw, nrb = (O + rb - 1) / rb;
-#pragma omp parallel
-        {
-            float w[PIECE], dl[PIECE];
-            if (!need_w) memset(w, 0, sizeof w);
-#pragma omp for schedule(static)
-            for (int64_t b = 0; b < nrb; b++) {
-                int64_t o0 = b * rb, nr = O - o0 < rb ? O - o0 : rb;
-                for (int64_t p = 0; p < npc; p++) {
-                    int64_t j0 = p * cw, n = IK - j0 < cw ? IK - j0 : cw;
-                    if (need_w) load_block(&wv, o0, nr, j0, n, T, w);
-                    if (c->dropped) memset(dl, 0, sizeof(float) * (size_t)(nr * n));
-                    else
-                        for (int64_t r = 0; r < nr; r++) span(d, o0 + r, j0, n, w + r * n, dl + r * n);
-                    combine(mode, need_w, m, sig, w, dl, dl, nr * n);
-                    store_block(&ov, o0, nr, j0, n, dl);
-                }
-            }
-        }
-    }
-    return c->out_bias ? merge_bias(c, d) : LYCO_OK;
 }
 
 static void zero_grads(const lyco_call *c) {

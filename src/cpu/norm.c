@@ -3,7 +3,8 @@
  * weight and bias deltas  Δγ = q ⊙ w_norm,  Δβ = q ⊙ b_norm  (q = the channel mask, exact;
  * Δβ = 0 without b_norm).
  *
- * merge through the shared driver (merge.c, C rows × 1 column; forward in its streaming form):
+ * merge through the shared driver (merge.c, C rows × 1 column; forward streamed as one row of C,
+ * stream.c):
  *   γ'' = γ + m·Δγ, β'' = β + m·Δβ (bias hooks); backward G_w_norm = q ⊙ G, G_b_norm = q ⊙ Gb (the driver applies m).
  * bypass: y = y0 + x̂ ⊙ (m·Δγ) + m·Δβ per channel, x̂ = (x − μ)·rstd, rstd = 1/√(σ² + ε) with the
  *   biased variance, statistics in fp32 (8-lane partial sums, two passes over the group in cache):
@@ -68,13 +69,9 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
     for (int64_t r = 0; r < nr; r++) out[r] = s->q[o0 + r] * s->wn[o0 + r];
 }
 
-/* the streaming driver's span: one column, so n = 1 and j0 = 0 */
-static void span(const cpu_delta *dl, int64_t o, int64_t j0, int64_t n, const float *W, float *out) {
-    (void)W;
-    (void)j0;
-    (void)n;
-    const norm_t *s = dl->state;
-    out[0] = s->q[o] * s->wn[o];
+/* ΔW̄ for the streaming driver (stream.h), γ as one row of C: δ_c = w_norm[c]·q[c] */
+static cpu_span flat_span(const norm_t *s) {
+    return (cpu_span){.x = CPU_SPAN_ROW, .src = s->wn, .src_dt = LYCO_F32, .src_T = LYCO_F32, .s = s->q, .period = 1};
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
@@ -423,7 +420,11 @@ lyco_status cpu_norm(const lyco_call *c, char *why, size_t why_len) {
     if (st == LYCO_OK) {
         cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .bias = bias, .bias_bwd = bias_bwd, .c = c, .state = &s};
         switch (c->dir) {
-        case LYCO_DIR_MERGE_FWD: st = cpu_merge_fwd_stream(c, &dl, span); break;
+        case LYCO_DIR_MERGE_FWD: {
+            cpu_span sp = flat_span(&s);
+            st = cpu_merge_fwd_stream_flat(c, &dl, &sp);
+            break;
+        }
         case LYCO_DIR_MERGE_BWD:
             st = cpu_merge_bwd(c, &dl);
             /* ∂L/∂β'' not given: G_b_norm = 0 */
