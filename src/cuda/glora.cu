@@ -297,12 +297,18 @@ __global__ __launch_bounds__(NT) void k_sum_parts(const float *part, i64 Z, i64 
     }
 }
 
-/* dst = RN_CT(src) elementwise (same shape). */
-__global__ __launch_bounds__(NT) void k_round_copy(lk_view dst, lk_view src, int ct) {
-    const i64 n = dst.rows * dst.cols;
+/* The lean route's operand prologue in one launch: pcat's B1 block = RN_CT(B1) (b1.p NULL: none)
+   and qcat = [RN_CT(B2) ; RN_CT(A2) repeated] (R × I, R a multiple of r). */
+__global__ __launch_bounds__(NT) void k_lean_prologue(lk_view b1, lk_view B1, lk_view qcat, lk_view B2, lk_view A2, i64 r, int ct) {
+    const i64 nb = b1.p ? b1.rows * b1.cols : 0, n = nb + qcat.rows * qcat.cols;
     for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
-        const i64 r = idx / dst.cols, c = idx % dst.cols;
-        vstore(dst, r, c, round_to(vload(src, r, c), ct));
+        if (idx < nb) {
+            const i64 m = idx / b1.cols, j = idx % b1.cols;
+            vstore(b1, m, j, round_to(vload(B1, m, j), ct));
+        } else {
+            const i64 e = idx - nb, q = e / qcat.cols, c = e % qcat.cols;
+            vstore(qcat, q, c, round_to(q < r ? vload(B2, q, c) : vload(A2, (q - r) % r, c), ct));
+        }
     }
 }
 
@@ -475,13 +481,6 @@ static int run_sum_parts(const float *part, i64 Z, i64 M, i64 rp, const sum_out 
     return LYCO_OK;
 }
 
-static int run_round_copy(const lk_view &dst, const lk_view &src, int ct, cudaStream_t s) {
-    if (dst.rows * dst.cols == 0) return LYCO_OK;
-    k_round_copy<<<grid_of(dst.rows * dst.cols), NT, 0, s>>>(dst, src, ct);
-    LK_LAUNCHED("glora round_copy");
-    return LYCO_OK;
-}
-
 /* The row reduction A·Bᵀ (A M×K, B rank×K, or K×rank with b_kmajor) summed into outs; the first
    output gets coef·σ', the others are the plain sums. */
 static int reduce_into(const lk_glora_args *a, const lk_view &A, const lk_view &B, int b_kmajor, i64 M, i64 K, i64 rank,
@@ -540,11 +539,14 @@ static int lean_alloc(const lk_glora_args *a, int parts, lean_ops *L, cudaStream
     return LYCO_OK;
 }
 
-/* qcat = [RN_CT(B2) ; RN_CT(A2) per P block] */
-static int lean_qcat(const lk_glora_args *a, const lean_ops &L, cudaStream_t s) {
-    int rc = run_round_copy(lk_view_sub(L.qcat, 0, a->r, 0, a->I), a->B2, a->ct, s);
-    for (i64 r0 = a->r; r0 < L.R && !rc; r0 += a->r) rc = run_round_copy(lk_view_sub(L.qcat, r0, a->r, 0, a->I), a->A2, a->ct, s);
-    return rc;
+/* qcat = [RN_CT(B2) ; RN_CT(A2) per P block] and, with_b1, pcat's B1 block = RN_CT(B1): one launch */
+static int lean_prologue(const lk_glora_args *a, const lean_ops &L, bool with_b1, cudaStream_t s) {
+    const lk_view b1 = with_b1 ? L.b1 : none_view();
+    const i64 n = (with_b1 ? a->O * a->r : 0) + L.R * a->I;
+    if (n == 0) return LYCO_OK;
+    k_lean_prologue<<<grid_of(n), NT, 0, s>>>(b1, a->B1, L.qcat, a->B2, a->A2, a->r, a->ct);
+    LK_LAUNCHED("glora lean prologue");
+    return LYCO_OK;
 }
 
 /* P = W·A1 into L.p (fp32, or as L.parts CT parts) */
@@ -586,7 +588,7 @@ static int lean_merge_fwd(const lk_glora_args *a, const lk_device *dev, cudaStre
     lean_ops L;
     int rc = lean_alloc(a, parts, &L, s);
     if (rc) return rc;
-    if (!(rc = run_round_copy(L.b1, a->B1, a->ct, s)) && !(rc = lean_qcat(a, L, s)) && !(rc = lean_p(a, L, dev, s))) {
+    if (!(rc = lean_prologue(a, L, true, s)) && !(rc = lean_p(a, L, dev, s))) {
         const lk_expand_args e = lean_expand_args(a, L);
         rc = lk_expand(&e, dev, s);
     }
@@ -618,7 +620,7 @@ static int lean_merge_bwd(const lk_glora_args *a, float *X1, float *GP, const lk
     const lk_view x1 = scr(X1, O, r), gp = scr(GP, O, r);
     if (a->gB1.p || a->gA1.p || a->gsigma.p) { /* [Γ·B2ᵀ | Γ·A2ᵀ] in one pass over Γ */
         const sum_out outs[3] = {plain_out(a->gB1, 0), plain_out(gp, r), plain_out(a->gsigma.p ? x1 : none_view(), 0)};
-        if (!(rc = lean_qcat(a, L, s))) rc = reduce_into(a, a->G, L.qcat, 0, O, I, 2 * r, outs, 3, c, a->sigma, dev, s);
+        if (!(rc = lean_prologue(a, L, false, s))) rc = reduce_into(a, a->G, L.qcat, 0, O, I, 2 * r, outs, 3, c, a->sigma, dev, s);
     }
     if (!rc && a->gB2.p) rc = lk_colreduce(a->ct, &a->G, &a->B1, 0, O, I, r, &a->gB2, 0, c, &a->sigma, dev, s);
     if (!rc && (a->gA2.p || a->gsigma.p)) rc = lean_p(a, L, dev, s);
@@ -662,8 +664,8 @@ static int lean_bypass_fwd(const lk_glora_args *a, const lk_device *dev, cudaStr
     void *h = NULL;
     int rc = lean_alloc(a, parts, &L, s);
     if (rc) return rc;
-    if (!(rc = lk_scratch_alloc(&h, (size_t)(T * rp * es), s)) && !(rc = run_round_copy(L.b1, a->B1, a->ct, s)) &&
-        !(rc = lean_qcat(a, L, s)) && !(rc = lean_p(a, L, dev, s))) {
+    if (!(rc = lk_scratch_alloc(&h, (size_t)(T * rp * es), s)) && !(rc = lean_prologue(a, L, true, s)) &&
+        !(rc = lean_p(a, L, dev, s))) {
         const lk_view xv = lk_act_as_view(a->x, T, a->I), nomask = none_view();
         if (!(rc = lk_reduce_h(a->ct, &xv, &L.qcat, &nomask, T, a->I, R, h, rp, dev, s))) {
             e.P.p = h;
