@@ -81,7 +81,7 @@ lyco_status lk_run_glora(const lyco_call *c, const lk_device *dev, void *st, cha
         lk_fill_geo(c, &g.geo);
         fill_grads(c, &g, rq, &n);
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 4, why, why_len))) return rc;
-        return (lyco_status)lk_glora_bypass_bwd(&g, st);
+        return (lyco_status)lk_glora_bypass_bwd(&g, dev, st);
     }
     }
 }

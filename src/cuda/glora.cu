@@ -57,6 +57,9 @@
  *               activations, hA repeated per P part), then y = y0 + s·m·σs·h'·pcatᵀ: LoRA's bypass
  *               forward (lk_reduce_h, the expand with Q = pcat transposed). The generic kernel:
  *               2973 µs for 8192 tokens × 4096², r8 (53× the floor; 1334 µs in the output product).
+ *   bypass bwd (no rank masks; at 16-bit compute only with 16-bit outputs): [gB | gA] = g·[B1 | P's
+ *               parts] (one row reduction of dy), h = RN_CT(x·[B2 ; A2]ᵀ), dx by the expand, the
+ *               factor gradients by column reductions (lean_bypass_bwd). The generic kernel: 7334 µs.
  *   The generic kernel took 818 / 1818 µs for a 4096² r8 merge forward / backward on the H200 (51× /
  *   114× the floor; ncu: 344 µs for P's split product, 477 µs for the merge product). fp16 keeps
  *   the generic kernel (a 2-part fp16 split of P loses its small part to fp16's subnormal range).
@@ -276,18 +279,19 @@ __global__ __launch_bounds__(NT) void k_dot2(gop X0, gop Y0, gop X1, gop Y1, int
     if (threadIdx.x == 0) vstore(out, 0, 0, coef * red[0]);
 }
 
-/* v = coef·σ'·Σ_z part[z][m][c0 + j] for j < out.cols (part: Z sets of M × rp fp32 partials, summed
-   z ascending; σ' = RN_CT(σs) when sigma is given), stored as nparts successive parts in out's
+/* v = coef·σ'·Σ_q Σ_z part[z][m][c0 + q·sstride + j] for j < out.cols, q < nsum (part: Z sets of
+   M × rp fp32 partials, summed z ascending per block q; σ' = RN_CT(σs) when sigma is given), stored as nparts successive parts in out's
    dtype, part q at column j + q·pstride: h_q = RN_out(v − h_0 − … − h_{q−1}) (exact residuals: the
    parts sum to v to 2^-8·nparts relative for bf16); nparts 1 = v rounded once. */
-__global__ __launch_bounds__(NT) void k_sum_parts(const float *part, i64 Z, i64 M, i64 rp, i64 c0, lk_view out, float coef,
-                                                  lk_view sigma, int ct, int nparts, i64 pstride) {
+__global__ __launch_bounds__(NT) void k_sum_parts(const float *part, i64 Z, i64 M, i64 rp, i64 c0, int nsum, i64 sstride,
+                                                  lk_view out, float coef, lk_view sigma, int ct, int nparts, i64 pstride) {
     const float scale = coef * (sigma.p ? round_to(vload(sigma, 0, 0), ct) : 1.0f);
     const i64 n = M * out.cols;
     for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
         const i64 m = idx / out.cols, j = idx % out.cols;
         float acc = 0.0f;
-        for (i64 z = 0; z < Z; z++) acc += part[(z * M + m) * rp + c0 + j];
+        for (int q = 0; q < nsum; q++)   /* the column blocks of one value's parts (dy·[P's parts]) */
+            for (i64 z = 0; z < Z; z++) acc += part[(z * M + m) * rp + c0 + q * sstride + j];
         float v = acc * scale;
         for (int q = 0; q < nparts; q++) {
             const float h = round_to(v, out.dt);
@@ -469,14 +473,16 @@ typedef struct {
     i64 c0;
     int parts;
     i64 pstride;
+    int nsum;     /* column blocks summed into one value (nsum blocks sstride apart) */
+    i64 sstride;
 } sum_out;
 
-static sum_out plain_out(const lk_view &v, i64 c0) { return sum_out{v, c0, 1, 0}; }
+static sum_out plain_out(const lk_view &v, i64 c0) { return sum_out{v, c0, 1, 0, 1, 0}; }
 
 static int run_sum_parts(const float *part, i64 Z, i64 M, i64 rp, const sum_out &o, float coef, const lk_view &sigma, int ct,
                          cudaStream_t s) {
     if (!o.v.p || M * o.v.cols == 0) return LYCO_OK;
-    k_sum_parts<<<grid_of(M * o.v.cols), NT, 0, s>>>(part, Z, M, rp, o.c0, o.v, coef, sigma, ct, o.parts, o.pstride);
+    k_sum_parts<<<grid_of(M * o.v.cols), NT, 0, s>>>(part, Z, M, rp, o.c0, o.nsum, o.sstride, o.v, coef, sigma, ct, o.parts, o.pstride);
     LK_LAUNCHED("glora sum_parts");
     return LYCO_OK;
 }
@@ -551,7 +557,7 @@ static int lean_prologue(const lk_glora_args *a, const lean_ops &L, bool with_b1
 
 /* P = W·A1 into L.p (fp32, or as L.parts CT parts) */
 static int lean_p(const lk_glora_args *a, const lean_ops &L, const lk_device *dev, cudaStream_t s) {
-    const sum_out o = {L.p, 0, L.parts ? L.parts : 1, a->r};
+    const sum_out o = {L.p, 0, L.parts ? L.parts : 1, a->r, 1, 0};
     return reduce_into(a, a->W, a->A1, 1, a->O, a->I, a->r, &o, 1, 1.0f, none_view(), dev, s);
 }
 
@@ -969,8 +975,90 @@ static int bypass_bwd_body(const lk_glora_args *a, const bwd_scratch &w, cudaStr
     return copy_act(a->dy0, a->dy0_zero ? zero : a->dy, a->T, a->O, a->geo.spout, a->ct, s); /* last: dy0 may be dy itself */
 }
 
-extern "C" int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream) {
+/* bypass backward, linear, no rank masks, every output 16-bit at 16-bit compute (fp32 gradients
+   chain two or three tensor-core reductions: see lean_merge_bwd), over the merge forward's rank-R
+   operands (pcat = [RN_CT(B1) | P's parts], qcat = [B2 ; A2 …]), g = RN_CT(dy), c = s·m·σs:
+     [gB | gA] = g·pcat, P's column blocks summed (fp32, T × 2r);  h = [hB | hA] = RN_CT(x·[B2 ; A2]ᵀ);
+     dx = c·[gB | gA]·[B2 ; A2] (the expand, [gB | gA] in CT parts);  G_A2 = c·gAᵀ·x, G_B2 = c·gBᵀ·x,
+     G_B1 = c·gᵀ·hB, Y = gᵀ·hA (fp32), G_A1 = c·Wᵀ·Y (column reductions);  G_σs and dy0 as the
+     generic path. */
+static int lean_bypass_bwd(const lk_glora_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
+    *done = false;
+    const int parts = a->ct == DT_F32 ? 1 : 4 * a->r <= 128 ? nsplit<bf16_t>::n : 0;
+    const lk_view outs16[5] = {a->gA1, a->gA2, a->gB1, a->gB2, a->gsigma};
+    const bool dx32 = a->dx.p && a->dx.dt == DT_F32;
+    if (!lean_linear(a) || a->qa.p || a->qb.p || a->geo.nd != 0 || parts == 0 ||
+        (a->ct != DT_F32 && (any_f32(outs16, 5) || dx32)))
+        return LYCO_OK;
+    const i64 T = a->T, O = a->O, I = a->I, r = a->r, R = lean_rank(a, parts), rp2 = lk_reduce_rank_tile(2 * r);
+    const i64 ldg = cdiv(2 * r, 4) * 4, es = a->ct == DT_F32 ? 4 : 2;
+    const float c = (float)(a->s * a->m);
+    const int split = a->ct != DT_F32;
+    lk_expand_args e; /* dx = c·[gB | gA]·[B2 ; A2] */
+    memset(&e, 0, sizeof e);
+    e.ct = a->ct;
+    e.M = T;
+    e.N = I;
+    e.r = 2 * r;
+    e.P = lk_pitched_view(NULL, T, 2 * r, ldg, DT_F32);
+    e.p_split = split;
+    e.Q = lk_view_sub(lean_views(a, parts, NULL).qcat, 0, 2 * r, 0, I);
+    e.out = lk_act_as_view(a->dx, T, I);
+    e.sigma = a->sigma;
+    e.row_scale = 1.0;
+    e.mult = a->s * a->m;
+    e.sig_in_mult = 1;
+    e.mode = 1;
+    e.K = 1;
+    if (a->dx.p && !lk_expand_fits(&e, dev)) return LYCO_OK;
+    *done = true;
+    lean_ops L;
+    void *mem = NULL;
+    int rc = lean_alloc(a, parts, &L, s);
+    if (rc) return rc;
+    /* scratch: [gB | gA] T × ldg fp32, h T × rp2 CT, Y O × r fp32 */
+    const size_t gbytes = ((size_t)(T * ldg) * 4 + 255) / 256 * 256, hbytes = ((size_t)(T * rp2) * es + 255) / 256 * 256;
+    rc = lk_scratch_alloc(&mem, gbytes + hbytes + (size_t)(O * r) * 4, s);
+    const lk_view gab = lk_pitched_view(mem, T, 2 * r, ldg, DT_F32), gB = lk_view_sub(gab, 0, T, 0, r), gA = lk_view_sub(gab, 0, T, r, r);
+    const lk_view h = lk_pitched_view(mem ? (char *)mem + gbytes : NULL, T, 2 * r, rp2, a->ct);
+    const lk_view hB = lk_view_sub(h, 0, T, 0, r), hA = lk_view_sub(h, 0, T, r, r);
+    const lk_view Y = scr(mem ? (const float *)((char *)mem + gbytes + hbytes) : NULL, O, r);
+    const lk_view xv = lk_act_as_view(a->x, T, I), dyv = lk_act_as_view(a->dy, T, O), q2 = lk_view_sub(L.qcat, 0, 2 * r, 0, I);
+    const lk_view nomask = none_view();
+    if (!rc) rc = lean_prologue(a, L, true, s);
+    if (!rc) rc = lean_p(a, L, dev, s);
+    if (!rc) { /* [gB | gA] = g·pcat, gA's P blocks summed */
+        const sum_out o[2] = {plain_out(gB, 0), {gA, r, 1, 0, parts, r}};
+        rc = reduce_into(a, dyv, L.pcat, 1, T, O, R, o, 2, 1.0f, none_view(), dev, s);
+    }
+    if (!rc) rc = lk_reduce_h(a->ct, &xv, &q2, &nomask, T, I, 2 * r, (void *)h.p, rp2, dev, s);
+    if (!rc && a->dx.p) {
+        e.P = gab;
+        e.Q = q2;
+        rc = lk_expand(&e, dev, s);
+    }
+    if (!rc && a->gA2.p) rc = lk_colreduce(a->ct, &xv, &gA, split, T, I, r, &a->gA2, 0, c, &a->sigma, dev, s);
+    if (!rc && a->gB2.p) rc = lk_colreduce(a->ct, &xv, &gB, split, T, I, r, &a->gB2, 0, c, &a->sigma, dev, s);
+    if (!rc && a->gB1.p) rc = lk_colreduce(a->ct, &dyv, &hB, 0, T, O, r, &a->gB1, 1, c, &a->sigma, dev, s);
+    if (!rc && a->gA1.p) {
+        if (!(rc = lk_colreduce(a->ct, &dyv, &hA, 0, T, O, r, &Y, 1, 1.0f, &nomask, dev, s)))
+            rc = lk_colreduce(a->ct, &a->W, &Y, split, O, I, r, &a->gA1, 1, c, &a->sigma, dev, s);
+    }
+    if (!rc && a->gsigma.p) rc = run_dot2(op(gA, 0, 0, 1), op(hA, 0, 0, 0), op(gB, 0, 0, 1), op(hB, 0, 0, 0), c, a->ct, a->gsigma, s);
+    if (!rc) {
+        lk_act zero;
+        memset(&zero, 0, sizeof zero);
+        rc = copy_act(a->dy0, a->dy0_zero ? zero : a->dy, T, O, 1, a->ct, s); /* last: dy0 may be dy itself */
+    }
+    const int rf = mem ? lk_scratch_free(mem, s) : LYCO_OK, rf2 = lk_scratch_free(L.mem, s);
+    return rc ? rc : rf ? rf : rf2;
+}
+
+extern "C" int lk_glora_bypass_bwd(const lk_glora_args *a, const lk_device *dev, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
+    bool done = false;
+    const int lrc = lean_bypass_bwd(a, dev, s, &done);
+    if (lrc || done) return lrc;
     const i64 KOR = a->K * a->O * a->r, TA = a->T * a->geo.spin * a->r, TB = a->T * a->geo.spout * a->r;
     float *buf = NULL;
     int rc = alloc_f32(&buf, 2 * KOR + 2 * TA + 2 * TB, s);

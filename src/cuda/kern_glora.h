@@ -40,7 +40,7 @@ typedef struct {
 int lk_glora_merge_fwd(const lk_glora_args *a, const lk_device *dev, void *stream);
 int lk_glora_merge_bwd(const lk_glora_args *a, const lk_device *dev, void *stream);
 int lk_glora_bypass_fwd(const lk_glora_args *a, const lk_device *dev, void *stream);
-int lk_glora_bypass_bwd(const lk_glora_args *a, void *stream);
+int lk_glora_bypass_bwd(const lk_glora_args *a, const lk_device *dev, void *stream);
 
 #ifdef __cplusplus
 }
