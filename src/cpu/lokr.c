@@ -15,8 +15,9 @@
  *             ΔW is never formed whole; the driver (merge.c) applies m, σs, DoRA and the modes,
  *             one pass over W and W''.
  * merge bwd : without DoRA and without a σs gradient, LoKr's own loop (merge_bwd_rows: the driver's
- *             runs and scaling, bitwise its results); else the driver with rows_bwd. Then
- *             per row o of G = ∂L/∂ΔW̄ (viewed as c × dK), in one pass over the row in L1 (row_bwd):
+ *             runs and scaling, the same sums); else the driver with rows_bwd. Then per row o of
+ *             G = ∂L/∂ΔW̄ (viewed as c × dK), one pass over the row (lokr_bwd_kern.h: G read once,
+ *             straight from the caller's bf16/fp16/fp32 tensor, each loaded vector feeding both sums):
  *             v = G_o·W2[j,:]ᵀ (c dots), G_W1[i,:] += ρ_o·v (fp64 partial, a·c);
  *             G_W2[j,:] += (ρ_o·W1[i,:])·G_o (fp32 partial, b·dK); partials per fixed run, reduced in run order, then
  *             chained into the factors in fp64:
@@ -39,7 +40,7 @@
  * Extra memory: fp64 factors and halves (2·(a·c + b·dK) + r·(a + c + b + 2·dK) + r²K doubles),
  * fp32 W1, W2; per slot (max(threads, runs): the backward's partials belong to fixed runs — the
  * merge driver's groups, or runs of token blocks — so they do not depend on the thread count) the
- * gradient partials (a·c doubles + b·dK floats) and 2·c floats; merge_bwd_rows one G row (I·K floats)
+ * gradient partials (a·c doubles + b·dK floats) and max(18·c, a·c) floats; merge_bwd_rows one G row (I·K floats)
  * per thread;
  * bypass: W2ᵀ (b·dK floats); per thread one tile TB·(I + c·b + O) (fwd) or TB·(2·I + 3·c·b + O)
  * (bwd) floats, and 16·max(TB·c, a, b) floats for gemm16;
@@ -81,26 +82,64 @@ static float mask_at(const lyco_call *c, int64_t i) {
 static float *alloc_f(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(float)); }
 static double *alloc_d(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(double)); }
 
-/* ---- dmm's row products, once per ISA (lokr_kern.h; both copies without FMA: the same bits) ---- */
-typedef double lk4d __attribute__((vector_size(32)));
+/* ---- dmm's row products, once per ISA (lokr_kern.h; every copy without FMA: the same bits) ---- */
+#ifdef CPU_V4
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v4")
+#pragma GCC optimize("fp-contract=off")
+typedef double lkd_v4 __attribute__((vector_size(64)));
+#define lkd lkd_v4
+#define LKD 8
+#define KN(name) name##_v4
+#include "lokr_kern.h"
+#undef KN
+#undef LKD
+#undef lkd
+#pragma GCC pop_options
+#endif
 #ifdef CPU_V3
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64-v3")
 #pragma GCC optimize("fp-contract=off")
+typedef double lkd_v3 __attribute__((vector_size(32)));
+#define lkd lkd_v3
+#define LKD 4
 #define KN(name) name##_v3
 #include "lokr_kern.h"
 #undef KN
+#undef LKD
+#undef lkd
 #pragma GCC pop_options
 #endif
+typedef double lkd_base __attribute__((vector_size(32)));
+#define lkd lkd_base
+#define LKD 4
 #define KN(name) name##_base
 #include "lokr_kern.h"
 #undef KN
+#undef LKD
+#undef lkd
+
+static void dmm_rows(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, int64_t ak, const double *B, int64_t bk,
+                     double *restrict C) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) dmm_rows_v4(M, N, Kd, A, ai, ak, B, bk, C);
+    else
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) dmm_rows_v3(M, N, Kd, A, ai, ak, B, bk, C);
+    else
+#endif
+        dmm_rows_base(M, N, Kd, A, ai, ak, B, bk, C);
+}
 
 /* C[M×N] = Σ_k A[i·ai + k·ak] · B[k·bk + j·bj]   (fp64, small matrices only; C aliases neither).
    Row by row (lokr_kern.h): each element the operations of the dot form in its order, bit for
    bit, the inner loop over contiguous j in vector registers (the dot form was one latency-bound
    chain per element, ~18% of a LoKr merge backward at 1280²). B with bj ≠ 1 is first copied to
-   k-major rows (the dot form when that copy cannot be allocated). */
+   k-major rows (the dot form when that copy cannot be allocated). Serial: splitting the rows over the threads
+   (tried for the 1280² merge backward's three 80×80×32 products, ~15 µs) added three fork-joins,
+   and on a shared core each one waits for a descheduled thread. */
 static void dmm(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, int64_t ak, const double *B, int64_t bk,
                 int64_t bj, double *restrict C) {
     double *Bt = bj == 1 ? NULL : malloc(sizeof(double) * (size_t)(Kd * N + 1));
@@ -119,11 +158,7 @@ static void dmm(int64_t M, int64_t N, int64_t Kd, const double *A, int64_t ai, i
         B = Bt;
         bk = N;
     }
-#ifdef CPU_V3
-    if (cpu_have_v3()) dmm_rows_v3(M, N, Kd, A, ai, ak, B, bk, C);
-    else
-#endif
-        dmm_rows_base(M, N, Kd, A, ai, ak, B, bk, C);
+    dmm_rows(M, N, Kd, A, ai, ak, B, bk, C);
     free(Bt);
 }
 
@@ -237,7 +272,8 @@ static lyco_status lokr_prepare(const lyco_call *c, lokr_t *s, bool grads) {
         s->np = s->nt > s->runs ? s->nt : s->runs;
         s->gW1 = alloc_d((int64_t)s->np * a * cc);
         s->gW2 = alloc_f((int64_t)s->np * b * dK);
-        s->scr_n = bypass ? a * cc : 2 * cc;
+        s->scr_n = 18 * cc;   /* merge bwd rows (also under the dense bypass): w, v and the kernel's 16·c dots */
+        if (bypass && a * cc > s->scr_n) s->scr_n = a * cc;   /* linear bypass bwd: one a × c product */
         s->scr = alloc_f((int64_t)s->np * s->scr_n);
         if (!s->gW1 || !s->gW2 || !s->scr) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory for gradient partials");
     }
@@ -354,91 +390,99 @@ static void span(const cpu_delta *dl, int64_t o, float *scratch, cpu_span *sp) {
     *sp = (cpu_span){.x = CPU_SPAN_CYCLE, .vec = s->W2 + j * s->dK, .s = scratch, .period = s->dK};
 }
 
-/* One row of the merge backward, in L1 (g: the row of G as c × dK; w2 = W2[j,:]; w[p] = ρ_o·W1[i,p]):
-   v[p] = ⟨g_p, w2⟩ and G_W2[j,:] += Σ_p w[p]·g_p, in the summation orders of dense.c's nt and tn
-   paths (8 k-lanes, fixed tree, chained tail; a chain over p from 0, then + the partial), 8 dots
-   and 16 columns at a time for independent FMA chains — the
-   two tiny GEMM calls per row this replaces cost ~40% of the call in their per-call overhead.
-   The v3/v4 clones contract the vector a·b + c into FMAs (-ffp-contract=fast) as dense.c's v3
-   kernels do explicitly; the scalar tails say fmaf (GCC left them uncontracted): bitwise the
-   GEMM calls' results on FMA machines (the baseline clone rounds its vector products twice). */
-typedef float lk_v8 __attribute__((vector_size(32)));
+/* ---- merge backward: rows of G in one pass (lokr_bwd_kern.h, once per ISA) ---- */
+typedef struct {
+    const char *g;          /* the row of G: c segments of dK values of dtype gdt */
+    lyco_dtype gdt, T;      /* its dtype, and the compute dtype it is loaded through */
+    float m, sig;           /* then × m, × σs (each skipped when 1) */
+    int64_t cc, dK;
+    const float *w2;        /* W2[j,:] */
+    const float *w;         /* w[p] = (float)(ρ_o·W1[i,p]) */
+    float *v;               /* out: v[p] = ⟨G_o segment p, W2[j,:]⟩ */
+    float *gw2;             /* G_W2[j,:] partial, accumulated */
+    float *dv;              /* scratch: 16·c floats */
+} lk_row;
 
-CPU_HOT
-static void row_bwd(int64_t cc, int64_t dK, const float *restrict g, const float *restrict w2, const float *restrict w,
-                    float *restrict v, float *restrict gw2) {
-    int64_t K8 = dK & ~(int64_t)7;
-    /* dots, up to 8 rows g_p at a time: independent 8-lane chains (one chain was FMA-latency bound) */
-    for (int64_t p0 = 0; p0 < cc; p0 += 8) {
-        int np = cc - p0 < 8 ? (int)(cc - p0) : 8;
-        lk_v8 l[8], x, y;
-        const float *gp[8];
-        for (int xi = 0; xi < 8; xi++) {
-            l[xi] = (lk_v8){0};
-            gp[xi] = g + (p0 + (xi < np ? xi : 0)) * dK;   /* rows past cc repeat row p0, unused */
-        }
-        for (int64_t k = 0; k < K8; k += 8) {
-            memcpy(&y, w2 + k, sizeof y);
-            for (int xi = 0; xi < 8; xi++) {
-                memcpy(&x, gp[xi] + k, sizeof x);
-                l[xi] += x * y;
-            }
-        }
-        for (int xi = 0; xi < np; xi++) {
-            lk_v8 a = l[xi];
-            float t = 0.0f;
-            for (int64_t k = K8; k < dK; k++) t = __builtin_fmaf(gp[xi][k], w2[k], t);
-            v[p0 + xi] = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) + t;
-        }
-    }
-    /* G_W2 row: 16 columns at a time in two registers, the chain over p, then + the partial */
-    int64_t n0 = 0;
-    for (; n0 + 16 <= K8; n0 += 16) {
-        lk_v8 a0 = {0}, a1 = {0}, x0, x1, c0, c1;
-        for (int64_t p = 0; p < cc; p++) {
-            memcpy(&x0, g + p * dK + n0, sizeof x0);
-            memcpy(&x1, g + p * dK + n0 + 8, sizeof x1);
-            a0 += w[p] * x0;
-            a1 += w[p] * x1;
-        }
-        memcpy(&c0, gw2 + n0, sizeof c0);
-        memcpy(&c1, gw2 + n0 + 8, sizeof c1);
-        c0 += a0;
-        c1 += a1;
-        memcpy(gw2 + n0, &c0, sizeof c0);
-        memcpy(gw2 + n0 + 8, &c1, sizeof c1);
-    }
-    for (; n0 < K8; n0 += 8) {
-        lk_v8 a = {0}, x, c;
-        for (int64_t p = 0; p < cc; p++) {
-            memcpy(&x, g + p * dK + n0, sizeof x);
-            a += w[p] * x;
-        }
-        memcpy(&c, gw2 + n0, sizeof c);
-        c += a;
-        memcpy(gw2 + n0, &c, sizeof c);
-    }
-    for (; n0 < dK; n0++) {
-        float a = 0.0f;
-        for (int64_t p = 0; p < cc; p++) a = __builtin_fmaf(w[p], g[p * dK + n0], a);
-        gw2[n0] += a;
-    }
+/* Rows [o0, o1) of G into one run's partials: G_W1 += ρ_o·v (fp64), G_W2[j,:] += Σ_p w[p]·g_p. */
+typedef struct {
+    const char *g;          /* row o0; row o at g + (o − o0)·stride bytes */
+    int64_t stride;
+    lyco_dtype gdt, T;
+    float m, sig;
+    int64_t b, cc, dK;
+    const float *W2;        /* b × dK */
+    const double *W1d, *rho;
+    double *gW1;            /* the run's partials: a × c, b × dK */
+    float *gW2;
+    float *w, *v, *dv;      /* scratch: c, c and 16·c floats */
+} lk_rows;
+
+#ifdef CPU_V4
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v4")
+#define KN(name) name##_v4
+#define CK_V4 1
+#include "lokr_bwd_kern.h"
+#undef CK_V4
+#undef KN
+#pragma GCC pop_options
+#endif
+#ifdef CPU_V3
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v3")
+#define KN(name) name##_v3
+#define CK_V3 1
+#include "lokr_bwd_kern.h"
+#undef CK_V3
+#undef KN
+#pragma GCC pop_options
+#endif
+#define KN(name) name##_base
+#include "lokr_bwd_kern.h"
+#undef KN
+
+/* Whether a lane copy (v3 or v4) runs: it reads 16-bit and strided-scaled rows itself; the
+   portable copy takes fp32 rows already rounded and scaled. */
+static bool lk_lanes(void) {
+#ifdef CPU_V3
+    return cpu_have_v3();
+#else
+    return false;
+#endif
 }
 
-/* Row o of G (IK floats, scaled as the driver scales it) into run `part`'s partials. */
-static void lokr_row_bwd(const lokr_t *s, int64_t o, const float *g, int part) {
-    int64_t b = s->b, cc = s->cc, dK = s->dK, i = o / b, j = o % b;
-    double *gW1 = s->gW1 + (size_t)part * (size_t)(s->a * cc);
-    float *gW2 = s->gW2 + (size_t)part * (size_t)(b * dK), *v = s->scr + (size_t)part * (size_t)s->scr_n, *w = v + cc;
-    for (int64_t p = 0; p < cc; p++) w[p] = (float)(s->rho[o] * s->W1d[i * cc + p]);
-    row_bwd(cc, dK, g, s->W2 + j * dK, w, v, gW2 + j * dK);
-    for (int64_t p = 0; p < cc; p++) gW1[i * cc + p] += s->rho[o] * (double)v[p];
+static void lk_bwd_rows(const lk_rows *R, int64_t o0, int64_t o1) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        lk_bwd_rows_v4(R, o0, o1);
+        return;
+    }
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        lk_bwd_rows_v3(R, o0, o1);
+        return;
+    }
+#endif
+    lk_bwd_rows_base(R, o0, o1);
+}
+
+/* rows [o0, o1) of G (row o0 at g, `stride` bytes apart, of dtype gdt, loaded through T and
+   scaled by m, σs) into run `part`'s partials */
+static void lokr_rows_bwd(const lokr_t *s, int64_t o0, int64_t o1, const void *g, int64_t stride, lyco_dtype gdt, lyco_dtype T,
+                          float m, float sig, int part) {
+    int64_t cc = s->cc;
+    float *w = s->scr + (size_t)part * (size_t)s->scr_n;
+    lk_rows R = {.g = g, .stride = stride, .gdt = gdt, .T = T, .m = m, .sig = sig, .b = s->b, .cc = cc, .dK = s->dK,
+                 .W2 = s->W2, .W1d = s->W1d, .rho = s->rho, .gW1 = s->gW1 + (size_t)part * (size_t)(s->a * cc),
+                 .gW2 = s->gW2 + (size_t)part * (size_t)(s->b * s->dK), .w = w, .v = w + cc, .dv = w + 2 * cc};
+    lk_bwd_rows(&R, o0, o1);
 }
 
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
     (void)W;
     const lokr_t *s = dl->state;
-    for (int64_t rr = 0; rr < nr; rr++) lokr_row_bwd(s, o0 + rr, G + rr * s->IK, tid);
+    lokr_rows_bwd(s, o0, o0 + nr, G, s->IK * (int64_t)sizeof(float), LYCO_F32, LYCO_F32, 1.0f, 1.0f, tid);
 }
 
 static lyco_status finish_bwd(const cpu_delta *dl) {
@@ -460,27 +504,38 @@ static void scale_row(float *g, int64_t n, float m, float sig) {
 #define LOKR_RB 4   /* merge.c's row block (RB): the same fixed runs of rows, so the same sums */
 
 /* Merge backward without DoRA and without a gradient for σs: merge.c's cpu_merge_bwd reduced to what
-   LoKr needs — per row, G loaded through the compute dtype, scaled by m (and σs), then row_bwd;
-   the runs of row blocks of the driver (cpu_delta.groups), so the partials and the outputs are
-   bitwise the driver's. Skips the driver's three per-thread row-block buffers and its
-   multiply-by-m pass over G when m = 1 (together ~30% of the call at 1280², 1 thread). */
+   LoKr needs — per row of G, loaded through the compute dtype, scaled by m (and σs), one pass of
+   lk_bwd_row; the runs of row blocks of the driver (cpu_delta.groups), so the partials do not
+   depend on the thread count, and the same sums as the driver's path through rows_bwd. A lane copy
+   reads a row with contiguous columns straight from G; otherwise (strides, the portable copy) the
+   row is staged in fp32 first. Skips the driver's per-thread row-block buffers and its
+   multiply-by-m pass over G when m = 1. */
 static lyco_status merge_bwd_rows(const lyco_call *c, lokr_t *s) {
     bool compat = c->a->flags & LYCO_FLAG_UPSTREAM_MERGE_SCALE;
     float m = (float)c->m, sig = compat ? 1.0f : cpu_sigma(c);
+    lyco_dtype T = c->dt.compute;
     int64_t IK = s->IK, nblocks = (s->O + LOKR_RB - 1) / LOKR_RB;
     int runs = s->runs;
     cpu_view gv;
     cpu_view_init(&gv, c->d_out, 1);
-    float *rowbuf = alloc_f((int64_t)s->nt * IK);
-    if (!rowbuf) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr merge_bwd: out of memory for %lld-column rows", (long long)IK);
-#pragma omp parallel for schedule(static)
+    bool direct = gv.fast && lk_lanes();
+    float *rowbuf = direct ? NULL : alloc_f((int64_t)s->nt * IK);
+    if (!direct && !rowbuf) return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr merge_bwd: out of memory for %lld-column rows", (long long)IK);
+#pragma omp parallel for schedule(dynamic)   /* a run to whichever thread is free: on a shared core a
+                                               descheduled thread held its static half of the runs */
     for (int g = 0; g < runs; g++) {
-        float *grow = rowbuf + (size_t)cpu_thread_id() * (size_t)IK;
-        int64_t o1 = cpu_run_start(nblocks, runs, g + 1) * LOKR_RB;
-        for (int64_t o = cpu_run_start(nblocks, runs, g) * LOKR_RB; o < o1 && o < s->O; o++) {
-            cpu_load(&gv, o, 0, IK, c->dt.compute, grow);
+        float *grow = direct ? NULL : rowbuf + (size_t)cpu_thread_id() * (size_t)IK;
+        int64_t o0 = cpu_run_start(nblocks, runs, g) * LOKR_RB, o1 = cpu_run_start(nblocks, runs, g + 1) * LOKR_RB;
+        if (o1 > s->O) o1 = s->O;
+        if (direct) {
+            int64_t stride = gv.rs * (int64_t)gv.es;
+            lokr_rows_bwd(s, o0, o1, gv.base + o0 * stride, stride, gv.dt, T, m, sig, g);
+            continue;
+        }
+        for (int64_t o = o0; o < o1; o++) {
+            cpu_load(&gv, o, 0, IK, T, grow);
             scale_row(grow, IK, m, sig);
-            lokr_row_bwd(s, o, grow, g);
+            lokr_rows_bwd(s, o, o + 1, grow, 0, LYCO_F32, LYCO_F32, 1.0f, 1.0f, g);
         }
     }
     free(rowbuf);
