@@ -512,6 +512,11 @@ typedef struct {
     lk_view pcat, b1, p, qcat;
 } lean_ops;
 
+/* P's layout where the expand reads pcat (merge forward, bypass): its 3 bf16 parts in their own
+   columns while 4r ≤ 128 (every operand CT: the lean kernel), as is for fp32 compute (1), else 0
+   (fp32 P entering as parts: the merge forward only; the bypass keeps the generic kernel) */
+static int lean_parts_cols(const lk_glora_args *a) { return a->ct == DT_F32 ? 1 : 4 * a->r <= 128 ? nsplit<bf16_t>::n : 0; }
+
 static i64 lean_rank(const lk_glora_args *a, int parts) { return parts ? (1 + parts) * a->r : 2 * a->r; }
 static int lean_pdt(const lk_glora_args *a, int parts) { return parts ? a->ct : DT_F32; }
 
@@ -587,7 +592,7 @@ static lk_expand_args lean_expand_args(const lk_glora_args *a, const lean_ops &L
 static int lean_merge_fwd(const lk_glora_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
     *done = false;
     if (!lean_linear(a)) return LYCO_OK;
-    const int parts = a->ct == DT_F32 ? 1 : 4 * a->r <= 128 ? nsplit<bf16_t>::n : 0;
+    const int parts = lean_parts_cols(a);
     const lk_expand_args plan = lean_expand_args(a, lean_views(a, parts, NULL));
     if (!lk_expand_fits(&plan, dev)) return LYCO_OK;
     *done = true;
@@ -644,7 +649,7 @@ static int lean_merge_bwd(const lk_glora_args *a, float *X1, float *GP, const lk
    (lk_reduce_h, then the expand with Q transposed) over the merge forward's rank-R operands. */
 static int lean_bypass_fwd(const lk_glora_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
     *done = false;
-    const int parts = a->ct == DT_F32 ? 1 : 4 * a->r <= 128 ? nsplit<bf16_t>::n : 0;
+    const int parts = lean_parts_cols(a);
     if (!lean_linear(a) || a->qa.p || a->qb.p || a->geo.nd != 0 || parts == 0) return LYCO_OK;
     const i64 T = a->T, R = lean_rank(a, parts), rp = lk_reduce_rank_tile(R), es = a->ct == DT_F32 ? 4 : 2;
     lk_expand_args e;
@@ -984,7 +989,7 @@ static int bypass_bwd_body(const lk_glora_args *a, const bwd_scratch &w, cudaStr
      generic path. */
 static int lean_bypass_bwd(const lk_glora_args *a, const lk_device *dev, cudaStream_t s, bool *done) {
     *done = false;
-    const int parts = a->ct == DT_F32 ? 1 : 4 * a->r <= 128 ? nsplit<bf16_t>::n : 0;
+    const int parts = lean_parts_cols(a);
     const lk_view outs16[5] = {a->gA1, a->gA2, a->gB1, a->gB2, a->gsigma};
     const bool dx32 = a->dx.p && a->dx.dt == DT_F32;
     if (!lean_linear(a) || a->qa.p || a->qb.p || a->geo.nd != 0 || parts == 0 ||
