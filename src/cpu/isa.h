@@ -15,6 +15,9 @@
  * kernel files run their v3 copy on AVX-512 machines. LYCO_CPU_ISA=base|v3|v4 caps the level
  * (tests run the lower copies with it).
  *
+ * isa_each.h writes those blocks once for kernel headers that need only KN and the CK_V4 / CK_V3
+ * flags (view.c's cvt_kern.h, stream.c's stream_kern.h, lokr.c's lokr_bwd_kern.h).
+ *
  * Why not CPU_HOT (cpu.h: GCC target_clones): GCC 12 compiles the GCC vector types and intrinsics
  * of always_inline helpers inlined into a target_clones / target("…") function as 128-bit halves
  * (broadcasts as vbroadcastss xmm + vinsertf128, insert chains, spills); under the target pragma

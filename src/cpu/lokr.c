@@ -417,29 +417,10 @@ typedef struct {
     float *w, *v, *dv;      /* scratch: c, c and 16·c floats */
 } lk_rows;
 
-#ifdef CPU_V4
-#pragma GCC push_options
-#pragma GCC target("arch=x86-64-v4")
-#define KN(name) name##_v4
-#define CK_V4 1
-#include "lokr_bwd_kern.h"
-#undef CK_V4
-#undef KN
-#pragma GCC pop_options
-#endif
-#ifdef CPU_V3
-#pragma GCC push_options
-#pragma GCC target("arch=x86-64-v3")
-#define KN(name) name##_v3
-#define CK_V3 1
-#include "lokr_bwd_kern.h"
-#undef CK_V3
-#undef KN
-#pragma GCC pop_options
-#endif
-#define KN(name) name##_base
-#include "lokr_bwd_kern.h"
-#undef KN
+#define ISA_EACH_HEADER "lokr_bwd_kern.h"
+#define ISA_EACH_V4 1
+#define ISA_EACH_BASE 1
+#include "isa_each.h"
 
 /* Whether a lane copy (v3 or v4) runs: it reads 16-bit and strided-scaled rows itself; the
    portable copy takes fp32 rows already rounded and scaled. */

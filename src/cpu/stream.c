@@ -51,24 +51,9 @@ typedef struct {
 } seg_t;
 
 /* ---- the segment kernel, once per ISA (stream_kern.h, isa.h) ---- */
-#ifdef CPU_V3
-#pragma GCC push_options
-#pragma GCC target("arch=x86-64-v4")
-#define KN(name) name##_v4
-#define CK_V4 1
-#include "stream_kern.h"
-#undef CK_V4
-#undef KN
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("arch=x86-64-v3")
-#define KN(name) name##_v3
-#define CK_V3 1
-#include "stream_kern.h"
-#undef CK_V3
-#undef KN
-#pragma GCC pop_options
-#endif
+#define ISA_EACH_HEADER "stream_kern.h"
+#define ISA_EACH_V4 1
+#include "isa_each.h"
 
 /* The portable copy: 256-float chunks of the row through the stack, the conversions view.c's, δ
    run piece by run piece, one plain loop per step (each vectorises for the baseline ISA). */

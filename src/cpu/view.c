@@ -52,19 +52,9 @@ static inline uint16_t f32_f16(float f) {
 }
 
 /* ---- the conversion loops, once per ISA (isa.h, cvt_kern.h) ---- */
-#ifdef CPU_V3
-#pragma GCC push_options
-#pragma GCC target("arch=x86-64-v3")
-#define KN(name) name##_v3
-#define CK_V3 1
-#include "cvt_kern.h"
-#undef CK_V3
-#undef KN
-#pragma GCC pop_options
-#endif
-#define KN(name) name##_base
-#include "cvt_kern.h"
-#undef KN
+#define ISA_EACH_HEADER "cvt_kern.h"
+#define ISA_EACH_BASE 1
+#include "isa_each.h"
 
 void cpu_round(float *v, int64_t n, lyco_dtype T) {
 #ifdef CPU_V3
