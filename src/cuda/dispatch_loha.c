@@ -146,6 +146,7 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
         if ((rc = lk_views(rq, n, why, why_len)) || (rc = lk_act_views(c, ar, 3, why, why_len))) return rc;
         orient(&a);
         int done = 0;
+        if (lk_loha_fs_tc_wanted(&a, dev)) return (lyco_status)lk_loha_fs_tc_bypass_fwd(&a, dev, st);
         if ((rc = (lyco_status)lk_loha_tc_bypass_fwd(&a, dev, st, &done)) || done) return rc;
         if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_fwd(&a, st);
         return (lyco_status)lk_loha_bypass_fwd(&a, dev, st);
@@ -159,6 +160,7 @@ lyco_status lk_run_loha(const lyco_call *c, const lk_device *dev, void *st, char
         orient(&a);
         if ((rc = write_dy0(c, a.L.ct, st, why, why_len))) return rc;
         int done = 0;
+        if (lk_loha_fs_tc_wanted(&a, dev)) return (lyco_status)lk_loha_fs_tc_bypass_bwd(&a, dev, st);
         if ((rc = (lyco_status)lk_loha_tc_bypass_bwd(&a, dev, st, &done)) || done) return rc;
         if (use_fs(&a)) return (lyco_status)lk_loha_fs_bypass_bwd(&a, st);
         return (lyco_status)lk_loha_bypass_bwd(&a, dev, st);

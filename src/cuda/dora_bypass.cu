@@ -377,12 +377,8 @@ struct ctx {
    took 113 µs in 32 blocks; chunks as separate launches ran one after another (no faster). */
 int tc_product(const ctx &X, const lk_gemm_args &g0, int split, int np) {
     const i64 M = g0.M, N = g0.N, K = g0.K;
-    const i64 tiles = cdiv(M, 128) * cdiv(N, 128), target = 2 * (i64)X.dev->sms;
-    i64 nz = tiles >= target ? 1 : cdiv(K, 512);
-    if (nz > cdiv(target, tiles)) nz = cdiv(target, tiles);
-    if (nz < 1) nz = 1;
-    const i64 kc = nz > 1 ? cdiv(cdiv(K, nz), 64) * 64 : K;
-    nz = nz > 1 ? cdiv(K, kc) : 1;
+    int64_t nz, kc;
+    lk_gemm_split(M, N, K, X.dev->sms, &nz, &kc);
     const lk_view &S = split == 1 ? g0.A : g0.B;
     const i64 n = split ? S.rows * S.cols : 0;
     const size_t stride = ((size_t)(n > 0 ? n : 1) * 2 + 255) & ~(size_t)255, pbytes = nz > 1 ? (size_t)(nz * M * N) * 4 : 0;

@@ -178,6 +178,15 @@ extern "C" int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev) {
     return gm_plan(a->ct, a->A.dt, a->B.dt, a->a_t != 0, a->b_t != 0, gk, gk == 64 ? 3 : 4).total <= dev->smem_optin;
 }
 
+extern "C" void lk_gemm_split(int64_t M, int64_t N, int64_t K, int32_t sms, int64_t *nz, int64_t *kc) {
+    const i64 tiles = cdiv(M, GM) * cdiv(N, GN), target = 2 * (i64)sms;
+    i64 z = tiles >= target ? 1 : cdiv(K, 512);
+    if (tiles > 0 && z > cdiv(target, tiles)) z = cdiv(target, tiles);
+    if (z < 1) z = 1;
+    *kc = z > 1 ? cdiv(cdiv(K, z), 64) * 64 : K;
+    *nz = z > 1 ? cdiv(K, *kc) : 1;
+}
+
 extern "C" int lk_gemm(const lk_gemm_args *a, const lk_device *dev, void *stream) {
     if (!lk_gemm_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: gemm called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;

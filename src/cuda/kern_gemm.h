@@ -50,6 +50,11 @@ static inline lk_gemm_args lk_gemm_product(int32_t ct, lk_view A, int32_t a_t, l
     return g;
 }
 
+/* K split of a product with fewer 128×128 output tiles than 2 per SM and a long K: nz chunks of kc
+   (a multiple of 64, ≥ 512) side by side (ksplit = nz, kchunk = kc), enough to fill 2 blocks per SM;
+   nz = 1 (kc = K) when the tiles already fill the GPU. A function of the shape and the SM count. */
+void lk_gemm_split(int64_t M, int64_t N, int64_t K, int32_t sms, int64_t *nz, int64_t *kc);
+
 /* Whether lk_gemm runs this call (16-bit CT, grid limits, shared memory); 0 = use another path. */
 int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev);
 int lk_gemm(const lk_gemm_args *a, const lk_device *dev, void *stream);

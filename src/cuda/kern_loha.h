@@ -76,6 +76,14 @@ int lk_loha_tucker_grads(const lk_loha_args *a, const float *GP, void *stream);
 int lk_loha_fs_wanted(const lk_loha_args *a);
 int lk_loha_fs_bypass_fwd(const lk_loha_args *a, void *stream);
 int lk_loha_fs_bypass_bwd(const lk_loha_args *a, void *stream);
+/* The same form on the tensor cores (bf16 compute, linear layers; gemm.cu's products over K̃, M̃, h
+   and gh materialised in bf16): wanted = applies here and the rule favours it over loha_tc.cu's
+   dense route (or LYCO_CUDA_LOHA_FS_TC=1 pins it wherever it applies; =0 turns it off). */
+int lk_loha_fs_tc_wanted(const lk_loha_args *a, const lk_device *dev);
+int lk_loha_fs_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *stream);
+int lk_loha_fs_tc_bypass_bwd(const lk_loha_args *a, const lk_device *dev, void *stream);
+/* LYCO_CUDA_LOHA_NO_TC=1: no tensor-core LoHa path (A/B against the FFMA kernels). */
+int lk_loha_tc_off(void);
 
 /* loha_tc.cu: the tensor-core paths for 16-bit compute (see its header for when they apply): run the
    call and set *done, or leave *done = 0 for the kernels above. */

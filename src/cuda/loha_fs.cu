@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/kern_gemm.h"
 #include "cuda/loha_gen.cuh"
 
 #define FB 128 /* tile rows and columns */
@@ -204,12 +205,30 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_fs_rowscale(lk_lo
     FS_GRID_STRIDE(o, L.O) w[o] = (float)(lam * (double)vget(L.mask, o, 1.0f));
 }
 
-/* out[i] = Σ_z p[z·n + i] (fixed order, fp64, rounded once) */
-__global__ __launch_bounds__(NT) void k_fs_sumz(const float *p, i64 z, i64 n, float *out) {
+/* out[m, c] = Σ_z p[(z·M + m)·N + c] over an M × N out (fixed order, fp64, rounded to fp32, then to
+   out's dtype when it is 16-bit) */
+__global__ __launch_bounds__(NT) void k_fs_sumz(const float *p, i64 z, lk_view out) {
+    const i64 n = out.rows * out.cols;
     FS_GRID_STRIDE(i, n) {
         double s = 0.0;
         for (i64 k = 0; k < z; k++) s += (double)p[k * n + i];
-        out[i] = (float)s;
+        vstore(out, i / out.cols, i % out.cols, (float)s);
+    }
+}
+
+/* The tensor-core route's operands: K̃[ab, j] = RN_CT(B̄_1[a, j]·B̄_2[b, j]) (R × IK) and
+   M̃[o, ab] = RN_CT(w_o·Ā_1[o, a]·Ā_2[o, b]) (O × R), each product of CT-rounded factors exact in
+   fp32 and rounded once (an absent view is skipped). */
+template <typename CT> __global__ __launch_bounds__(NT) void k_fs_operands(lk_loha L, const float *w, lk_view Kt, lk_view Mt) {
+    const i64 R = L.r1 * L.r2, nk = Kt.p ? R * L.IK : 0, nm = Mt.p ? L.O * R : 0;
+    FS_GRID_STRIDE(e, nk + nm) {
+        if (e < nk) {
+            const i64 ab = e / L.IK, j = e % L.IK;
+            vstore(Kt, ab, j, fs_b<CT>(L, L.B1, ab / L.r2, j) * fs_b<CT>(L, L.B2, ab % L.r2, j));
+        } else {
+            const i64 f = e - nk, o = f / R, ab = f % R;
+            vstore(Mt, o, ab, w[o] * (rnd_ct<CT>(vload(L.A1, o, ab / L.r2)) * rnd_ct<CT>(vload(L.A2, o, ab % L.r2))));
+        }
     }
 }
 
@@ -377,7 +396,7 @@ static int fs_gemm_full(const OA &A, const OB &B, i64 M, i64 N, i64 Kd, float *o
     const fs_part ep = {part, M, N};
     int rc = fs_gemm<AK, BK>(A, B, ep, M, N, Kd, z, kper, s, what);
     if (rc || z == 1) return rc;
-    k_fs_sumz<<<fs_blocks(M * N), NT, 0, s>>>(part, z, M * N, out);
+    k_fs_sumz<<<fs_blocks(M * N), NT, 0, s>>>(part, z, fs_f32_view(out, M, N));
     LK_LAUNCHED("loha fs sumz");
     return LYCO_OK;
 }
@@ -390,7 +409,7 @@ template <typename CT> static int fs_h(const fs_ctx &c, float *h, fs_carve &cv, 
     return fs_gemm_full<true, true>(ax, kt, c.Tt, c.R, L.IK, h, cv, s, "loha fs h");
 }
 
-template <typename CT> static int fs_fwd_body(const lk_loha_args *a0, fs_carve &cv, cudaStream_t s) {
+template <typename CT> static int fs_fwd_body(const lk_loha_args *a0, const lk_device *, fs_carve &cv, cudaStream_t s) {
     fs_ctx c;
     c.a = *a0;
     c.Tt = a0->T * a0->geo.spout;
@@ -406,7 +425,42 @@ template <typename CT> static int fs_fwd_body(const lk_loha_args *a0, fs_carve &
     return fs_gemm<true, true>(ah, mt, ey, c.Tt, L.O, c.R, 1, c.R, s, "loha fs y");
 }
 
-template <typename CT> static int fs_bwd_body(const lk_loha_args *a0, fs_carve &cv, cudaStream_t s) {
+/* G_Ā_t and G_σs from D = dyᵀ·h (zD partials of O × R) */
+template <typename CT> static int fs_use_D(const fs_ctx &c, const float *Dp, i64 zD, double *sp, cudaStream_t s) {
+    const lk_loha_args &a = c.a;
+    const lk_loha &L = a.L;
+    if (a.gA1.p || a.gA2.p) {
+        k_fs_ga<CT><<<fs_blocks(L.O * (L.r1 + L.r2)), NT, 0, s>>>(L, Dp, zD, c.w, a.gA1, a.gA2);
+        LK_LAUNCHED("loha fs ga");
+    }
+    if (sp) {
+        k_fs_gsig<CT><<<FS_SIG_BLOCKS, NT, 0, s>>>(L, Dp, zD, sp);
+        LK_LAUNCHED("loha fs gsig");
+        k_fs_gsig_sum<<<1, 32, 0, s>>>(sp, FS_SIG_BLOCKS, L.m, a.gsigma);
+        LK_LAUNCHED("loha fs gsig_sum");
+    }
+    return LYCO_OK;
+}
+
+/* G_B̄_t from F = ghᵀ·im2col(x) (zF partials of R × IK); Tucker: G_P_t into GP, then the core's
+   chain into a0's gradients */
+template <typename CT>
+static int fs_use_F(const fs_ctx &c, const lk_loha_args *a0, const float *Fp, i64 zF, float *GP, cudaStream_t s) {
+    const lk_loha_args &a = c.a;
+    const lk_loha &L = a.L;
+    lk_view d1 = a.gB1, d2 = a.gB2;
+    if (L.tucker) {
+        memset(&d1, 0, sizeof d1);
+        memset(&d2, 0, sizeof d2);
+        if (a.gB1.p || a.gT1.p) d1 = fs_f32_view(GP, L.r1, L.IK);
+        if (a.gB2.p || a.gT2.p) d2 = fs_f32_view(GP + L.r1 * L.IK, L.r2, L.IK);
+    }
+    k_fs_gb<CT><<<fs_blocks((L.r1 + L.r2) * L.IK), NT, 0, s>>>(L, Fp, zF, d1, d2);
+    LK_LAUNCHED("loha fs gb");
+    return L.tucker ? lk_loha_tucker_grads(a0, GP, s) : LYCO_OK;
+}
+
+template <typename CT> static int fs_bwd_body(const lk_loha_args *a0, const lk_device *, fs_carve &cv, cudaStream_t s) {
     fs_ctx c;
     c.a = *a0;
     c.Tt = a0->T * a0->geo.spout;
@@ -452,16 +506,7 @@ template <typename CT> static int fs_bwd_body(const lk_loha_args *a0, fs_carve &
         const fs_mat bh = {h, R, 1};
         const fs_part ep = {Dp, O, R};
         if ((rc = fs_gemm<false, false>(dt, bh, ep, O, R, Tt, zD, kD, s, "loha fs D"))) return rc;
-        if (a.gA1.p || a.gA2.p) {
-            k_fs_ga<CT><<<fs_blocks(O * (L.r1 + L.r2)), NT, 0, s>>>(L, Dp, zD, c.w, a.gA1, a.gA2);
-            LK_LAUNCHED("loha fs ga");
-        }
-        if (want_sig) {
-            k_fs_gsig<CT><<<FS_SIG_BLOCKS, NT, 0, s>>>(L, Dp, zD, sp);
-            LK_LAUNCHED("loha fs gsig");
-            k_fs_gsig_sum<<<1, 32, 0, s>>>(sp, FS_SIG_BLOCKS, L.m, a.gsigma);
-            LK_LAUNCHED("loha fs gsig_sum");
-        }
+        if ((rc = fs_use_D<CT>(c, Dp, zD, sp, s))) return rc;
     }
     if (a.gsigma.p && !want_sig && (rc = lk_copy_round(&a.gsigma, NULL, L.ct, s))) return rc;
     if (needP) { /* F = ghᵀ·im2col(x), then G_B̄_t (Tucker: G_P_t and the core's chain) */
@@ -469,31 +514,135 @@ template <typename CT> static int fs_bwd_body(const lk_loha_args *a0, fs_carve &
         const fs_x<CT> bx = {a.x, a.geo, L.K};
         const fs_part ep = {Fp, R, IK};
         if ((rc = fs_gemm<false, false>(gt, bx, ep, R, IK, Tt, zF, kF, s, "loha fs F"))) return rc;
-        lk_view d1 = a.gB1, d2 = a.gB2;
-        if (L.tucker) {
-            memset(&d1, 0, sizeof d1);
-            memset(&d2, 0, sizeof d2);
-            if (a.gB1.p || a.gT1.p) d1 = fs_f32_view(GP, L.r1, IK);
-            if (a.gB2.p || a.gT2.p) d2 = fs_f32_view(GP + L.r1 * IK, L.r2, IK);
-        }
-        k_fs_gb<CT><<<fs_blocks((L.r1 + L.r2) * IK), NT, 0, s>>>(L, Fp, zF, d1, d2);
-        LK_LAUNCHED("loha fs gb");
-        if (L.tucker && (rc = lk_loha_tucker_grads(a0, GP, s))) return rc;
+        if ((rc = fs_use_F<CT>(c, a0, Fp, zF, GP, s))) return rc;
     }
     return LYCO_OK;
 }
 
-typedef int (*fs_body)(const lk_loha_args *a, fs_carve &cv, cudaStream_t s);
+/* =============================================================================================
+ * the tensor-core route (bf16 compute, linear layers): the same products through gemm.cu, over
+ * K̃, M̃ (k_fs_operands) and h, gh materialised in the compute dtype
+ * =========================================================================================== */
+
+/* Row-major CT scratch (rows × cols, 16-byte rows) carved from cv. */
+static lk_view fs_ct_take(fs_carve &cv, i64 rows, i64 cols, int32_t ct) {
+    const i64 ld = (cols + 7) / 8 * 8;
+    return lk_pitched_view(fs_take(cv, rows * ld * 2), rows, cols, ld, ct);
+}
+
+/* g = A·Bᵀ (M × N × K) on the tensor cores. keep == NULL: into out (any view), through fp32 K-chunk
+   slabs summed in order (k_fs_sumz) when the output is thin (lk_gemm_split); keep != NULL: the
+   slabs themselves (*z of them, M × N fp32 each) for a consumer that sums them. */
+static int fs_tc_product(lk_gemm_args g, lk_view out, float **keep, int64_t *z, const lk_device *dev, fs_carve &cv,
+                         cudaStream_t s) {
+    int64_t nz, kc;
+    lk_gemm_split(g.M, g.N, g.K, dev->sms, &nz, &kc);
+    float *slabs = (keep || nz > 1) ? (float *)fs_take(cv, nz * g.M * g.N * 4) : NULL;
+    if (keep) {
+        *keep = slabs;
+        *z = nz;
+    }
+    if (!cv.base) return LYCO_OK;
+    g.out = slabs ? fs_f32_view(slabs, g.M, g.N) : out;
+    if (nz > 1) {
+        g.ksplit = (int32_t)nz;
+        g.kchunk = kc;
+    }
+    int rc = lk_gemm(&g, dev, s);
+    if (rc || keep || nz == 1) return rc;
+    k_fs_sumz<<<fs_blocks(g.M * g.N), NT, 0, s>>>(slabs, nz, out);
+    LK_LAUNCHED("loha fs tc sumz");
+    return LYCO_OK;
+}
+
+/* w, K̃ and M̃ (either view may be left absent: want_k / want_m) */
+template <typename CT> static int fs_tc_prep(fs_ctx &c, bool want_k, bool want_m, lk_view &Kt, lk_view &Mt, fs_carve &cv, cudaStream_t s) {
+    const lk_loha &L = c.a.L;
+    int rc = fs_prep<CT>(c, cv, s);
+    memset(&Kt, 0, sizeof Kt);
+    memset(&Mt, 0, sizeof Mt);
+    if (want_k) Kt = fs_ct_take(cv, c.R, L.IK, L.ct);
+    if (want_m) Mt = fs_ct_take(cv, L.O, c.R, L.ct);
+    if (rc || !cv.base) return rc;
+    k_fs_operands<CT><<<fs_blocks(c.R * L.IK + L.O * c.R), NT, 0, s>>>(L, c.w, Kt, Mt);
+    LK_LAUNCHED("loha fs tc operands");
+    return LYCO_OK;
+}
+
+/* h = RN_CT(x·K̃ᵀ) (T × R) */
+static int fs_tc_h(const fs_ctx &c, const lk_view &Kt, lk_view &h, const lk_device *dev, fs_carve &cv, cudaStream_t s) {
+    const lk_loha &L = c.a.L;
+    h = fs_ct_take(cv, c.Tt, c.R, L.ct);
+    const lk_gemm_args g = lk_gemm_product(L.ct, lk_act_as_view(c.a.x, c.Tt, L.IK), 0, Kt, 0, c.Tt, c.R, L.IK);
+    return fs_tc_product(g, h, NULL, NULL, dev, cv, s);
+}
+
+/* y = RN_CT(y0) + h·M̃ᵀ */
+template <typename CT> static int fs_tc_fwd_body(const lk_loha_args *a0, const lk_device *dev, fs_carve &cv, cudaStream_t s) {
+    fs_ctx c;
+    c.a = *a0;
+    c.Tt = a0->T;
+    c.R = a0->L.r1 * a0->L.r2;
+    const lk_loha &L = c.a.L;
+    lk_view Kt, Mt, h;
+    int rc = fs_tc_prep<CT>(c, true, true, Kt, Mt, cv, s);
+    if (rc || (rc = fs_tc_h(c, Kt, h, dev, cv, s)) || !cv.base) return rc;
+    lk_gemm_args g = lk_gemm_product(L.ct, h, 0, Mt, 0, c.Tt, L.O, c.R);
+    g.base = c.a.y0.p ? lk_act_as_view(c.a.y0, c.Tt, L.O) : lk_view{};
+    g.out = lk_act_as_view(c.a.y, c.Tt, L.O);
+    return lk_gemm(&g, dev, s);
+}
+
+/* gh = RN_CT(dy·M̃), dx = gh·K̃, D = dyᵀ·h, F = ghᵀ·x, then fs_use_D / fs_use_F */
+template <typename CT> static int fs_tc_bwd_body(const lk_loha_args *a0, const lk_device *dev, fs_carve &cv, cudaStream_t s) {
+    fs_ctx c;
+    c.a = *a0;
+    c.Tt = a0->T;
+    c.R = a0->L.r1 * a0->L.r2;
+    const lk_loha_args &a = c.a;
+    const lk_loha &L = a.L;
+    const i64 T = c.Tt, R = c.R;
+    const bool want_sig = a.gsigma.p && !a.sigma_zero;
+    const bool needD = a.gA1.p || a.gA2.p || want_sig, needP = a.gB1.p || a.gB2.p;
+    const bool needG = needP || a.dx.p;
+    const lk_view dy = lk_act_as_view(a.dy, T, L.O), x = lk_act_as_view(a.x, T, L.IK);
+    lk_view Kt, Mt, h, gh;
+    memset(&h, 0, sizeof h);
+    memset(&gh, 0, sizeof gh);
+    int rc = fs_tc_prep<CT>(c, needD || a.dx.p, needG, Kt, Mt, cv, s);
+    if (rc) return rc;
+    double *sp = want_sig ? (double *)fs_take(cv, FS_SIG_BLOCKS * 8) : NULL;
+    if (needD && (rc = fs_tc_h(c, Kt, h, dev, cv, s))) return rc;
+    if (needG) {
+        gh = fs_ct_take(cv, T, R, L.ct);
+        if ((rc = fs_tc_product(lk_gemm_product(L.ct, dy, 0, Mt, 1, T, R, L.O), gh, NULL, NULL, dev, cv, s))) return rc;
+    }
+    float *Dp = NULL, *Fp = NULL;
+    int64_t zD = 1, zF = 1;
+    if (needD && (rc = fs_tc_product(lk_gemm_product(L.ct, dy, 1, h, 1, L.O, R, T), lk_view{}, &Dp, &zD, dev, cv, s))) return rc;
+    if (needP && (rc = fs_tc_product(lk_gemm_product(L.ct, gh, 1, x, 1, R, L.IK, T), lk_view{}, &Fp, &zF, dev, cv, s))) return rc;
+    if (!cv.base) return LYCO_OK;
+    if (a.dx.p) {
+        lk_gemm_args g = lk_gemm_product(L.ct, gh, 0, Kt, 1, T, L.IK, R);
+        g.out = lk_act_as_view(a.dx, T, L.IK);
+        if ((rc = lk_gemm(&g, dev, s))) return rc;
+    }
+    if (needD && (rc = fs_use_D<CT>(c, Dp, zD, sp, s))) return rc;
+    if (a.gsigma.p && !want_sig && (rc = lk_copy_round(&a.gsigma, NULL, L.ct, s))) return rc;
+    return needP ? fs_use_F<CT>(c, a0, Fp, zF, NULL, s) : LYCO_OK;
+}
+
+typedef int (*fs_body)(const lk_loha_args *a, const lk_device *dev, fs_carve &cv, cudaStream_t s);
 
 /* sizing pass, one stream-ordered allocation, the real pass */
-static int fs_run(const lk_loha_args *a, cudaStream_t s, fs_body body) {
+static int fs_run(const lk_loha_args *a, const lk_device *dev, cudaStream_t s, fs_body body) {
     fs_carve cv = {0, NULL};
-    int rc = body(a, cv, s);
+    int rc = body(a, dev, cv, s);
     if (rc) return rc;
     const size_t bytes = cv.off;
     cv.off = 0;
     if ((rc = lk_scratch_alloc((void **)&cv.base, bytes, s))) return rc;
-    rc = body(a, cv, s);
+    rc = body(a, dev, cv, s);
     int rf = lk_scratch_free(cv.base, s);
     return rc ? rc : rf;
 }
@@ -510,17 +659,60 @@ extern "C" int lk_loha_fs_bypass_fwd(const lk_loha_args *a, void *stream) {
     if (a->T * a->geo.spout == 0 || L.O == 0) return LYCO_OK;
     cudaStream_t s = (cudaStream_t)stream;
     switch (L.ct) {
-    case DT_BF16: return fs_run(a, s, fs_fwd_body<bf16_t>);
-    case DT_F16: return fs_run(a, s, fs_fwd_body<f16_t>);
-    default: return fs_run(a, s, fs_fwd_body<float>);
+    case DT_BF16: return fs_run(a, NULL, s, fs_fwd_body<bf16_t>);
+    case DT_F16: return fs_run(a, NULL, s, fs_fwd_body<f16_t>);
+    default: return fs_run(a, NULL, s, fs_fwd_body<float>);
     }
 }
 
 extern "C" int lk_loha_fs_bypass_bwd(const lk_loha_args *a, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     switch (a->L.ct) {
-    case DT_BF16: return fs_run(a, s, fs_bwd_body<bf16_t>);
-    case DT_F16: return fs_run(a, s, fs_bwd_body<f16_t>);
-    default: return fs_run(a, s, fs_bwd_body<float>);
+    case DT_BF16: return fs_run(a, NULL, s, fs_bwd_body<bf16_t>);
+    case DT_F16: return fs_run(a, NULL, s, fs_bwd_body<f16_t>);
+    default: return fs_run(a, NULL, s, fs_bwd_body<float>);
     }
+}
+
+/* LYCO_CUDA_LOHA_FS_TC: 0 = never, 1 = wherever it applies (the tests' way to pin it), unset = by
+   lk_loha_fs_tc_wanted's rule. */
+static int fs_tc_env() {
+    const char *e = getenv("LYCO_CUDA_LOHA_FS_TC");
+    return e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : -1;
+}
+
+/* The tensor-core route applies: bf16 compute (fp16's range would underflow K̃ and M̃ — its rows
+   keep the dense route), a linear layer, plain LoHa, tokens, rows and columns present, every
+   product within gemm.cu's limits, not forced off. */
+static bool fs_tc_applies(const lk_loha_args *a, const lk_device *dev) {
+    const lk_loha &L = a->L;
+    if (a->legacy || lk_loha_tc_off() || fs_tc_env() == 0 || L.ct != DT_BF16 || a->geo.nd != 0 || L.tucker) return false;
+    if (L.r1 < 1 || L.r2 < 1 || a->T < 1 || L.O < 1 || L.IK < 1) return false;
+    const i64 R = L.r1 * L.r2;
+    const lk_view x = lk_act_as_view(a->x, a->T, L.IK), Kt = lk_pitched_view(NULL, R, L.IK, L.IK, L.ct);
+    const lk_view Mt = lk_pitched_view(NULL, L.O, R, R, L.ct), h = lk_pitched_view(NULL, a->T, R, R, L.ct);
+    const lk_gemm_args g[] = {lk_gemm_product(L.ct, x, 0, Kt, 0, a->T, R, L.IK), lk_gemm_product(L.ct, h, 0, Mt, 0, a->T, L.O, R),
+                              lk_gemm_product(L.ct, h, 0, Mt, 1, a->T, R, L.O), lk_gemm_product(L.ct, h, 1, h, 1, L.O, R, a->T)};
+    for (int i = 0; i < 4; i++)
+        if (!lk_gemm_fits(&g[i], dev)) return false;
+    return true;
+}
+
+/* Rule: both routes run on the tensor cores; this one costs 2·T·R·(I + O) flops per product pair
+   against the dense route's 2·T·O·I (loha_tc.cu), plus its thin products' K splits and the
+   materialised h: taken when it is at least 2× fewer flops, R·(I + O)·2 ≤ O·I (4096², r₁ = r₂ = 16:
+   R = 256 ≤ 1024). */
+extern "C" int lk_loha_fs_tc_wanted(const lk_loha_args *a, const lk_device *dev) {
+    if (!fs_tc_applies(a, dev)) return 0;
+    const lk_loha &L = a->L;
+    const double R = (double)L.r1 * (double)L.r2;
+    return fs_tc_env() == 1 || 2.0 * R * ((double)L.IK + (double)L.O) <= (double)L.O * (double)L.IK;
+}
+
+extern "C" int lk_loha_fs_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *stream) {
+    return fs_run(a, dev, (cudaStream_t)stream, fs_tc_fwd_body<bf16_t>);
+}
+
+extern "C" int lk_loha_fs_tc_bypass_bwd(const lk_loha_args *a, const lk_device *dev, void *stream) {
+    return fs_run(a, dev, (cudaStream_t)stream, fs_tc_bwd_body<bf16_t>);
 }

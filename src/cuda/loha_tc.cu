@@ -262,7 +262,7 @@ int tc_grad_any(const lk_loha_args *a, bool byp, i64 o0, i64 rows, float *const 
 } // namespace
 
 /* LYCO_CUDA_LOHA_NO_TC=1: the FFMA kernels of loha.cu / loha_fs.cu instead (A/B) */
-static bool tc_off() {
+extern "C" int lk_loha_tc_off(void) {
     const char *e = getenv("LYCO_CUDA_LOHA_NO_TC");
     return e && e[0] == '1';
 }
@@ -270,7 +270,7 @@ static bool tc_off() {
 static bool tc_common(const lk_loha_args *a) {
     const lk_loha &L = a->L;
     const i64 r = L.r1 > L.r2 ? L.r1 : L.r2;
-    return !a->legacy && !tc_off() && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && L.r1 >= 1 && L.r2 >= 1 &&
+    return !a->legacy && !lk_loha_tc_off() && (L.ct == DT_BF16 || L.ct == DT_F16) && !L.tucker && L.r1 >= 1 && L.r2 >= 1 &&
            lk_reduce_rank_tile(r) != 0;
 }
 
