@@ -157,6 +157,14 @@ LYCO_CUDA_CONV_DXHALO=0 "$LYCO" check --backend cuda --algo locon,dylora --dir b
     || fail "locon/dylora bypass_bwd with LYCO_CUDA_CONV_DXHALO=0 (see regress-dxtc.txt)"
 tail -n 1 "$OUT/regress-dxtc.txt" | tee -a "$LOG"
 
+# LoHa's bf16 linear bypass: the face-splitting form on the tensor cores (loha_fs.cu) pinned on every
+# row where it applies, then the dense route (loha_tc.cu) with it off
+for v in 1 0; do
+    LYCO_CUDA_LOHA_FS_TC=$v "$LYCO" check --backend cuda --algo loha --dir bypass_fwd,bypass_bwd --require-fused --seed "$SEED" \
+        >"$OUT/loha-fs-tc$v.txt" 2>&1 || fail "loha bypass with LYCO_CUDA_LOHA_FS_TC=$v (see loha-fs-tc$v.txt)"
+    tail -n 1 "$OUT/loha-fs-tc$v.txt" | tee -a "$LOG"
+done
+
 # ---- 3b. the ctest gpu label's tests (larger conv/Tucker shapes), when built here ----
 GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"
 if [ -x "$GPU_TEST" ]; then

@@ -9,8 +9,9 @@
  * gradient likewise); B̄_t = hada_w*_b as r × (everything after dim 0); Tucker cores r × (r·k).
  * Bypass activations as N × C × spatial views (linear: tokens × features), dy0 = RN(dy) (or 0
  * when y0 was given with LYCO_BYPASS_DELTA_ONLY) through lk_copy_round.
- * Forms: 16-bit compute, not Tucker, ranks ≤ 128: loha_tc.cu's tensor-core merge forward and
- * backward and (linear) bypass forward and backward. Otherwise: loha_fs.cu's face-splitting
+ * Forms: bf16 linear bypass where lk_loha_fs_tc_wanted's rule favours it: loha_fs.cu's
+ * face-splitting form on the tensor cores. 16-bit compute, not Tucker, ranks ≤ 128: loha_tc.cu's
+ * tensor-core merge forward and backward and (linear) bypass forward and backward. Otherwise: loha_fs.cu's face-splitting
  * where lk_loha_fs_wanted's rule favours it (every row of the case table; the bench shape), else
  * loha_bypass.cu's ΔW tiles; LYCO_CUDA_LOHA_LEGACY=1 forces the ΔW-tile path (the first
  * H200-verified one) everywhere.

@@ -40,6 +40,20 @@
  * shape only (fs_split).
  * Extra memory (fp32): w (O), h and gh (T·R each, times the split count when split) plus their
  * sums, D and F partials (z·O·R, z·R·I·K), Tucker P_t and G_P_t, G_σs partials (fp64).
+ *
+ * Tensor-core route (bf16 compute, linear, plain; lk_loha_fs_tc_wanted): the same products through
+ * gemm.cu (mma.sync, fp32 sums) over operands materialised in bf16 — K̃ = RN(B̄_1[a, j]·B̄_2[b, j])
+ * (R × I), M̃ = RN(w_o·Ā_1[o, a]·Ā_2[o, b]) (O × R) (k_fs_operands; each a product of two rounded
+ * factors, exact in fp32, rounded once), h = RN(x·K̃ᵀ) and gh = RN(dy·M̃) (T × R) — so y =
+ * RN(y0) + h·M̃ᵀ, dx = gh·K̃, D = dyᵀ·h, F = ghᵀ·x, then the same k_fs_ga / k_fs_gb / k_fs_gsig.
+ * Thin products (x·K̃ᵀ, dy·M̃, D, F: few 128×128 tiles, long K) run as fp32 K-chunk slabs in one
+ * launch (lk_gemm_split), summed in order. Numerics: three roundings to bf16 on the way (K̃ or M̃,
+ * and h / gh), each ~u relative per term of sums with random signs — the eager chain's three
+ * (R_1, R_2, ΔW̄); check.c counts LoHa's bypass as rounding an intermediate. fp16 keeps the dense
+ * route (K̃'s products of two small factors would fall into fp16's subnormals). Cost: 2·T·R·(I + O)
+ * flops per product pair against the dense route's 2·T·O·I (loha_tc.cu): at 4096², r 16, 8192
+ * tokens 34 against 275 GFLOP for the forward. Extra memory: w; K̃, M̃, h, gh in bf16 (R·I, O·R,
+ * T·R, T·R); the slabs (≤ 2·SMs/tiles × the thin output, fp32); G_σs partials.
  */
 #include <stdio.h>
 #include <string.h>

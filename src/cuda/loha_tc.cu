@@ -16,8 +16,9 @@
  *   stream-ordered scratch, then y[:, chunk] = RN(RN_CT(y0[:, chunk]) + x·ΔW̄_cᵀ) by gemm.cu
  *   (fp32 sums over I). ΔW̄ is never whole: one chunk (≤ 16 MB) at a time, which stays in L2 while
  *   the product streams x. Cost: 2·T·O·I flops on the tensor cores plus one chunk write and read;
- *   the face-splitting form (loha_fs.cu) spends 2·T·r₁r₂·(I + O) in FFMA — ~10× slower per flop,
- *   so this path wins at every rank the expand takes (≤ 128); it is used wherever it applies.
+ *   for bf16 the face-splitting form on the tensor cores (loha_fs.cu) costs 2·T·r₁r₂·(I + O) and
+ *   is taken instead where that is at most half (lk_loha_fs_tc_wanted); fp16, and bf16 at large
+ *   ranks, come here. (Its FFMA variant is ~10× slower per flop and never beats this path.)
  * merge backward (k_loha_tc_grad, no DoRA): a block owns a 64×128 tile of ∂L/∂W'' and one term
  *   (grid z = 2: half the registers and twice the blocks of doing both). It stages Ā_t
  *   rows, B̄_t columns and the Γ tile, computes R_1, R_2 there with mma.sync, forms
