@@ -120,21 +120,34 @@ template <typename CT, bool AT, bool BT, int GK, int GS> __global__ __launch_bou
                 *(float2 *)(Cs + acc_row(m0, mi, 2 * h) * GLDC + acc_col(n0, ni, 0)) =
                     make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
     __syncthreads();
-    const bool hasB = a.base.p != NULL;
-    for (int q = threadIdx.x; q < GM * (GN / 8); q += NT) {
-        const int rr = q / (GN / 8), cc = (q % (GN / 8)) * 8;
-        const i64 m = mb + rr, n = nb + cc;
-        if (m >= a.M || n >= a.N) continue;
-        float v[8];
+    /* a thread's GM·GN/8/NT chunks in two halves: every base chunk of a half is loaded before any
+       of its outputs is stored (the loads fly together instead of one DRAM round trip per chunk;
+       an out that is the base still sees each element read before it is written) */
+    const int NQ = GM * (GN / 8) / NT / 2;
+#pragma unroll 1
+    for (int half = 0; half < 2; half++) {
+        float bv[NQ][8];
+        if (a.base.p) {
 #pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = Cs[rr * GLDC + cc + e];
-        if (hasB) {
-            float w[8];
-            vload8(w, a.base, m, n);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] += a.base_f32 ? w[e] : rnd_ct<CT>(w[e]);
+            for (int u = 0; u < NQ; u++) {
+                const int q = threadIdx.x + (half * NQ + u) * NT, rr = q / (GN / 8), cc = (q % (GN / 8)) * 8;
+                vload8(bv[u], a.base, mb + rr, nb + cc);
+            }
         }
-        vstore8(a.out, m, n, v);
+#pragma unroll
+        for (int u = 0; u < NQ; u++) {
+            const int q = threadIdx.x + (half * NQ + u) * NT, rr = q / (GN / 8), cc = (q % (GN / 8)) * 8;
+            const i64 m = mb + rr, n = nb + cc;
+            if (m >= a.M || n >= a.N) continue;
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = Cs[rr * GLDC + cc + e];
+            if (a.base.p) {
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[e] += a.base_f32 ? bv[u][e] : rnd_ct<CT>(bv[u][e]);
+            }
+            vstore8(a.out, m, n, v);
+        }
     }
 }
 
@@ -179,10 +192,13 @@ extern "C" int lk_gemm_fits(const lk_gemm_args *a, const lk_device *dev) {
 }
 
 extern "C" void lk_gemm_split(int64_t M, int64_t N, int64_t K, int32_t sms, int64_t *nz, int64_t *kc) {
-    const i64 tiles = cdiv(M, GM) * cdiv(N, GN), target = 2 * (i64)sms;
-    i64 z = tiles >= target ? 1 : cdiv(K, 512);
-    if (tiles > 0 && z > cdiv(target, tiles)) z = cdiv(target, tiles);
-    if (z < 1) z = 1;
+    const i64 tiles = cdiv(M, GM) * cdiv(N, GN), target = 2 * (i64)sms, zmax = cdiv(K, 512);
+    /* the fewest chunks that reach the least waves × chunk length, ⌈tiles·z / target⌉ / z (e.g.
+       128 tiles on 264 slots: z = 2 is one full wave of K/2 — z = 3 would be two waves of K/3) */
+    i64 z = 1;
+    if (tiles > 0 && tiles < target)
+        for (i64 c = 2; c <= zmax && c <= target; c++)
+            if (cdiv(tiles * c, target) * z < cdiv(tiles * z, target) * c) z = c;
     *kc = z > 1 ? cdiv(cdiv(K, z), 64) * 64 : K;
     *nz = z > 1 ? cdiv(K, *kc) : 1;
 }

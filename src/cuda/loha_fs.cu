@@ -43,7 +43,7 @@
  *
  * Tensor-core route (bf16 compute, linear, plain; lk_loha_fs_tc_wanted): the same products through
  * gemm.cu (mma.sync, fp32 sums) over operands materialised in bf16 — K̃ = RN(B̄_1[a, j]·B̄_2[b, j])
- * (R × I), M̃ = RN(w_o·Ā_1[o, a]·Ā_2[o, b]) (O × R) (k_fs_operands; each a product of two rounded
+ * (R × I), M̃ = RN(w_o·Ā_1[o, a]·Ā_2[o, b]) (O × R) (k_fs_kt, k_fs_mt; each a product of two rounded
  * factors, exact in fp32, rounded once), h = RN(x·K̃ᵀ) and gh = RN(dy·M̃) (T × R) — so y =
  * RN(y0) + h·M̃ᵀ, dx = gh·K̃, D = dyᵀ·h, F = ghᵀ·x, then the same k_fs_ga / k_fs_gb / k_fs_gsig.
  * Thin products (x·K̃ᵀ, dy·M̃, D, F: few 128×128 tiles, long K) run as fp32 K-chunk slabs in one
@@ -230,20 +230,19 @@ __global__ __launch_bounds__(NT) void k_fs_sumz(const float *p, i64 z, lk_view o
     }
 }
 
-/* The tensor-core route's operands: K̃[ab, j] = RN_CT(B̄_1[a, j]·B̄_2[b, j]) (R × IK) and
-   M̃[o, ab] = RN_CT(w_o·Ā_1[o, a]·Ā_2[o, b]) (O × R), each product of CT-rounded factors exact in
-   fp32 and rounded once (an absent view is skipped). */
-template <typename CT> __global__ __launch_bounds__(NT) void k_fs_operands(lk_loha L, const float *w, lk_view Kt, lk_view Mt) {
-    const i64 R = L.r1 * L.r2, nk = Kt.p ? R * L.IK : 0, nm = Mt.p ? L.O * R : 0;
-    FS_GRID_STRIDE(e, nk + nm) {
-        if (e < nk) {
-            const i64 ab = e / L.IK, j = e % L.IK;
-            vstore(Kt, ab, j, fs_b<CT>(L, L.B1, ab / L.r2, j) * fs_b<CT>(L, L.B2, ab % L.r2, j));
-        } else {
-            const i64 f = e - nk, o = f / R, ab = f % R;
+/* The tensor-core route's operands: K̃[ab, j] = RN_CT(B̄_1[a, j]·B̄_2[b, j]) (R × IK; grid y = the
+   row ab) and M̃[o, ab] = RN_CT(w_o·Ā_1[o, a]·Ā_2[o, b]) (O × R; grid y = rows o, strided), each
+   product of CT-rounded factors exact in fp32 and rounded once. */
+template <typename CT> __global__ __launch_bounds__(NT) void k_fs_kt(lk_loha L, lk_view Kt) {
+    const i64 ab = blockIdx.y, a = ab / L.r2, b = ab % L.r2;
+    for (i64 j = (i64)blockIdx.x * NT + threadIdx.x; j < L.IK; j += (i64)gridDim.x * NT)
+        vstore(Kt, ab, j, fs_b<CT>(L, L.B1, a, j) * fs_b<CT>(L, L.B2, b, j));
+}
+template <typename CT> __global__ __launch_bounds__(NT) void k_fs_mt(lk_loha L, const float *w, lk_view Mt) {
+    const i64 R = L.r1 * L.r2;
+    for (i64 o = blockIdx.y; o < L.O; o += gridDim.y)
+        for (i64 ab = threadIdx.x; ab < R; ab += NT)
             vstore(Mt, o, ab, w[o] * (rnd_ct<CT>(vload(L.A1, o, ab / L.r2)) * rnd_ct<CT>(vload(L.A2, o, ab % L.r2))));
-        }
-    }
 }
 
 /* D[o, ab] from its z partials (O × R each) */
@@ -535,7 +534,7 @@ template <typename CT> static int fs_bwd_body(const lk_loha_args *a0, const lk_d
 
 /* =============================================================================================
  * the tensor-core route (bf16 compute, linear layers): the same products through gemm.cu, over
- * K̃, M̃ (k_fs_operands) and h, gh materialised in the compute dtype
+ * K̃, M̃ (k_fs_kt, k_fs_mt) and h, gh materialised in the compute dtype
  * =========================================================================================== */
 
 /* Row-major CT scratch (rows × cols, 16-byte rows) carved from cv. */
@@ -578,8 +577,15 @@ template <typename CT> static int fs_tc_prep(fs_ctx &c, bool want_k, bool want_m
     if (want_k) Kt = fs_ct_take(cv, c.R, L.IK, L.ct);
     if (want_m) Mt = fs_ct_take(cv, L.O, c.R, L.ct);
     if (rc || !cv.base) return rc;
-    k_fs_operands<CT><<<fs_blocks(c.R * L.IK + L.O * c.R), NT, 0, s>>>(L, c.w, Kt, Mt);
-    LK_LAUNCHED("loha fs tc operands");
+    if (want_k) {
+        const i64 gx = cdiv(L.IK, NT);
+        k_fs_kt<CT><<<dim3((unsigned)(gx < 64 ? gx : 64), (unsigned)c.R), NT, 0, s>>>(L, Kt);
+        LK_LAUNCHED("loha fs tc K");
+    }
+    if (want_m) {
+        k_fs_mt<CT><<<dim3(1, (unsigned)(L.O < FS_GRID_CAP ? L.O : FS_GRID_CAP)), NT, 0, s>>>(L, c.w, Mt);
+        LK_LAUNCHED("loha fs tc M");
+    }
     return LYCO_OK;
 }
 
@@ -641,9 +647,19 @@ template <typename CT> static int fs_tc_bwd_body(const lk_loha_args *a0, const l
         g.out = lk_act_as_view(a.dx, T, L.IK);
         if ((rc = lk_gemm(&g, dev, s))) return rc;
     }
-    if (needD && (rc = fs_use_D<CT>(c, Dp, zD, sp, s))) return rc;
+    /* the slabs summed in place into the first (fixed order, fp64, rounded to fp32): the consumers
+       then read one value per term instead of z (k_fs_ga / k_fs_gb took 39 / 42 µs over 4 slabs) */
+    if (needD && zD > 1) {
+        k_fs_sumz<<<fs_blocks(L.O * R), NT, 0, s>>>(Dp, zD, fs_f32_view(Dp, L.O, R));
+        LK_LAUNCHED("loha fs tc sum D");
+    }
+    if (needP && zF > 1) {
+        k_fs_sumz<<<fs_blocks(R * L.IK), NT, 0, s>>>(Fp, zF, fs_f32_view(Fp, R, L.IK));
+        LK_LAUNCHED("loha fs tc sum F");
+    }
+    if (needD && (rc = fs_use_D<CT>(c, Dp, 1, sp, s))) return rc;
     if (a.gsigma.p && !want_sig && (rc = lk_copy_round(&a.gsigma, NULL, L.ct, s))) return rc;
-    return needP ? fs_use_F<CT>(c, a0, Fp, zF, NULL, s) : LYCO_OK;
+    return needP ? fs_use_F<CT>(c, a0, Fp, 1, NULL, s) : LYCO_OK;
 }
 
 typedef int (*fs_body)(const lk_loha_args *a, const lk_device *dev, fs_carve &cv, cudaStream_t s);
@@ -703,6 +719,7 @@ static bool fs_tc_applies(const lk_loha_args *a, const lk_device *dev) {
     if (a->legacy || lk_loha_tc_off() || fs_tc_env() == 0 || L.ct != DT_BF16 || a->geo.nd != 0 || L.tucker) return false;
     if (L.r1 < 1 || L.r2 < 1 || a->T < 1 || L.O < 1 || L.IK < 1) return false;
     const i64 R = L.r1 * L.r2;
+    if (R > 65535) return false; /* k_fs_kt's grid y */
     const lk_view x = lk_act_as_view(a->x, a->T, L.IK), Kt = lk_pitched_view(NULL, R, L.IK, L.IK, L.ct);
     const lk_view Mt = lk_pitched_view(NULL, L.O, R, R, L.ct), h = lk_pitched_view(NULL, a->T, R, R, L.ct);
     const lk_gemm_args g[] = {lk_gemm_product(L.ct, x, 0, Kt, 0, a->T, R, L.IK), lk_gemm_product(L.ct, h, 0, Mt, 0, a->T, L.O, R),

@@ -73,13 +73,35 @@ __global__ __launch_bounds__(NT) void k_copy_round(lk_view dst, lk_view src, int
     }
 }
 
+/* The same for row-major views (unit column stride), 8 columns per step: 16-byte loads and stores
+   where a view has LK_VEC (vload8 / vstore8 fall back to elements at a right edge or otherwise).
+   H200, dy0 = RN(dy) of 8192 × 4096 bf16: 143 µs element by element (16 % of DRAM peak). */
+__global__ __launch_bounds__(NT) void k_copy_round8(lk_view dst, lk_view src, int ct) {
+    const i64 cpr = (dst.cols + 7) / 8, n = dst.rows * cpr;
+    for (i64 idx = (i64)blockIdx.x * NT + threadIdx.x; idx < n; idx += (i64)gridDim.x * NT) {
+        const i64 r = idx / cpr, c = (idx % cpr) * 8;
+        float v[8];
+        if (src.p) {
+            vload8(v, src, r, c);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = round_to(v[e], ct);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = 0.0f;
+        }
+        vstore8(dst, r, c, v);
+    }
+}
+
 extern "C" int lk_copy_round(const lk_view *dst, const lk_view *src, int32_t ct, void *stream) {
     i64 n = dst->rows * dst->cols;
     if (!dst->p || n == 0) return LYCO_OK;
-    i64 blocks = cdiv(n, NT);
-    if (blocks > 65536) blocks = 65536;
     lk_view s = src ? *src : lk_view{};
-    k_copy_round<<<(unsigned)blocks, NT, 0, (cudaStream_t)stream>>>(*dst, s, ct);
+    const bool rows8 = dst->s1 == 1 && (!s.p || s.s1 == 1) && !(dst->flags & LK_UNALIGNED) && !(s.p && (s.flags & LK_UNALIGNED));
+    i64 blocks = cdiv(rows8 ? cdiv(dst->cols, 8) * dst->rows : n, NT);
+    if (blocks > 65536) blocks = 65536;
+    if (rows8) k_copy_round8<<<(unsigned)blocks, NT, 0, (cudaStream_t)stream>>>(*dst, s, ct);
+    else k_copy_round<<<(unsigned)blocks, NT, 0, (cudaStream_t)stream>>>(*dst, s, ct);
     LK_LAUNCHED("copy_round");
     return LYCO_OK;
 }
