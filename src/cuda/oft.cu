@@ -882,11 +882,123 @@ template <int B> static int doft_fwd_staged_launch(const doft_k *P, const lk_dev
     return LYCO_OK;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The same forward on the tensor cores, for bf16 X and a 16-bit Y (row-major, 16-byte aligned
+ * rows) at B = 16 or 32: Y_k = Op_kᵀ·X_k with Op_k (fp32) in three bf16 parts P0 + P1 + P2
+ * (P0 = RN(Op), P1 = RN(Op − P0), P2 = RN(Op − P0 − P1): Op to ~2⁻²⁴ relative) and X exact in
+ * bf16, so each part's products are exact and the fp32 accumulators (mma.sync m16n8k16, parts
+ * smallest first) carry fp32-level sums — far below a 16-bit output's rounding, where the FFMA
+ * kernel above is bound by its 2·B FFMA per output (H200, 4096², B 32: 79 µs against ~14 µs of
+ * bytes). A CUDA block owns block k's B rows over a run of tiles of TC = 256 columns (cp.async
+ * ring of two stages, the next tile in flight); warp w the tile's columns 32w … 32w + 31: it
+ * multiplies, applies the epilogue (ρ, delta) to its accumulators, writes the results over its own
+ * columns of the staged X tile (each element read, as x for the delta, by the thread that
+ * overwrites it) and stores them from there in 16-byte chunks. Per output the results differ from
+ * the FFMA chain's in the last fp32 bits only (the chains are regrouped), not in kind.
+ * Shared memory: 2 × B × 264 bf16 (ring) + 3 × B × (B + 8) bf16 (parts) + B floats.
+ * LYCO_CUDA_OFT_TC=0 keeps the FFMA kernel (A/B).
+ * ------------------------------------------------------------------------------------------- */
+#define DT_TC 256          /* columns per tile */
+#define DT_PT (DT_TC + 8)  /* ring row pitch (halfwords): ldmatrix rows in distinct bank groups */
+
+template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_tc(doft_k P, int tiles) {
+    constexpr int PA = B + 8, MI = B / 16;
+    __shared__ __align__(16) unsigned short Xs[2][B * DT_PT];
+    __shared__ __align__(16) unsigned short Opp[3][B * PA];   /* part p: [ν][μ] (k-major A) */
+    __shared__ float rs[B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, DT_TC);
+    const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
+    rows_issue<B, DT_TC, DT_PT>(Xs[0], a.X, o0, t0 * DT_TC, a.ncol);
+    cp_commit();
+    const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
+    for (int e = threadIdx.x; e < B * B; e += NT) {
+        const int nu = e / B, mu = e % B;
+        const float v = Op[e], p0 = round_to(v, DT_BF16), r1 = v - p0, p1 = round_to(r1, DT_BF16);
+        Opp[0][nu * PA + mu] = (unsigned short)f_to_bits(p0, DT_BF16);
+        Opp[1][nu * PA + mu] = (unsigned short)f_to_bits(p1, DT_BF16);
+        Opp[2][nu * PA + mu] = (unsigned short)f_to_bits(r1 - p1, DT_BF16);
+    }
+    for (int r = threadIdx.x; r < B; r += NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
+    const int lane = threadIdx.x & 31, n0 = (threadIdx.x >> 5) * 32;
+    for (i64 it = 0; it < nt; it++) {
+        if (it + 1 < nt) {
+            rows_issue<B, DT_TC, DT_PT>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * DT_TC, a.ncol);
+            cp_commit();
+            cp_wait(1);
+        } else {
+            cp_wait(0);
+        }
+        __syncthreads();
+        unsigned short *xs = Xs[it & 1];
+        float acc[MI][4][4];
+        acc_zero(acc);
+#pragma unroll 1
+        for (int p = 2; p >= 0; p--)
+            warp_mma_ldm<bf16_t, MI, 4, true, true>::run(acc, (const bf16_t *)Opp[p], PA, (const bf16_t *)xs, DT_PT, 0, n0, B);
+        __syncwarp();
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {   /* the pair (e = 2h, 2h + 1): one row, two columns */
+                    const int mu = acc_row(0, mi, 2 * h), c = acc_col(n0, ni, 2 * h);
+                    unsigned *w = (unsigned *)(xs + mu * DT_PT + c);
+                    const unsigned xw = *w;
+                    const float pr = rs[mu], x0 = bits16_to_f(xw & 0xffffu, DT_BF16), x1 = bits16_to_f(xw >> 16, DT_BF16);
+                    float y0 = acc[mi][ni][2 * h], y1 = acc[mi][ni][2 * h + 1];
+                    if (a.delta) {
+                        y0 = fmaf(pr, y0, (pr - 1.0f) * x0);
+                        y1 = fmaf(pr, y1, (pr - 1.0f) * x1);
+                    } else if (a.rho.p) {
+                        y0 *= pr;
+                        y1 *= pr;
+                    }
+                    *w = f_to_bits(y0, a.Y.dt) | (f_to_bits(y1, a.Y.dt) << 16);
+                }
+        __syncwarp();
+        const i64 jw = (t0 + it) * DT_TC + n0;
+#pragma unroll
+        for (int q = 0; q < B / 8; q++) {   /* B rows × 4 chunks of 8 columns over the 32 lanes */
+            const int row = (lane >> 2) + 8 * q, c = (lane & 3) * 8;
+            const i64 j = jw + c;
+            const unsigned short *src = xs + row * DT_PT + n0 + c;
+            if (j + 8 <= a.ncol) {
+                *(uint4 *)rows_addr(a.Y, o0 + row, j) = *(const uint4 *)src;
+            } else {
+                for (int e = 0; e < 8 && j + e < a.ncol; e++)
+                    *(unsigned short *)rows_addr(a.Y, o0 + row, j + e) = src[e];
+            }
+        }
+        __syncthreads();   /* this stage is refilled by the next iteration's issue */
+    }
+}
+
+/* The tensor-core forward takes: B 16 or 32, bf16 X, a 16-bit Y, both row-major with 16-byte
+   aligned rows, not turned off. */
+static bool doft_tc_ok(const lk_oft_args *a) {
+    return (a->bs == 16 || a->bs == 32) && a->X.dt == DT_BF16 && doft_staged_ok(a->X) && doft_staged_ok(a->Y) &&
+           doft_env_int("LYCO_CUDA_OFT_TC", 1) != 0;
+}
+
+template <int B> static int doft_fwd_tc_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    const i64 ntile = cdiv(P->a.ncol, DT_TC);
+    i64 tiles = ntile * P->a.nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
+    if (tiles < 1) tiles = 1;
+    if (tiles > 8) tiles = 8;
+    const i64 gx = cdiv(ntile, tiles);
+    k_doft_fwd_tc<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), NT, 0, st>>>(*P, (int)tiles);
+    LK_LAUNCHED("diag-oft forward (tensor-core kernel)");
+    return LYCO_OK;
+}
+
 /* Row-major 16-bit aligned X: the staged kernel (LYCO_CUDA_OFT_STAGED=0: the register-column
    kernel, for A/B); otherwise the register-column kernel, two adjacent columns per thread when X
    and Y pair, else one (the channel-fast y0 of a bypass: measured faster at one, 140 vs 266 µs).
    LYCO_CUDA_OFT_NJ=1/2 forces the columns per thread (A/B). */
 template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    if ((B == 16 || B == 32) && doft_tc_ok(&P->a)) return doft_fwd_tc_launch<(B == 8 ? 16 : B)>(P, dev, st);
     if (doft_staged_ok(P->a.X) && doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) return doft_fwd_staged_launch<B>(P, dev, st);
     const int pair = col_pair_ok(P->a.X) && col_pair_ok(P->a.Y);
     const int nj = doft_env_int("LYCO_CUDA_OFT_NJ", pair ? 2 : 1);
