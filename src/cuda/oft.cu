@@ -99,15 +99,39 @@ __device__ __forceinline__ cay_scale cay_scale_of(const double *stat, double kc)
     return c;
 }
 
+/* For every element e = (a, b) of an n×n result the block's threads own, four at a time:
+   acc = init(a, b, e); acc = step(acc, L[a·n + j], R[j·n + b]) for j = 0 … n − 1; fin(e, acc).
+   Each element's chain is the same j-ordered sequence as one element at a time (bitwise); the
+   four chains of a thread are in flight together (one at a time, each j waited for its shared-
+   memory loads and the previous FMA: the Cayley kernel's products were latency-bound, H200). */
+template <typename T, class Init, class Step, class Fin>
+__device__ __forceinline__ void cay_prod4(int n, const float *L, const float *R, Init init, Step step, Fin fin) {
+    const int nn = n * n, bd = (int)blockDim.x;
+    for (int e0 = threadIdx.x; e0 < nn; e0 += 4 * bd) {
+        int a[4], b[4];
+        T acc[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int e = e0 + q * bd < nn ? e0 + q * bd : e0; /* past the end: a copy of e0, not stored */
+            a[q] = e / n;
+            b[q] = e % n;
+            acc[q] = init(a[q], b[q], e);
+        }
+        for (int j = 0; j < n; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[q] = step(acc[q], L[a[q] * n + j], R[j * n + b[q]]);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            if (e0 + q * bd < nn) fin(e0 + q * bd, acc[q]);
+    }
+}
+
 /* Y += A·E (n×n, fp32 sums; T scratch). All threads; ends synchronised. */
 __device__ void cay_refine(int n, const float *A, const float *E, float *T, float *Y) {
     const int nn = n * n;
-    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
-        int a = e / n, b = e % n;
-        float s = 0.0f;
-        for (int j = 0; j < n; j++) s = fmaf(A[a * n + j], E[j * n + b], s);
-        T[e] = s;
-    }
+    cay_prod4<float>(
+        n, A, E, [](int, int, int) { return 0.0f; }, [](float s, float l, float r) { return fmaf(l, r, s); },
+        [&](int e, float s) { T[e] = s; });
     __syncthreads();
     for (int e = threadIdx.x; e < nn; e += blockDim.x) Y[e] += T[e];
     __syncthreads();
@@ -261,29 +285,19 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
         }
         __syncthreads();
     }
-    /* refinement: E = I − A + Q·A (double), A ← A + A·E */
-    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
-        int a = e / n, b = e % n;
-        double r = (a == b ? 1.0 : 0.0) - (double)A[e];
-        for (int j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)A[j * n + b];
-        X[e] = (float)r;
-    }
+    /* refinement: E = I − A + Q·A (double), A ← A + A·E (the double sums r += q·a contract to
+       one fma per term, as written here) */
+    const auto dstep = [](double r, float l, float rr) { return fma((double)l, (double)rr, r); };
+    const auto to_x = [&](int e, double r) { X[e] = (float)r; };
+    cay_prod4<double>(n, Q, A, [&](int a, int b, int e) { return (a == b ? 1.0 : 0.0) - (double)A[e]; }, dstep, to_x);
     __syncthreads();
     cay_refine(n, A, X, T, A);
     /* R − I = 2·A·Q, refined with r = 2Q − (I − Q)·(R − I) */
-    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
-        int a = e / n, b = e % n;
-        float acc = 0.0f;
-        for (int j = 0; j < n; j++) acc = fmaf(A[a * n + j], Q[j * n + b], acc);
-        Rk[e] = 2.0f * acc;
-    }
+    cay_prod4<float>(
+        n, A, Q, [](int, int, int) { return 0.0f; }, [](float s, float l, float r) { return fmaf(l, r, s); },
+        [&](int e, float acc) { Rk[e] = 2.0f * acc; });
     __syncthreads();
-    for (int e = threadIdx.x; e < nn; e += blockDim.x) {
-        int a = e / n, b = e % n;
-        double r = 2.0 * (double)Q[e] - (double)Rk[e];
-        for (int j = 0; j < n; j++) r += (double)Q[a * n + j] * (double)Rk[j * n + b];
-        X[e] = (float)r;
-    }
+    cay_prod4<double>(n, Q, Rk, [&](int, int, int e) { return 2.0 * (double)Q[e] - (double)Rk[e]; }, dstep, to_x);
     __syncthreads();
     cay_refine(n, A, X, T, Rk);
     for (int e = threadIdx.x; e < nn; e += blockDim.x) {
