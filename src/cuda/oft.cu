@@ -1487,6 +1487,106 @@ template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device 
     return doft_env_int("LYCO_CUDA_OFT_TT", 2) == 1 ? doft_fwd_cf_tt<B, 2048 / B>(P, dev, st) : doft_fwd_cf_tt<B, 4096 / B>(P, dev, st);
 }
 
+/* The channel-fast bypass forward on the tensor cores (bf16 y0, 16-bit y, B 16 or 32; the merge's
+   k_doft_fwd_tc with the roles turned): per token tile of DT_TT tokens, Y_tile (tokens × μ) =
+   X_tile (tokens × ν) · Op_k (ν × μ), Op_k in three bf16 parts [ν][μ] (k-major B operand), X by
+   cp.async into rows of pitch B + 8 (one token's B channels, 16-byte chunks); warp w owns tokens
+   32w … 32w + 31 (MI = 2 m16 tiles) × the B channels (NI = B/8), writes its results over its own
+   rows of the staged tile and stores them from there, 16 bytes per chunk. LYCO_CUDA_OFT_TC=0 keeps
+   k_doft_fwd_cf (A/B). */
+#define DT_TT 256   /* tokens per tile */
+template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_k P, int tiles) {
+    constexpr int PA = B + 8, NI = B / 8, CH = B / 8;
+    __shared__ __align__(16) unsigned short Xs[2][DT_TT * PA];
+    __shared__ __align__(16) unsigned short Opp[3][B * PA];   /* part p: [ν][μ] */
+    __shared__ float rs[B];
+    const lk_oft_args &a = P.a;
+    const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, DT_TT);
+    const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
+    const auto issue = [&](unsigned short *dst, i64 tb) {
+#pragma unroll
+        for (int q = 0; q < DT_TT * CH / NT; q++) {
+            const int e = q * NT + threadIdx.x, t = e / CH, c = (e % CH) * 8;
+            const bool in = tb + t < a.ncol;
+            cp_async16(dst + t * PA + c, in ? rows_addr(a.X, o0 + c, tb + t) : (const char *)a.X.p, in ? 16 : 0);
+        }
+    };
+    issue(Xs[0], t0 * DT_TT);
+    cp_commit();
+    const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
+    for (int e = threadIdx.x; e < B * B; e += NT) {
+        const float v = Op[e], p0 = round_to(v, DT_BF16), r1 = v - p0, p1 = round_to(r1, DT_BF16);
+        Opp[0][(e / B) * PA + e % B] = (unsigned short)f_to_bits(p0, DT_BF16);
+        Opp[1][(e / B) * PA + e % B] = (unsigned short)f_to_bits(p1, DT_BF16);
+        Opp[2][(e / B) * PA + e % B] = (unsigned short)f_to_bits(r1 - p1, DT_BF16);
+    }
+    for (int r = threadIdx.x; r < B; r += NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
+    const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 32;
+    for (i64 it = 0; it < nt; it++) {
+        if (it + 1 < nt) {
+            issue(Xs[(it + 1) & 1], (t0 + it + 1) * DT_TT);
+            cp_commit();
+            cp_wait(1);
+        } else {
+            cp_wait(0);
+        }
+        __syncthreads();
+        unsigned short *xs = Xs[it & 1];
+        float acc[2][NI][4];
+        acc_zero(acc);
+#pragma unroll 1
+        for (int p = 2; p >= 0; p--)
+            warp_mma_ldm<bf16_t, 2, NI, false, true>::run(acc, (const bf16_t *)xs, PA, (const bf16_t *)Opp[p], PA, m0, 0, B);
+        __syncwarp();
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {   /* (e = 2h, 2h + 1): one token, channels μ, μ + 1 */
+                    const int t = acc_row(m0, mi, 2 * h), mu = acc_col(0, ni, 2 * h);
+                    unsigned *w = (unsigned *)(xs + t * PA + mu);
+                    const unsigned xw = *w;
+                    const float x0 = bits16_to_f(xw & 0xffffu, DT_BF16), x1 = bits16_to_f(xw >> 16, DT_BF16);
+                    const float p0 = rs[mu], p1 = rs[mu + 1];
+                    float y0 = acc[mi][ni][2 * h], y1 = acc[mi][ni][2 * h + 1];
+                    if (a.delta) {
+                        y0 = fmaf(p0, y0, (p0 - 1.0f) * x0);
+                        y1 = fmaf(p1, y1, (p1 - 1.0f) * x1);
+                    } else if (a.rho.p) {
+                        y0 *= p0;
+                        y1 *= p1;
+                    }
+                    *w = f_to_bits(y0, a.Y.dt) | (f_to_bits(y1, a.Y.dt) << 16);
+                }
+        __syncwarp();
+        const i64 tb = (t0 + it) * DT_TT + m0;
+#pragma unroll
+        for (int q = 0; q < 32 * CH / 32; q++) {   /* the warp's 32 tokens × CH chunks */
+            const int e = q * 32 + lane, t = e / CH, c = (e % CH) * 8;
+            if (tb + t < a.ncol) *(uint4 *)rows_addr(a.Y, o0 + c, tb + t) = *(const uint4 *)(xs + (m0 + t) * PA + c);
+        }
+        __syncthreads();   /* this stage is refilled by the next iteration's issue */
+    }
+}
+
+/* The channel-fast tensor-core forward takes: bf16 y0 and a 16-bit y, both channel-fast with
+   16-byte aligned blocks of B channels, not turned off. */
+static bool doft_cf_tc_ok(const lk_oft_args *a) {
+    return a->X.dt == DT_BF16 && doft_cf_ok(a->X, (int)a->bs) && doft_cf_ok(a->Y, (int)a->bs) &&
+           doft_env_int("LYCO_CUDA_OFT_TC", 1) != 0;
+}
+
+template <int B> static int doft_fwd_cf_tc_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
+    const i64 ntile = cdiv(P->a.ncol, DT_TT);
+    i64 tiles = ntile * P->a.nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
+    if (tiles < 1) tiles = 1;
+    if (tiles > 8) tiles = 8;
+    k_doft_fwd_cf_tc<B><<<dim3((unsigned)cdiv(ntile, tiles), (unsigned)P->a.nb), NT, 0, st>>>(*P, (int)tiles);
+    LK_LAUNCHED("diag-oft bypass forward (channel-fast tensor-core kernel)");
+    return LYCO_OK;
+}
+
 /* Gradients and GX; grid (S splits, row tiles). gpart: S × nb·bs², rpart: S × O. */
 __global__ __launch_bounds__(NT) void k_doft_bwd(doft_k P, int want_b, int want_rho, float *gpart, float *rpart) {
     extern __shared__ float sm[];
@@ -1621,7 +1721,8 @@ extern "C" int lk_diag_oft_fwd(const lk_oft_args *a, const lk_device *dev, void 
     doft_setup(&P, a, &cy);
     if (doft_cols_take(a) && (a->bs == 16 || a->bs == 32) && doft_cf_ok(a->X, (int)a->bs) &&
         doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {   /* the channel-fast y0 of a linear bypass */
-        rc = a->bs == 16 ? doft_fwd_cf_launch<16>(&P, dev, st) : doft_fwd_cf_launch<32>(&P, dev, st);
+        if (doft_cf_tc_ok(a)) rc = a->bs == 16 ? doft_fwd_cf_tc_launch<16>(&P, dev, st) : doft_fwd_cf_tc_launch<32>(&P, dev, st);
+        else rc = a->bs == 16 ? doft_fwd_cf_launch<16>(&P, dev, st) : doft_fwd_cf_launch<32>(&P, dev, st);
         int rc2 = oft_cay_free(&cy, st);
         return rc ? rc : rc2;
     }
