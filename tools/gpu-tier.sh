@@ -165,6 +165,12 @@ for v in 1 0; do
     tail -n 1 "$OUT/loha-fs-tc$v.txt" | tee -a "$LOG"
 done
 
+# Diag-OFT's forward rotation: the tensor-core kernels (default where they apply) and the FFMA
+# kernels (LYCO_CUDA_OFT_TC=0)
+LYCO_CUDA_OFT_TC=0 "$LYCO" check --backend cuda --algo diag_oft --require-fused --seed "$SEED" >"$OUT/oft-tc0.txt" 2>&1 \
+    || fail "diag_oft with LYCO_CUDA_OFT_TC=0 (see oft-tc0.txt)"
+tail -n 1 "$OUT/oft-tc0.txt" | tee -a "$LOG"
+
 # ---- 3b. the ctest gpu label's tests (larger conv/Tucker shapes), when built here ----
 GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"
 if [ -x "$GPU_TEST" ]; then
