@@ -170,6 +170,11 @@ done
 LYCO_CUDA_OFT_TC=0 "$LYCO" check --backend cuda --algo diag_oft --require-fused --seed "$SEED" >"$OUT/oft-tc0.txt" 2>&1 \
     || fail "diag_oft with LYCO_CUDA_OFT_TC=0 (see oft-tc0.txt)"
 tail -n 1 "$OUT/oft-tc0.txt" | tee -a "$LOG"
+# the full tier's forward rows: diag_oft_linear_4096_bs16 (several column tiles per CUDA block) caught
+# the first tensor-core kernel staging its tiles with half its threads' count (4028 ULP, racecheck)
+"$LYCO" check --backend cuda --algo diag_oft --dir merge_fwd,bypass_fwd --tier full --require-fused --seed "$SEED" >"$OUT/oft-full-fwd.txt" 2>&1 \
+    || fail "diag_oft forward, full tier (see oft-full-fwd.txt)"
+tail -n 1 "$OUT/oft-full-fwd.txt" | tee -a "$LOG"
 
 # ---- 3b. the ctest gpu label's tests (larger conv/Tucker shapes), when built here ----
 GPU_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"

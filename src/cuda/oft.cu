@@ -795,13 +795,13 @@ __host__ __device__ static inline bool doft_cf_ok(const lk_rows &v, int B) {
 
 /* cp.async of the tile (columns j0 .. j0 + TC − 1) of rows o0 .. o0 + B − 1 into dst (B rows of
    pitch PT 16-bit values), zero-filled past ncol; the caller commits */
-template <int B, int TC, int PT = TC>
+template <int B, int TC, int PT = TC, int NTH = DC_NT>   /* NTH: the block's threads */
 __device__ __forceinline__ void rows_issue(unsigned short *dst, const lk_rows &v, i64 o0, i64 j0, i64 ncol) {
     constexpr int CH = TC / 8, N = B * CH;   /* 16-byte chunks per row, per tile */
 #pragma unroll
-    for (int q = 0; q < (N + DC_NT - 1) / DC_NT; q++) {
-        const int e = q * DC_NT + threadIdx.x;
-        if (N % DC_NT != 0 && e >= N) break;
+    for (int q = 0; q < (N + NTH - 1) / NTH; q++) {
+        const int e = q * NTH + threadIdx.x;
+        if (N % NTH != 0 && e >= N) break;
         const int r = e / CH, c = (e % CH) * 8;
         const i64 j = j0 + c, left = ncol - j;
         const int bytes = left >= 8 ? 16 : left > 0 ? (int)left * 2 : 0;
@@ -904,52 +904,59 @@ template <int B> static int doft_fwd_staged_launch(const doft_k *P, const lk_dev
  * smallest first) carry fp32-level sums — far below a 16-bit output's rounding, where the FFMA
  * kernel above is bound by its 2·B FFMA per output (H200, 4096², B 32: 79 µs against ~14 µs of
  * bytes). A CUDA block owns block k's B rows over a run of tiles of TC = 256 columns (cp.async
- * ring of two stages, the next tile in flight); warp w the tile's columns 32w … 32w + 31: it
+ * ring, DT_S stages: the next two tiles in flight); warp w the tile's columns 32w … 32w + 31: it
  * multiplies, applies the epilogue (ρ, delta) to its accumulators, writes the results over its own
  * columns of the staged X tile (each element read, as x for the delta, by the thread that
  * overwrites it) and stores them from there in 16-byte chunks. Per output the results differ from
  * the FFMA chain's in the last fp32 bits only (the chains are regrouped), not in kind.
- * Shared memory: 2 × B × 264 bf16 (ring) + 3 × B × (B + 8) bf16 (parts) + B floats.
+ * Shared memory (dynamic): 3 × B × 264 bf16 (ring: two tiles in flight while one is computed) +
+ * 3 × B × (B + 8) bf16 (parts) + B floats.
  * LYCO_CUDA_OFT_TC=0 keeps the FFMA kernel (A/B).
  * ------------------------------------------------------------------------------------------- */
 #define DT_TC 256          /* columns per tile */
 #define DT_PT (DT_TC + 8)  /* ring row pitch (halfwords): ldmatrix rows in distinct bank groups */
+#define DT_S 3             /* ring stages: two tiles in flight while one is computed */
+
+/* Op_k (fp32 B × B, [ν][μ]) into three bf16 parts at Opp + p·B·PA ([ν][μ], pitch PA) */
+template <int B, int PA> __device__ __forceinline__ void doft_parts(unsigned short *Opp, const float *Op) {
+    for (int e = threadIdx.x; e < B * B; e += NT) {
+        const int i = (e / B) * PA + e % B;
+        const float v = Op[e], p0 = round_to(v, DT_BF16), r1 = v - p0, p1 = round_to(r1, DT_BF16);
+        Opp[i] = (unsigned short)f_to_bits(p0, DT_BF16);
+        Opp[B * PA + i] = (unsigned short)f_to_bits(p1, DT_BF16);
+        Opp[2 * B * PA + i] = (unsigned short)f_to_bits(r1 - p1, DT_BF16);
+    }
+}
+
+/* The ring's dynamic shared memory: DT_S stages of `stage` halfwords, the three parts, ρ. */
+__host__ __device__ constexpr int doft_tc_bytes(int stage, int B) { return DT_S * stage * 2 + 3 * B * (B + 8) * 2 + B * 4; }
 
 template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_tc(doft_k P, int tiles) {
-    constexpr int PA = B + 8, MI = B / 16;
-    __shared__ __align__(16) unsigned short Xs[2][B * DT_PT];
-    __shared__ __align__(16) unsigned short Opp[3][B * PA];   /* part p: [ν][μ] (k-major A) */
-    __shared__ float rs[B];
+    constexpr int PA = B + 8, MI = B / 16, ST = B * DT_PT;
+    extern __shared__ __align__(16) unsigned short dsm_oft[];
+    unsigned short *Xs = dsm_oft, *Opp = Xs + DT_S * ST;
+    float *rs = (float *)(Opp + 3 * B * PA);
     const lk_oft_args &a = P.a;
     const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, DT_TC);
     const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
-    rows_issue<B, DT_TC, DT_PT>(Xs[0], a.X, o0, t0 * DT_TC, a.ncol);
-    cp_commit();
-    const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
-    for (int e = threadIdx.x; e < B * B; e += NT) {
-        const int nu = e / B, mu = e % B;
-        const float v = Op[e], p0 = round_to(v, DT_BF16), r1 = v - p0, p1 = round_to(r1, DT_BF16);
-        Opp[0][nu * PA + mu] = (unsigned short)f_to_bits(p0, DT_BF16);
-        Opp[1][nu * PA + mu] = (unsigned short)f_to_bits(p1, DT_BF16);
-        Opp[2][nu * PA + mu] = (unsigned short)f_to_bits(r1 - p1, DT_BF16);
+    for (int st = 0; st < DT_S - 1; st++) {
+        if (st < nt) rows_issue<B, DT_TC, DT_PT, NT>(Xs + st * ST, a.X, o0, (t0 + st) * DT_TC, a.ncol);
+        cp_commit();
     }
+    doft_parts<B, PA>(Opp, (a.delta ? P.Mm : P.Mf) + k * B * B);
     for (int r = threadIdx.x; r < B; r += NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
     const int lane = threadIdx.x & 31, n0 = (threadIdx.x >> 5) * 32;
     for (i64 it = 0; it < nt; it++) {
-        if (it + 1 < nt) {
-            rows_issue<B, DT_TC, DT_PT>(Xs[(it + 1) & 1], a.X, o0, (t0 + it + 1) * DT_TC, a.ncol);
-            cp_commit();
-            cp_wait(1);
-        } else {
-            cp_wait(0);
-        }
-        __syncthreads();
-        unsigned short *xs = Xs[it & 1];
+        cp_wait(DT_S - 2);
+        __syncthreads();   /* tile it landed; every thread is done with tile it − 1's stage */
+        if (it + DT_S - 1 < nt) rows_issue<B, DT_TC, DT_PT, NT>(Xs + ((it + DT_S - 1) % DT_S) * ST, a.X, o0, (t0 + it + DT_S - 1) * DT_TC, a.ncol);
+        cp_commit();
+        unsigned short *xs = Xs + (it % DT_S) * ST;
         float acc[MI][4][4];
         acc_zero(acc);
 #pragma unroll 1
         for (int p = 2; p >= 0; p--)
-            warp_mma_ldm<bf16_t, MI, 4, true, true>::run(acc, (const bf16_t *)Opp[p], PA, (const bf16_t *)xs, DT_PT, 0, n0, B);
+            warp_mma_ldm<bf16_t, MI, 4, true, true>::run(acc, (const bf16_t *)(Opp + p * B * PA), PA, (const bf16_t *)xs, DT_PT, 0, n0, B);
         __syncwarp();
 #pragma unroll
         for (int mi = 0; mi < MI; mi++)
@@ -985,8 +992,8 @@ template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_tc(doft_k P
                     *(unsigned short *)rows_addr(a.Y, o0 + row, j + e) = src[e];
             }
         }
-        __syncthreads();   /* this stage is refilled by the next iteration's issue */
     }
+    cp_wait(0);
 }
 
 /* The tensor-core forward takes: B 16 or 32, bf16 X, a 16-bit Y, both row-major with 16-byte
@@ -1002,7 +1009,9 @@ template <int B> static int doft_fwd_tc_launch(const doft_k *P, const lk_device 
     if (tiles < 1) tiles = 1;
     if (tiles > 8) tiles = 8;
     const i64 gx = cdiv(ntile, tiles);
-    k_doft_fwd_tc<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), NT, 0, st>>>(*P, (int)tiles);
+    const int bytes = doft_tc_bytes(B * DT_PT, B);
+    LK_SMEM_OPTIN(bytes, k_doft_fwd_tc<B>);
+    k_doft_fwd_tc<B><<<dim3((unsigned)gx, (unsigned)P->a.nb), NT, bytes, st>>>(*P, (int)tiles);
     LK_LAUNCHED("diag-oft forward (tensor-core kernel)");
     return LYCO_OK;
 }
@@ -1496,14 +1505,14 @@ template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device 
    k_doft_fwd_cf (A/B). */
 #define DT_TT 256   /* tokens per tile */
 template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_k P, int tiles) {
-    constexpr int PA = B + 8, NI = B / 8, CH = B / 8;
-    __shared__ __align__(16) unsigned short Xs[2][DT_TT * PA];
-    __shared__ __align__(16) unsigned short Opp[3][B * PA];   /* part p: [ν][μ] */
-    __shared__ float rs[B];
+    constexpr int PA = B + 8, NI = B / 8, CH = B / 8, ST = DT_TT * PA;
+    extern __shared__ __align__(16) unsigned short dsm_oft[];
+    unsigned short *Xs = dsm_oft, *Opp = Xs + DT_S * ST;
+    float *rs = (float *)(Opp + 3 * B * PA);
     const lk_oft_args &a = P.a;
     const i64 k = blockIdx.y, o0 = k * B, t0 = (i64)blockIdx.x * tiles, ntile = cdiv(a.ncol, DT_TT);
     const i64 nt = ntile - t0 < tiles ? ntile - t0 : tiles;
-    const auto issue = [&](unsigned short *dst, i64 tb) {
+    const auto issue = [&](unsigned short *dst, i64 tb) {   /* DT_TT token rows of B channels */
 #pragma unroll
         for (int q = 0; q < DT_TT * CH / NT; q++) {
             const int e = q * NT + threadIdx.x, t = e / CH, c = (e % CH) * 8;
@@ -1511,32 +1520,24 @@ template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_
             cp_async16(dst + t * PA + c, in ? rows_addr(a.X, o0 + c, tb + t) : (const char *)a.X.p, in ? 16 : 0);
         }
     };
-    issue(Xs[0], t0 * DT_TT);
-    cp_commit();
-    const float *Op = (a.delta ? P.Mm : P.Mf) + k * B * B;
-    for (int e = threadIdx.x; e < B * B; e += NT) {
-        const float v = Op[e], p0 = round_to(v, DT_BF16), r1 = v - p0, p1 = round_to(r1, DT_BF16);
-        Opp[0][(e / B) * PA + e % B] = (unsigned short)f_to_bits(p0, DT_BF16);
-        Opp[1][(e / B) * PA + e % B] = (unsigned short)f_to_bits(p1, DT_BF16);
-        Opp[2][(e / B) * PA + e % B] = (unsigned short)f_to_bits(r1 - p1, DT_BF16);
+    for (int st = 0; st < DT_S - 1; st++) {
+        if (st < nt) issue(Xs + st * ST, (t0 + st) * DT_TT);
+        cp_commit();
     }
+    doft_parts<B, PA>(Opp, (a.delta ? P.Mm : P.Mf) + k * B * B);
     for (int r = threadIdx.x; r < B; r += NT) rs[r] = rho_ct(a.rho, o0 + r, a.ct);
     const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 32;
     for (i64 it = 0; it < nt; it++) {
-        if (it + 1 < nt) {
-            issue(Xs[(it + 1) & 1], (t0 + it + 1) * DT_TT);
-            cp_commit();
-            cp_wait(1);
-        } else {
-            cp_wait(0);
-        }
-        __syncthreads();
-        unsigned short *xs = Xs[it & 1];
+        cp_wait(DT_S - 2);
+        __syncthreads();   /* tile it landed; every thread is done with tile it − 1's stage */
+        if (it + DT_S - 1 < nt) issue(Xs + ((it + DT_S - 1) % DT_S) * ST, (t0 + it + DT_S - 1) * DT_TT);
+        cp_commit();
+        unsigned short *xs = Xs + (it % DT_S) * ST;
         float acc[2][NI][4];
         acc_zero(acc);
 #pragma unroll 1
         for (int p = 2; p >= 0; p--)
-            warp_mma_ldm<bf16_t, 2, NI, false, true>::run(acc, (const bf16_t *)xs, PA, (const bf16_t *)Opp[p], PA, m0, 0, B);
+            warp_mma_ldm<bf16_t, 2, NI, false, true>::run(acc, (const bf16_t *)xs, PA, (const bf16_t *)(Opp + p * B * PA), PA, m0, 0, B);
         __syncwarp();
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -1562,12 +1563,12 @@ template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_
         __syncwarp();
         const i64 tb = (t0 + it) * DT_TT + m0;
 #pragma unroll
-        for (int q = 0; q < 32 * CH / 32; q++) {   /* the warp's 32 tokens × CH chunks */
+        for (int q = 0; q < CH; q++) {   /* the warp's 32 tokens × CH chunks */
             const int e = q * 32 + lane, t = e / CH, c = (e % CH) * 8;
             if (tb + t < a.ncol) *(uint4 *)rows_addr(a.Y, o0 + c, tb + t) = *(const uint4 *)(xs + (m0 + t) * PA + c);
         }
-        __syncthreads();   /* this stage is refilled by the next iteration's issue */
     }
+    cp_wait(0);
 }
 
 /* The channel-fast tensor-core forward takes: bf16 y0 and a 16-bit y, both channel-fast with
@@ -1582,7 +1583,9 @@ template <int B> static int doft_fwd_cf_tc_launch(const doft_k *P, const lk_devi
     i64 tiles = ntile * P->a.nb / (4 * (i64)(dev && dev->sms > 0 ? dev->sms : 132));   /* ≥ ~4 blocks per SM */
     if (tiles < 1) tiles = 1;
     if (tiles > 8) tiles = 8;
-    k_doft_fwd_cf_tc<B><<<dim3((unsigned)cdiv(ntile, tiles), (unsigned)P->a.nb), NT, 0, st>>>(*P, (int)tiles);
+    const int bytes = doft_tc_bytes(DT_TT * (B + 8), B);
+    LK_SMEM_OPTIN(bytes, k_doft_fwd_cf_tc<B>);
+    k_doft_fwd_cf_tc<B><<<dim3((unsigned)cdiv(ntile, tiles), (unsigned)P->a.nb), NT, bytes, st>>>(*P, (int)tiles);
     LK_LAUNCHED("diag-oft bypass forward (channel-fast tensor-core kernel)");
     return LYCO_OK;
 }
