@@ -206,77 +206,6 @@ __device__ void cay_gj_warp(int n, float *X, float *A) {
     __syncwarp();
 }
 
-/* The same elimination by every warp of the block (n ≤ 32, blockDim = 64/CW warps): warp w holds
-   CW of the 64 columns of [X | A] (columns CW·w …: X's for w < 32/CW, then A's), lane r row r as
-   above. Per column col the warp holding X's column col finds the pivot exactly as cay_gj_warp
-   does and publishes its lane, the reciprocal and every row's factor f in shared memory (double-
-   buffered by column parity: one barrier per column); then each warp scales the pivot row and
-   eliminates its own columns — the same operations on the same values, so every result equals
-   cay_gj_warp's bit for bit, in CW instead of 64 shuffles and FMAs per warp and column (the one-
-   warp version was ~half of k_cay_fwd: 41 µs at 128 blocks of 32, H200, with the other warps
-   idle at the barrier). pos (the row's position) evolves identically in every warp. */
-template <int CW> __device__ void cay_gj_block(int n, float *X, float *A) {
-    __shared__ int s_bl[2];
-    __shared__ float s_inv[2], s_f[2][32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, xw = 32 / CW;   /* warps holding X */
-    const bool isx = w < xw;
-    const int c0 = (isx ? w : w - xw) * CW;                                   /* first column held */
-    float v[CW];
-#pragma unroll
-    for (int i = 0; i < CW; i++) {
-        const int c = c0 + i;
-        v[i] = isx ? (lane < n && c < n ? X[lane * n + c] : (c == lane ? 1.0f : 0.0f)) : (c == lane ? 1.0f : 0.0f);
-    }
-    int pos = lane;
-#pragma unroll 1
-    for (int col = 0; col < n; col++) {
-        const int buf = col & 1;
-        if (isx && col / CW == w) {   /* the pivot column's warp */
-            float xc = v[0];
-#pragma unroll
-            for (int i = 1; i < CW; i++) xc = c0 + i == col ? v[i] : xc;
-            const bool cand = pos >= col && lane < n && !isnan(xc);
-            float best = cand ? fabsf(xc) : -1.0f;
-            int bp = cand ? pos : 64, bl = lane;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-                const int op = __shfl_xor_sync(0xffffffffu, bp, o), ol = __shfl_xor_sync(0xffffffffu, bl, o);
-                if (ob > best || (ob == best && op < bp)) { best = ob; bp = op; bl = ol; }
-            }
-            if (bp == 64) {
-                const unsigned at = __ballot_sync(0xffffffffu, pos == col);
-                bl = __ffs(at) - 1;
-            }
-            const float inv = 1.0f / __shfl_sync(0xffffffffu, xc, bl);
-            s_f[buf][lane] = lane == bl ? 0.0f : xc;
-            if (lane == 0) {
-                s_bl[buf] = bl;
-                s_inv[buf] = inv;
-            }
-        }
-        __syncthreads();
-        const int bl = s_bl[buf];
-        const float inv = s_inv[buf], f = s_f[buf][lane];
-        const int ppos = __shfl_sync(0xffffffffu, pos, bl);
-        if (pos == col) pos = ppos;
-        if (lane == bl) pos = col;
-        if (lane == bl)
-#pragma unroll
-            for (int i = 0; i < CW; i++) v[i] *= inv;
-#pragma unroll
-        for (int i = 0; i < CW; i++) {
-            const float pv = __shfl_sync(0xffffffffu, v[i], bl);
-            if (f != 0.0f) v[i] = fmaf(-f, pv, v[i]);
-        }
-    }
-    if (lane < n)
-#pragma unroll
-        for (int i = 0; i < CW; i++)
-            if (c0 + i < n) (isx ? X : A)[pos * n + c0 + i] = v[i];
-    __syncthreads();
-}
-
 /* One CUDA block per OFT block k: A = (I − Q)^{-1}, R − I, and the family's operators. Without a
    constraint (κc ≤ 0) Q0 = B − Bᵀ is formed here (and stored for the adjoint) instead of by
    k_cay_part, whose norm only the constraint needs. */
@@ -316,13 +245,7 @@ __global__ __launch_bounds__(NT) void k_cay_fwd(oft_cay s, int family, float m, 
        and its reciprocal; (2) the swap of rows col and piv fused with the scaling of the new
        pivot row, and the elimination factors f[r] (read before anything is written); (3) the
        elimination. Every value is the one the plain sequence swap → scale → eliminate gives. */
-    if (n <= 32 && blockDim.x == 256 && !s.gj_warp) {   /* every warp, rows in registers */
-        __syncthreads();
-        cay_gj_block<8>(n, X, A);
-    } else if (n <= 32 && blockDim.x == 128 && !s.gj_warp) {
-        __syncthreads();
-        cay_gj_block<16>(n, X, A);
-    } else if (n <= 32) {   /* one warp, rows in registers */
+    if (n <= 32) {   /* one warp, rows in registers */
         if (threadIdx.x < 32) cay_gj_warp(n, X, A);
         __syncthreads();
     } else for (int col = 0; col < n; col++) {
@@ -505,8 +428,6 @@ int oft_cay_fwd(oft_cay *s, const lk_oft_args *a, int family, cudaStream_t st) {
     int nthr = s->nblk > 264 ? 128 : NT;
     const char *ev = getenv("LYCO_CUDA_CAY_THREADS");
     if (ev && (atoi(ev) == 128 || atoi(ev) == 256)) nthr = atoi(ev);
-    const char *gw = getenv("LYCO_CUDA_CAY_GJ_WARP");
-    s->gj_warp = gw && gw[0] == '1';
     k_cay_fwd<<<(unsigned)s->nblk, nthr, smem, st>>>(*s, family, (float)a->m, mask, a->B, a->ct);
     LK_LAUNCHED("oft cayley transform");
     return LYCO_OK;
@@ -1017,7 +938,7 @@ template <int B, int PA> __device__ __forceinline__ void doft_parts(unsigned sho
 /* The ring's dynamic shared memory: DT_S stages of `stage` halfwords, the three parts, ρ. */
 __host__ __device__ constexpr int doft_tc_bytes(int stage, int B) { return DT_S * stage * 2 + 3 * B * (B + 8) * 2 + B * 4; }
 
-template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_tc(doft_k P, int tiles) {
+template <int B> __global__ __launch_bounds__(NT, 3) void k_doft_fwd_tc(doft_k P, int tiles) {
     constexpr int PA = B + 8, MI = B / 16, ST = B * DT_PT;
     extern __shared__ __align__(16) unsigned short dsm_oft[];
     unsigned short *Xs = dsm_oft, *Opp = Xs + DT_S * ST;
@@ -1590,7 +1511,7 @@ template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device 
    rows of the staged tile and stores them from there, 16 bytes per chunk. LYCO_CUDA_OFT_TC=0 keeps
    k_doft_fwd_cf (A/B). */
 #define DT_TT 256   /* tokens per tile */
-template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_k P, int tiles) {
+template <int B> __global__ __launch_bounds__(NT, 3) void k_doft_fwd_cf_tc(doft_k P, int tiles) {
     constexpr int PA = B + 8, NI = B / 8, CH = B / 8, ST = DT_TT * PA;
     extern __shared__ __align__(16) unsigned short dsm_oft[];
     unsigned short *Xs = dsm_oft, *Opp = Xs + DT_S * ST;

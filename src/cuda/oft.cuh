@@ -64,7 +64,6 @@ typedef struct {
     double *part;       /* nblk per-block ‖Q0_k‖² partials (fp64) */
     double *stat;       /* [0] ‖Q0‖², [1] ⟨G_Q, Q0⟩ */
     void *mem;
-    int32_t gj_warp;    /* LYCO_CUDA_CAY_GJ_WARP=1: the one-warp elimination (A/B; same results) */
 } oft_cay;
 
 /* Allocates the state and runs the forward transform; on failure the state is freeable. */
