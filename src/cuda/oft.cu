@@ -1509,9 +1509,9 @@ template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device 
    cp.async into rows of pitch B + 8 (one token's B channels, 16-byte chunks); warp w owns tokens
    32w … 32w + 31 (MI = 2 m16 tiles) × the B channels (NI = B/8), writes its results over its own
    rows of the staged tile and stores them from there, 16 bytes per chunk. Two CUDA blocks per SM
-   (H200, 8192 tokens × 4096, B 32: the bypass forward 160.6 µs at 90 registers, 183.5 µs when held
-   to 78 for three blocks — where the merge kernel gained, 117.8 → 114.0 µs). LYCO_CUDA_OFT_TC=0
-   keeps k_doft_fwd_cf (A/B). */
+   (90 registers); held to 78 for three, the bypass forward measured 183.5 µs in another H200 run
+   than the 160.6 of two — but this version measured 157–189 µs across runs, so the choice is open
+   (a same-run A/B is owed). LYCO_CUDA_OFT_TC=0 keeps k_doft_fwd_cf (A/B). */
 #define DT_TT 256   /* tokens per tile */
 template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_k P, int tiles) {
     constexpr int PA = B + 8, NI = B / 8, CH = B / 8, ST = DT_TT * PA;
