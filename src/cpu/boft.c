@@ -26,11 +26,13 @@
  * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
  * 512K floats (2 MB), at most 256 columns (wide enough for the small GEMMs to run at speed:
  * 8 columns made the backward 3.6× slower). Tiles are spread over threads; the gradients of N
- * and ρ go to per-thread partials combined in thread order.
+ * and ρ go to partials per fixed run of tiles (≤ CPU_RUNS_BIG runs, from the shape only), added in
+ * run order: the same bits at any thread count.
  *
  * Extra memory: Cayley state and N − I (4·M·nb·b² floats), the index table (M·O), ρ (O); per
- * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats and the
- * partials (M·nb·b² + O floats), and 3·b row pointers.
+ * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats, and 3·b
+ * row pointers; backward, per run the partials (M·nb·b² + O floats, ≤ CPU_RUNS_BIG runs and
+ * ≤ CPU_RUN_FLOATS floats in all) and the gradients once more.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +50,7 @@ typedef struct {
     float *rho;         /* ρ (O) or NULL */
     int64_t *idx;       /* idx[i·O + k·b + ν] = π_i^{-1}(k·b + ν) */
     int nt;
-    float *gN, *grho;   /* per-thread partials */
+    float *gN, *grho;   /* the gradients of N − I and ρ (the runs' partials added) */
     int64_t tw;
     float *work;
     int64_t wsz;
@@ -104,8 +106,8 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
         cpu_load_all(c->a->tensor[LYCO_RESCALE], T, s->rho);
     }
     if (grads) {
-        s->gN = calloc((size_t)s->nt * (size_t)all + 1, sizeof(float));
-        s->grho = calloc((size_t)s->nt * (size_t)s->O + 1, sizeof(float));
+        s->gN = calloc((size_t)all + 1, sizeof(float));
+        s->grho = calloc((size_t)s->O + 1, sizeof(float));
         if (!s->gN || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
     }
     /* tile width: the buffers of one tile (forward 2·O, backward (M+3)·O rows) in 2 MB */
@@ -196,13 +198,20 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
     cpu_oft_io_init(&gin, c, GYt);
     if (GXt) cpu_oft_io_init(&gout, c, GXt);
     int64_t O = s->O, b = s->b, tw = s->tw, Mst = s->M, all = Mst * s->blk, total = cpu_oft_ntiles(&xin, tw);
+    /* the gradients' partials per fixed run of tiles (cpu.h: runs from the shape only), added in run
+       order: independent of the thread count (per-thread partials were not, at base ISA) */
+    int64_t slot = all + O, cap = CPU_RUN_FLOATS / slot;
+    int R = cpu_runs(total, CPU_RUNS_BIG < cap ? CPU_RUNS_BIG : (cap > 0 ? cap : 1));
+    float *part = calloc((size_t)(R * slot) + 1, sizeof(float));
+    if (!part) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
 #pragma omp parallel for schedule(static)
-    for (int64_t tile = 0; tile < total; tile++) {
+    for (int64_t u = 0; u < R; u++)
+    for (int64_t tile = cpu_run_start(total, R, (int)u); tile < cpu_run_start(total, R, (int)u + 1); tile++) {
         int tid = cpu_thread_id();
         float *Xs = s->work + (size_t)tid * (size_t)s->wsz;      /* (M+1) stage inputs, O × w each */
         float *GY = Xs + (Mst + 1) * O * tw, *DG = GY + O * tw, *V = DG + O * tw, *U = V + b * tw, *tmp = U + b * tw;
         char **ptr = s->ptr + (size_t)tid * (size_t)(3 * b);
-        float *gN = s->gN + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)O;
+        float *gN = part + u * slot, *grho = gN + all;
         int64_t j0, w;
         cpu_oft_tile(&xin, tw, tile, &j0, &w);
         int64_t Ow = O * w;
@@ -247,10 +256,11 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
             cpu_oft_store(&gout, 0, O, j0, w, DG, tmp);
         }
     }
-    for (int t = 1; t < s->nt; t++) {
-        for (int64_t i = 0; i < all; i++) s->gN[i] += s->gN[(size_t)t * (size_t)all + i];
-        for (int64_t o = 0; o < O; o++) s->grho[o] += s->grho[(size_t)t * (size_t)O + o];
+    for (int64_t u = 0; u < R; u++) {
+        for (int64_t i = 0; i < all; i++) s->gN[i] += part[u * slot + i];
+        for (int64_t o = 0; o < O; o++) s->grho[o] += part[u * slot + all + o];
     }
+    free(part);
     if (want_rho) cpu_store_all(c->g->grad[LYCO_RESCALE], s->grho);
     if (want_b) {
         float m = (float)c->m;
