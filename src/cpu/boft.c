@@ -29,7 +29,7 @@
  * and ρ go to partials per fixed run of tiles (≤ CPU_RUNS_BIG runs, from the shape only), added in
  * run order: the same bits at any thread count.
  *
- * Extra memory: Cayley state and N − I (4·M·nb·b² floats), the index table (M·O), ρ (O); per
+ * Extra memory: Cayley state, N − I and its transposed blocks (5·M·nb·b² floats), the index table (M·O), ρ (O); per
  * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats, and 3·b
  * row pointers; backward, per run the partials (M·nb·b² + O floats, ≤ CPU_RUNS_BIG runs and
  * ≤ CPU_RUN_FLOATS floats in all) and the gradients once more.
@@ -47,6 +47,7 @@ typedef struct {
     int64_t O, nb, b, nn, M, blk;   /* blk = nb·b·b floats per stage */
     cpu_cayley cy;
     float *Nm;          /* N − I (M·nb·b·b) */
+    float *NmT;         /* its blocks transposed (the forward's broadcasts then run along a row) */
     float *rho;         /* ρ (O) or NULL */
     int64_t *idx;       /* idx[i·O + k·b + ν] = π_i^{-1}(k·b + ν) */
     int nt;
@@ -60,6 +61,7 @@ typedef struct {
 static void boft_free(boft_t *s) {
     cpu_cayley_free(&s->cy);
     free(s->Nm);
+    free(s->NmT);
     free(s->rho);
     free(s->idx);
     free(s->gN);
@@ -82,8 +84,9 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
     int64_t all = s->M * s->blk;
     float *B = malloc(sizeof(float) * (size_t)(all + 1));
     s->Nm = malloc(sizeof(float) * (size_t)(all + 1));
+    s->NmT = malloc(sizeof(float) * (size_t)(all + 1));
     s->idx = malloc(sizeof(int64_t) * (size_t)(s->M * s->O + 1));
-    if (!B || !s->Nm || !s->idx) {
+    if (!B || !s->Nm || !s->NmT || !s->idx) {
         free(B);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory");
     }
@@ -93,6 +96,9 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
     if (st) return st;
     float m = (float)c->m;
     for (int64_t i = 0; i < all; i++) s->Nm[i] = c->m == 1.0 ? s->cy.Rm1[i] : m * s->cy.Rm1[i];
+    for (int64_t k = 0; k < s->M * s->nb; k++)
+        for (int64_t a = 0; a < s->b; a++)
+            for (int64_t q = 0; q < s->b; q++) s->NmT[k * s->nn + q * s->b + a] = s->Nm[k * s->nn + a * s->b + q];
     for (int64_t i = 0; i < s->M; i++) {
         int64_t h = ((int64_t)1 << i) * (s->b / 2);
         for (int64_t p = 0; p < s->O; p++) {   /* p = k·b + ν, a position of the permuted vector */
@@ -138,11 +144,11 @@ static void gather(const int64_t *t, int64_t b, int64_t w, const float *A, const
     }
 }
 
-/* Rows t of D (each w wide) += op(Nm)·(rows t of S [+ rows t of D]) (rot.h, ADD): op(Nm)[μ, ν] =
-   Nm[μ·b + ν], or Nm[ν·b + μ] when `transposed`. With add (BOFT's X0 + Δ read from the rows it
+/* Rows t of D (each w wide) += Pᵀ·(rows t of S [+ rows t of D]) (rot.h, ADD) for a b×b block P:
+   NmT's for N − I, Nm's for (N − I)ᵀ (the scalars of one output row then lie along P's column). With add (BOFT's X0 + Δ read from the rows it
    updates) the block runs in place, which needs b ≤ cpu_rot_rows_max(); past it V (b × w) holds
    the gathered sums. S = NULL: the input rows are V's, gathered by the caller. ptr: 3·b pointers. */
-static void stage_block(const boft_t *s, const float *Nm, bool transposed, const int64_t *t, int64_t w, const float *S, bool add,
+static void stage_block(const boft_t *s, const float *P, const int64_t *t, int64_t w, const float *S, bool add,
                         float *D, float *V, char **ptr) {
     int64_t b = s->b;
     bool direct = S && (!add || b <= cpu_rot_rows_max());
@@ -152,7 +158,7 @@ static void stage_block(const boft_t *s, const float *Nm, bool transposed, const
         ptr[b + n] = (char *)(D + t[n] * w);
         ptr[2 * b + n] = (char *)(D + t[n] * w);
     }
-    cpu_rot r = {.bs = b, .A = Nm, .ai = transposed ? 1 : b, .ak = transposed ? b : 1, .src = (const char *const *)ptr,
+    cpu_rot r = {.bs = b, .A = P, .ai = 1, .ak = b, .src = (const char *const *)ptr,
                  .sdt = LYCO_F32, .T = LYCO_F32, .add = direct && add ? (const float *const *)(ptr + b) : NULL,
                  .dst = ptr + 2 * b, .odt = LYCO_F32, .base = (const float *const *)(ptr + 2 * b), .mode = CPU_ROT_ADD};
     cpu_rot_rows(&r, w);
@@ -176,7 +182,7 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
         memset(Dl, 0, sizeof(float) * (size_t)(O * w));
         for (int64_t i = 0; i < s->M; i++)
             for (int64_t k = 0; k < s->nb; k++)
-                stage_block(s, s->Nm + i * s->blk + k * s->nn, false, s->idx + i * O + k * b, w, X0, true, Dl, V, ptr);
+                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, Dl, V, ptr);
         for (int64_t o = 0; o < O; o++) {
             float p = rho_at(s, o), p1 = p - 1.0f, *d = Dl + o * w;
             const float *x = X0 + o * w;
@@ -223,7 +229,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
                 float *Xi = Xs + i * Ow, *Xn = Xi + Ow;
                 memcpy(Xn, Xi, sizeof(float) * (size_t)Ow);
                 for (int64_t k = 0; k < s->nb; k++)
-                    stage_block(s, s->Nm + i * s->blk + k * s->nn, false, s->idx + i * O + k * b, w, Xi, false, Xn, V, ptr);
+                    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, Xi, false, Xn, V, ptr);
             }
         }
         if (want_rho) {
@@ -248,7 +254,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
                     gather(t, b, w, Xs + i * Ow, NULL, U);        /* Ŵ */
                     cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
                 }
-                stage_block(s, Nm, true, t, w, NULL, false, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
+                stage_block(s, Nm, t, w, NULL, false, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
             }
         if (GXt) {
             if (!delta)

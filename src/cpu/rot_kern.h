@@ -65,6 +65,7 @@ CK_AI int64_t KN(rk_es)(lyco_dtype dt) { return dt == LYCO_F32 ? 4 : 2; }
 typedef struct {
     lyco_dtype sdt, T;
     bool add;
+    bool inl;   /* the ADD epilogue in registers (BOFT's X0 + Δ form only: keeps the other copies small) */
 } KN(rk_form);
 
 /* input row k, columns [j, j + m) */
@@ -92,7 +93,7 @@ CK_AI KN(rk_v) KN(rk_epi)(const cpu_rot *r, const KN(rk_form) f, int64_t i, int6
    ISA, out of the specialised loops: the rows' sums pass through the stack; inlined per form it
    doubled the object for ~3% of a merge) */
 static void KN(rk_finish)(const cpu_rot *r, int64_t i0, int mr, int64_t j, int64_t m, KN(rk_v) *acc) {
-    KN(rk_form) f = {r->sdt, r->T, r->add != NULL};
+    KN(rk_form) f = {r->sdt, r->T, r->add != NULL, false};
     int64_t oes = r->mode == CPU_ROT_ADD ? 4 : KN(rk_es)(r->odt);
     lyco_dtype odt = r->mode == CPU_ROT_ADD ? LYCO_F32 : r->odt;
     for (int p = 0; p < mr; p++) acc[p] = KN(rk_epi)(r, f, i0 + p, j, m, acc[p]);
@@ -112,6 +113,15 @@ CK_AI void KN(rk_block)(const int mr, const KN(rk_form) f, const cpu_rot *r, int
 #define RK_STEP(p) if (mr > p) a##p = KN(rk_fma)(KN(rk_set1)(ak[p * ai]), x, a##p);
         RK_16(RK_STEP)
 #undef RK_STEP
+    }
+    if (f.inl && r->mode == CPU_ROT_ADD) { /* BOFT's stage update, in registers (a fifth of the stage as a call) */
+#define RK_ADD(p) if (mr > p) a##p = KN(rk_ld)(r->base[i0 + p] + j, LYCO_F32, LYCO_F32, m) + a##p;
+        RK_16(RK_ADD)
+#undef RK_ADD
+#define RK_STORE(p) if (mr > p) KN(rk_st)(r->dst[i0 + p] + j * 4, LYCO_F32, a##p, m);
+        RK_16(RK_STORE)
+#undef RK_STORE
+        return;
     }
     KN(rk_v) acc[16];
 #define RK_SAVE(p) if (mr > p) acc[p] = a##p;
@@ -151,12 +161,12 @@ CK_AI void KN(rk_cols)(const cpu_rot *r, const KN(rk_form) f, int64_t w) {
 /* the common forms get loops of their own (bf16, fp16, fp32 rows; BOFT's X0 + Δ), the rest the
    general one (the portable copy: one loop) */
 static void KN(rot_rows)(const cpu_rot *r, int64_t w) {
-    KN(rk_form) f = {r->sdt, r->T, r->add != NULL};
+    KN(rk_form) f = {r->sdt, r->T, r->add != NULL, false};
 #if defined(CK_V4) || defined(CK_V3)
-    if (!f.add && f.sdt == LYCO_BF16) KN(rk_cols)(r, (KN(rk_form)){LYCO_BF16, LYCO_BF16, false}, w);
-    else if (!f.add && f.sdt == LYCO_F16) KN(rk_cols)(r, (KN(rk_form)){LYCO_F16, LYCO_F16, false}, w);
-    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32 && f.add) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, true}, w);
-    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, false}, w);
+    if (!f.add && f.sdt == LYCO_BF16) KN(rk_cols)(r, (KN(rk_form)){LYCO_BF16, LYCO_BF16, false, false}, w);
+    else if (!f.add && f.sdt == LYCO_F16) KN(rk_cols)(r, (KN(rk_form)){LYCO_F16, LYCO_F16, false, false}, w);
+    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32 && f.add) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, true, true}, w);
+    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, false, false}, w);
     else KN(rk_cols)(r, f, w);
 #else
     KN(rk_cols)(r, f, w);   /* the portable loads convert element by element anyway */
