@@ -205,7 +205,8 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
     if (GXt) cpu_oft_io_init(&gout, c, GXt);
     int64_t O = s->O, b = s->b, tw = s->tw, Mst = s->M, all = Mst * s->blk, total = cpu_oft_ntiles(&xin, tw);
     /* the gradients' partials per fixed run of tiles (cpu.h: runs from the shape only), added in run
-       order: independent of the thread count (per-thread partials were not, at base ISA) */
+       order: independent of the thread count (per-thread partials were not: 7 rows of the full tier
+       differed between 1 and 3 threads at every ISA level) */
     int64_t slot = all + O, cap = CPU_RUN_FLOATS / slot;
     int R = cpu_runs(total, CPU_RUNS_BIG < cap ? CPU_RUNS_BIG : (cap > 0 ? cap : 1));
     float *part = calloc((size_t)(R * slot) + 1, sizeof(float));
