@@ -15,22 +15,30 @@
  *   Ĝ = G[t], Ŵ = X_i[t]:  G_N_{i,k} += Ĝ·Ŵᵀ,  G[t] ← N_{i,k}ᵀ·Ĝ   (G tracked as GY + ΔG)
  * then G_R = m·G_N and the Cayley adjoint. Bypass: dy0 = G (delta-only: G − dy = ΔG), dx = 0.
  *
+ * A stage's block runs through rot.h's kernel (the b rows' sums in registers, N's scalars
+ * broadcast): forward in place on Δ's rows, reading X0 + Δ as it goes (b ≤ the kernel's register
+ * block; past it the rows are gathered first); the backward's replay and its ΔG update from the
+ * gathered rows. The same sums as the gather / GEMM / scatter-add it replaced, in the same order.
+ *
  * Tiling: a tile is all O rows × tw columns (merge: W's columns; bypass: tokens, or positions of
  * one image for conv); all M stages run on the tile in cache, then it is stored once (in place is
  * fine). The backward keeps the M + 1 stage inputs of its ONE tile instead of replaying the
  * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
  * 512K floats (2 MB), at most 256 columns (wide enough for the small GEMMs to run at speed:
  * 8 columns made the backward 3.6× slower). Tiles are spread over threads; the gradients of N
- * and ρ go to per-thread partials combined in thread order.
+ * and ρ go to partials per fixed run of tiles (≤ CPU_RUNS_BIG runs, from the shape only), added in
+ * run order: the same bits at any thread count.
  *
- * Extra memory: Cayley state and N − I (4·M·nb·b² floats), the index table (M·O), ρ (O); per
- * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats and the
- * partials (M·nb·b² + O floats).
+ * Extra memory: Cayley state, N − I and its transposed blocks (5·M·nb·b² floats), the index table (M·O), ρ (O); per
+ * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats, and 3·b
+ * row pointers; backward, per run the partials (M·nb·b² + O floats, ≤ CPU_RUNS_BIG runs and
+ * ≤ CPU_RUN_FLOATS floats in all) and the gradients once more.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cayley.h"
+#include "rot.h"
 
 #define TILE_FLOATS 524288
 
@@ -39,23 +47,27 @@ typedef struct {
     int64_t O, nb, b, nn, M, blk;   /* blk = nb·b·b floats per stage */
     cpu_cayley cy;
     float *Nm;          /* N − I (M·nb·b·b) */
+    float *NmT;         /* its blocks transposed (the forward's broadcasts then run along a row) */
     float *rho;         /* ρ (O) or NULL */
     int64_t *idx;       /* idx[i·O + k·b + ν] = π_i^{-1}(k·b + ν) */
     int nt;
-    float *gN, *grho;   /* per-thread partials */
+    float *gN, *grho;   /* the gradients of N − I and ρ (the runs' partials added) */
     int64_t tw;
     float *work;
     int64_t wsz;
+    char **ptr;         /* per-thread row pointers of rot.h's calls (3·b) */
 } boft_t;
 
 static void boft_free(boft_t *s) {
     cpu_cayley_free(&s->cy);
     free(s->Nm);
+    free(s->NmT);
     free(s->rho);
     free(s->idx);
     free(s->gN);
     free(s->grho);
     free(s->work);
+    free(s->ptr);
 }
 
 static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
@@ -72,8 +84,9 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
     int64_t all = s->M * s->blk;
     float *B = malloc(sizeof(float) * (size_t)(all + 1));
     s->Nm = malloc(sizeof(float) * (size_t)(all + 1));
+    s->NmT = malloc(sizeof(float) * (size_t)(all + 1));
     s->idx = malloc(sizeof(int64_t) * (size_t)(s->M * s->O + 1));
-    if (!B || !s->Nm || !s->idx) {
+    if (!B || !s->Nm || !s->NmT || !s->idx) {
         free(B);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory");
     }
@@ -83,6 +96,9 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
     if (st) return st;
     float m = (float)c->m;
     for (int64_t i = 0; i < all; i++) s->Nm[i] = c->m == 1.0 ? s->cy.Rm1[i] : m * s->cy.Rm1[i];
+    for (int64_t k = 0; k < s->M * s->nb; k++)
+        for (int64_t a = 0; a < s->b; a++)
+            for (int64_t q = 0; q < s->b; q++) s->NmT[k * s->nn + q * s->b + a] = s->Nm[k * s->nn + a * s->b + q];
     for (int64_t i = 0; i < s->M; i++) {
         int64_t h = ((int64_t)1 << i) * (s->b / 2);
         for (int64_t p = 0; p < s->O; p++) {   /* p = k·b + ν, a position of the permuted vector */
@@ -96,8 +112,8 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
         cpu_load_all(c->a->tensor[LYCO_RESCALE], T, s->rho);
     }
     if (grads) {
-        s->gN = calloc((size_t)s->nt * (size_t)all + 1, sizeof(float));
-        s->grho = calloc((size_t)s->nt * (size_t)s->O + 1, sizeof(float));
+        s->gN = calloc((size_t)all + 1, sizeof(float));
+        s->grho = calloc((size_t)s->O + 1, sizeof(float));
         if (!s->gN || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
     }
     /* tile width: the buffers of one tile (forward 2·O, backward (M+3)·O rows) in 2 MB */
@@ -107,7 +123,8 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
     if (s->tw < 4) s->tw = 4;
     s->wsz = rows * s->tw + 2 * s->b * s->tw + s->O;
     s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
-    if (!s->work) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for tile buffers");
+    s->ptr = malloc(sizeof(char *) * (size_t)(3 * s->nt * s->b + 1));
+    if (!s->work || !s->ptr) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for tile buffers");
     return LYCO_OK;
 }
 
@@ -127,13 +144,24 @@ static void gather(const int64_t *t, int64_t b, int64_t w, const float *A, const
     }
 }
 
-/* Adds U (b × w) into rows t of A. */
-static void scatter_add(const int64_t *t, int64_t b, int64_t w, const float *U, float *A) {
+/* Rows t of D (each w wide) += Pᵀ·(rows t of S [+ rows t of D]) (rot.h, ADD) for a b×b block P:
+   NmT's for N − I, Nm's for (N − I)ᵀ (the scalars of one output row then lie along P's column). With add (BOFT's X0 + Δ read from the rows it
+   updates) the block runs in place, which needs b ≤ cpu_rot_rows_max(); past it V (b × w) holds
+   the gathered sums. S = NULL: the input rows are V's, gathered by the caller. ptr: 3·b pointers. */
+static void stage_block(const boft_t *s, const float *P, const int64_t *t, int64_t w, const float *S, bool add,
+                        float *D, float *V, char **ptr) {
+    int64_t b = s->b;
+    bool direct = S && (!add || b <= cpu_rot_rows_max());
+    if (S && !direct) gather(t, b, w, S, D, V);
     for (int64_t n = 0; n < b; n++) {
-        float *a = A + t[n] * w;
-        const float *u = U + n * w;
-        for (int64_t j = 0; j < w; j++) a[j] += u[j];
+        ptr[n] = (char *)(direct ? S + t[n] * w : V + n * w);
+        ptr[b + n] = (char *)(D + t[n] * w);
+        ptr[2 * b + n] = (char *)(D + t[n] * w);
     }
+    cpu_rot r = {.bs = b, .A = P, .ai = 1, .ak = b, .src = (const char *const *)ptr,
+                 .sdt = LYCO_F32, .T = LYCO_F32, .add = direct && add ? (const float *const *)(ptr + b) : NULL,
+                 .dst = ptr + 2 * b, .odt = LYCO_F32, .base = (const float *const *)(ptr + 2 * b), .mode = CPU_ROT_ADD};
+    cpu_rot_rows(&r, w);
 }
 
 /* dst = rows(src) (delta: rows(src) − src) */
@@ -146,19 +174,15 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
     int64_t O = s->O, b = s->b, tw = s->tw, total = cpu_oft_ntiles(&in, tw);
 #pragma omp parallel for schedule(static)
     for (int64_t tile = 0; tile < total; tile++) {
-        float *X0 = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Dl = X0 + O * tw, *V = Dl + O * tw, *U = V + b * tw,
-              *tmp = U + b * tw;
+        float *X0 = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Dl = X0 + O * tw, *V = Dl + O * tw, *tmp = V + 2 * b * tw;
+        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(3 * b);
         int64_t j0, w;
         cpu_oft_tile(&in, tw, tile, &j0, &w);
         cpu_oft_load(&in, 0, O, j0, w, T, X0, tmp);
         memset(Dl, 0, sizeof(float) * (size_t)(O * w));
         for (int64_t i = 0; i < s->M; i++)
-            for (int64_t k = 0; k < s->nb; k++) {
-                const int64_t *t = s->idx + i * O + k * b;
-                gather(t, b, w, X0, Dl, V);
-                cpu_gemm_nn(b, w, b, s->Nm + i * s->blk + k * s->nn, b, V, w, U, w, false);
-                scatter_add(t, b, w, U, Dl);
-            }
+            for (int64_t k = 0; k < s->nb; k++)
+                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, Dl, V, ptr);
         for (int64_t o = 0; o < O; o++) {
             float p = rho_at(s, o), p1 = p - 1.0f, *d = Dl + o * w;
             const float *x = X0 + o * w;
@@ -180,12 +204,21 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
     cpu_oft_io_init(&gin, c, GYt);
     if (GXt) cpu_oft_io_init(&gout, c, GXt);
     int64_t O = s->O, b = s->b, tw = s->tw, Mst = s->M, all = Mst * s->blk, total = cpu_oft_ntiles(&xin, tw);
+    /* the gradients' partials per fixed run of tiles (cpu.h: runs from the shape only), added in run
+       order: independent of the thread count (per-thread partials were not: 7 rows of the full tier
+       differed between 1 and 3 threads at every ISA level) */
+    int64_t slot = all + O, cap = CPU_RUN_FLOATS / slot;
+    int R = cpu_runs(total, CPU_RUNS_BIG < cap ? CPU_RUNS_BIG : (cap > 0 ? cap : 1));
+    float *part = calloc((size_t)(R * slot) + 1, sizeof(float));
+    if (!part) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
 #pragma omp parallel for schedule(static)
-    for (int64_t tile = 0; tile < total; tile++) {
+    for (int64_t u = 0; u < R; u++)
+    for (int64_t tile = cpu_run_start(total, R, (int)u); tile < cpu_run_start(total, R, (int)u + 1); tile++) {
         int tid = cpu_thread_id();
         float *Xs = s->work + (size_t)tid * (size_t)s->wsz;      /* (M+1) stage inputs, O × w each */
         float *GY = Xs + (Mst + 1) * O * tw, *DG = GY + O * tw, *V = DG + O * tw, *U = V + b * tw, *tmp = U + b * tw;
-        float *gN = s->gN + (size_t)tid * (size_t)all, *grho = s->grho + (size_t)tid * (size_t)O;
+        char **ptr = s->ptr + (size_t)tid * (size_t)(3 * b);
+        float *gN = part + u * slot, *grho = gN + all;
         int64_t j0, w;
         cpu_oft_tile(&xin, tw, tile, &j0, &w);
         int64_t Ow = O * w;
@@ -196,12 +229,8 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
             for (int64_t i = 0; i < Mst; i++) {
                 float *Xi = Xs + i * Ow, *Xn = Xi + Ow;
                 memcpy(Xn, Xi, sizeof(float) * (size_t)Ow);
-                for (int64_t k = 0; k < s->nb; k++) {
-                    const int64_t *t = s->idx + i * O + k * b;
-                    gather(t, b, w, Xi, NULL, V);
-                    cpu_gemm_nn(b, w, b, s->Nm + i * s->blk + k * s->nn, b, V, w, U, w, false);
-                    scatter_add(t, b, w, U, Xn);
-                }
+                for (int64_t k = 0; k < s->nb; k++)
+                    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, Xi, false, Xn, V, ptr);
             }
         }
         if (want_rho) {
@@ -226,8 +255,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
                     gather(t, b, w, Xs + i * Ow, NULL, U);        /* Ŵ */
                     cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
                 }
-                cpu_gemm_tn(b, w, b, Nm, b, V, w, U, w, false);   /* (N − I)ᵀ·Ĝ */
-                scatter_add(t, b, w, U, DG);
+                stage_block(s, Nm, t, w, NULL, false, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
             }
         if (GXt) {
             if (!delta)
@@ -235,10 +263,11 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
             cpu_oft_store(&gout, 0, O, j0, w, DG, tmp);
         }
     }
-    for (int t = 1; t < s->nt; t++) {
-        for (int64_t i = 0; i < all; i++) s->gN[i] += s->gN[(size_t)t * (size_t)all + i];
-        for (int64_t o = 0; o < O; o++) s->grho[o] += s->grho[(size_t)t * (size_t)O + o];
+    for (int64_t u = 0; u < R; u++) {
+        for (int64_t i = 0; i < all; i++) s->gN[i] += part[u * slot + i];
+        for (int64_t o = 0; o < O; o++) s->grho[o] += part[u * slot + all + o];
     }
+    free(part);
     if (want_rho) cpu_store_all(c->g->grad[LYCO_RESCALE], s->grho);
     if (want_b) {
         float m = (float)c->m;

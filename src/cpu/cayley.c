@@ -229,3 +229,13 @@ void cpu_oft_store(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int
         break;
     }
 }
+
+char *cpu_oft_row(const cpu_oft_io *io, int64_t o, int64_t j0) {
+    if (!io->v.fast || io->kind == CPU_OFT_LINEAR) return NULL;
+    int64_t r = o, c = j0;
+    if (io->kind == CPU_OFT_CONV) {
+        r = (j0 / io->sp) * io->O + o;
+        c = j0 % io->sp;
+    }
+    return io->v.base + (r * io->v.rs + c) * (int64_t)io->v.es;
+}

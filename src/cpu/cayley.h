@@ -83,5 +83,8 @@ void cpu_oft_tile(const cpu_oft_io *io, int64_t tw, int64_t b, int64_t *j0, int6
 /* X (nr × w) = rows [o0, o0+nr) × columns [j0, j0+w), rounded through T. tmp: nr floats. */
 void cpu_oft_load(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int64_t w, lyco_dtype T, float *X, float *tmp);
 void cpu_oft_store(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int64_t w, const float *X, float *tmp);
+/* The address of channel row o at column j0 when the tensor is addressed in place (merge and conv
+   tiles of a compact view: a row's columns of one tile are contiguous), else NULL. */
+char *cpu_oft_row(const cpu_oft_io *io, int64_t o, int64_t j0);
 
 #endif

@@ -3,7 +3,7 @@
  * src/core/convert.c (the rules are cvt_kern.h's opening comment): 8 lanes (__m256) when CK_V3 is
  * defined, 16 lanes (__m512, names ending in 16) when CK_V4 is. Included by the ISA copies of
  * cvt_kern.h (view.c) and stream_kern.h (stream.c) under their `#pragma GCC target`, with
- * KN(name) naming the copy. Not a public header; no state, no memory.
+ * KN(name) naming the copy, and by rot_kern.h (rot.c). Not a public header; no state, no memory.
  */
 
 #ifndef CK_AI
@@ -85,5 +85,67 @@ CK_AI __m256i KN(f16_pack16)(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO
 CK_AI __m512 KN(rnd16)(__m512 v, lyco_dtype T) {
     if (T == LYCO_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(KN(bf16_bits16)(v), 16));
     return _mm512_cvtph_ps(KN(f16_pack16)(v));
+}
+#endif
+
+/* ---- one vector of the copy's width (CK_N lanes: 16 in the v4 copy, 8 in the v3 copy; CK_VEC its
+   type) of any dtype, whole or the first m lanes: the loads and stores of stream_kern.h and
+   rot_kern.h ---- */
+#if defined(CK_V4) || defined(CK_V3)
+#undef CK_N
+#undef CK_VEC
+#ifdef CK_V4
+#define CK_N 16
+#define CK_VEC __m512
+#else
+#define CK_N 8
+#define CK_VEC __m256
+#endif
+
+CK_AI int64_t KN(vsize)(lyco_dtype dt) { return dt == LYCO_F32 ? 4 : 2; }
+
+/* The first m ≤ CK_N values of `dt` at p as fp32 (lanes past m zero), rounded through T (fp32
+   sources only: a 16-bit value is exact in fp32 and the policy never mixes fp16 with bf16);
+   m = CK_N is the plain load. */
+CK_AI CK_VEC KN(vin)(const char *p, lyco_dtype dt, lyco_dtype T, int64_t m) {
+#ifdef CK_V4
+    __mmask16 k = (__mmask16)((1u << m) - 1u);
+    CK_VEC v;
+    if (dt != LYCO_F32) {
+        __m256i h = m == CK_N ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
+        return dt == LYCO_BF16 ? KN(bf16_widen16)(h) : KN(f16_widen16)(h);
+    }
+    v = m == CK_N ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+    return T == LYCO_F32 ? v : KN(rnd16)(v, T);
+#else
+    _Alignas(32) char t[CK_N * 4] = {0};
+    if (m < CK_N) p = memcpy(t, p, (size_t)(m * KN(vsize)(dt)));
+    if (dt == LYCO_BF16) return KN(ld_bf16)(p);
+    if (dt == LYCO_F16) return KN(ld_f16)(p);
+    CK_VEC v = _mm256_loadu_ps((const float *)p);
+    return T == LYCO_F32 ? v : KN(rnd8)(v, T);
+#endif
+}
+
+/* the first m ≤ CK_N lanes of v stored at p as `dt` */
+CK_AI void KN(vout)(char *p, lyco_dtype dt, CK_VEC v, int64_t m) {
+#ifdef CK_V4
+    __mmask16 k = (__mmask16)((1u << m) - 1u);
+    if (dt == LYCO_F32) {
+        if (m == CK_N) _mm512_storeu_ps(p, v);
+        else _mm512_mask_storeu_ps(p, k, v);
+        return;
+    }
+    __m256i h = dt == LYCO_BF16 ? KN(bf16_pack16)(v) : KN(f16_pack16)(v);
+    if (m == CK_N) _mm256_storeu_si256((__m256i *)p, h);
+    else _mm256_mask_storeu_epi16(p, k, h);
+#else
+    _Alignas(32) char t[CK_N * 4];
+    char *q = m == CK_N ? p : t;
+    if (dt == LYCO_BF16) KN(st_bf16)(q, v);
+    else if (dt == LYCO_F16) KN(st_f16)(q, v);
+    else _mm256_storeu_ps((float *)q, v);
+    if (m < CK_N) memcpy(p, t, (size_t)(m * KN(vsize)(dt)));
+#endif
 }
 #endif

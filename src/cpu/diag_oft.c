@@ -32,6 +32,7 @@
 #include <stdlib.h>
 
 #include "cayley.h"
+#include "rot.h"
 
 #define ROWS_MIN 16
 #define TILE_FLOATS 16384
@@ -48,6 +49,7 @@ typedef struct {
     int64_t g, tw;      /* blocks per row group, tile width */
     float *work;        /* per-thread tile buffers */
     int64_t wsz;        /* floats per thread in work */
+    char **ptr;         /* per-thread row pointers of rot.h's calls (2·bs) */
 } oft_t;
 
 static void oft_free(oft_t *s) {
@@ -59,6 +61,7 @@ static void oft_free(oft_t *s) {
     free(s->gM);
     free(s->grho);
     free(s->work);
+    free(s->ptr);
 }
 
 static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
@@ -119,7 +122,8 @@ static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
     s->wsz = 4 * nr * s->tw + nr;
     if (s->wsz < 4 * TILE_FLOATS) s->wsz = 4 * TILE_FLOATS;   /* the token-major tiles (linear bypass) */
     s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
-    if (!s->work) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for tile buffers");
+    s->ptr = malloc(sizeof(char *) * (size_t)(2 * s->nt * s->bs + 1));
+    if (!s->work || !s->ptr) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for tile buffers");
     return LYCO_OK;
 }
 
@@ -138,8 +142,9 @@ static void token_geometry(const oft_t *s, int64_t *gl, int64_t *tw) {
 
 /* Linear bypass, token-major: a token's channels are contiguous in y0, and block k maps a token's
    row x_k (1 × bs) to x_k·M_k (the transpose of M_kᵀ x_k) — so a tile of w tokens × a group of
-   blocks is loaded as it lies, multiplied block by block (w × bs times bs × bs) and stored as it
-   lies: no transposition. Groups span ≥ 256 channels where the layer has them. */
+   blocks is loaded as it lies (fp32, rounded), multiplied block by block with the epilogue in
+   registers (rot.h, cpu_rot_tokens) and stored as it lies, straight into y when y is compact:
+   no transposition. Groups span ≥ 256 channels where the layer has them. */
 static void oft_forward_tokens(oft_t *s, const cpu_oft_io *in, const cpu_oft_io *out, bool delta) {
     lyco_dtype T = s->c->dt.compute;
     int64_t gl, tw;
@@ -152,18 +157,43 @@ static void oft_forward_tokens(oft_t *s, const cpu_oft_io *in, const cpu_oft_io 
         int64_t k0 = (b / ntt) * gl, kb = s->nb - k0 < gl ? s->nb - k0 : gl, o0 = k0 * s->bs, nc = kb * s->bs;
         int64_t t0 = (b % ntt) * tw, w = in->n - t0 < tw ? in->n - t0 : tw;
         for (int64_t t = 0; t < w; t++) cpu_load(&in->v, t0 + t, o0, nc, T, X + t * nc);
-        for (int64_t kk = 0; kk < kb; kk++)
-            cpu_gemm_nn(w, s->bs, s->bs, X + kk * s->bs, nc, Op + (k0 + kk) * s->nn, s->bs, Z + kk * s->bs, nc, false);
-        if (delta || s->rho)
-            for (int64_t t = 0; t < w; t++) {
-                float *z = Z + t * nc;
-                const float *x = X + t * nc;
-                for (int64_t r = 0; r < nc; r++) {
-                    float p = rho_at(s, o0 + r);
-                    z[r] = delta ? p * z[r] + (p - 1.0f) * x[r] : p * z[r];
-                }
-            }
-        for (int64_t t = 0; t < w; t++) cpu_store(&out->v, t0 + t, o0, nc, Z + t * nc);
+        bool direct = out->v.fast;
+        cpu_rot_tok q = {.bs = s->bs, .nb = kb, .Op = Op + k0 * s->nn, .X = X,
+                         .dst = direct ? out->v.base + (t0 * out->v.rs + o0) * (int64_t)out->v.es : (char *)Z,
+                         .dstride = direct ? out->v.rs * (int64_t)out->v.es : nc * (int64_t)sizeof(float),
+                         .odt = direct ? out->v.dt : LYCO_F32, .rho = s->rho ? s->rho + o0 : NULL,
+                         .mode = delta ? CPU_ROT_DELTA : CPU_ROT_SET};
+        cpu_rot_tokens(&q, w);
+        if (!direct)
+            for (int64_t t = 0; t < w; t++) cpu_store(&out->v, t0 + t, o0, nc, Z + t * nc);
+    }
+}
+
+/* Block k through rot.h: rows k·bs… of src (sdt) to the same rows of dst (odt), w columns; the
+   row pointers go in ptr (2·bs). */
+static void rot_block(const oft_t *s, const float *Op, int64_t k, char **ptr, lyco_dtype sdt, lyco_dtype odt, bool delta,
+                      int64_t w) {
+    cpu_rot r = {.bs = s->bs, .A = Op + k * s->nn, .ai = 1, .ak = s->bs, .src = (const char *const *)ptr, .sdt = sdt, .T = s->c->dt.compute,
+                 .dst = ptr + s->bs, .odt = odt, .rho = s->rho ? s->rho + k * s->bs : NULL,
+                 .mode = delta ? CPU_ROT_DELTA : CPU_ROT_SET};
+    cpu_rot_rows(&r, w);
+}
+
+/* Channel-major, in place in the caller's tensors (compact merge and conv views, bs ≤ the kernel's
+   register block): a tile is one block × a column range, read once and written once. */
+static void oft_forward_direct(oft_t *s, const cpu_oft_io *in, const cpu_oft_io *out, bool delta) {
+    int64_t bs = s->bs, nct = cpu_oft_ntiles(in, s->tw), total = s->nb * nct;
+    const float *Op = delta ? s->Mm : s->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < total; b++) {
+        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(2 * bs);
+        int64_t k = b / nct, j0, w;
+        cpu_oft_tile(in, s->tw, b % nct, &j0, &w);
+        for (int64_t i = 0; i < bs; i++) {
+            ptr[i] = cpu_oft_row(in, k * bs + i, j0);
+            ptr[bs + i] = cpu_oft_row(out, k * bs + i, j0);
+        }
+        rot_block(s, Op, k, ptr, in->v.dt, out->v.dt, delta, w);
     }
 }
 
@@ -178,24 +208,26 @@ static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta
         oft_forward_tokens(s, &in, &out, delta);
         return;
     }
-    int64_t ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&in, s->tw), total = ngroups * nct;
+    if (cpu_oft_row(&in, 0, 0) && cpu_oft_row(&out, 0, 0) && s->bs <= cpu_rot_rows_max()) {
+        oft_forward_direct(s, &in, &out, delta);
+        return;
+    }
+    /* staged: the tile in fp32 (strided views, linear tiles, blocks past the register block) */
+    int64_t bs = s->bs, ngroups = (s->nb + s->g - 1) / s->g, nct = cpu_oft_ntiles(&in, s->tw), total = ngroups * nct;
     const float *Op = delta ? s->Mm : s->M;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < total; b++) {
-        float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Z = X + s->g * s->bs * s->tw, *tmp = X + 4 * s->g * s->bs * s->tw;
-        int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * s->bs, nr = kb * s->bs, j0, w;
+        float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Z = X + s->g * bs * s->tw, *tmp = X + 4 * s->g * bs * s->tw;
+        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(2 * bs);
+        int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * bs, nr = kb * bs, j0, w;
         cpu_oft_tile(&in, s->tw, b % nct, &j0, &w);
         cpu_oft_load(&in, o0, nr, j0, w, T, X, tmp);
-        for (int64_t kk = 0; kk < kb; kk++)
-            cpu_gemm_tn(s->bs, w, s->bs, Op + (k0 + kk) * s->nn, s->bs, X + kk * s->bs * w, w, Z + kk * s->bs * w, w, false);
-        for (int64_t r = 0; r < nr; r++) {
-            float p = rho_at(s, o0 + r), p1 = p - 1.0f;
-            float *z = Z + r * w;
-            const float *x = X + r * w;
-            if (delta)
-                for (int64_t j = 0; j < w; j++) z[j] = p * z[j] + p1 * x[j];
-            else if (s->rho)
-                for (int64_t j = 0; j < w; j++) z[j] *= p;
+        for (int64_t kk = 0; kk < kb; kk++) {
+            for (int64_t i = 0; i < bs; i++) {
+                ptr[i] = (char *)(X + (kk * bs + i) * w);
+                ptr[bs + i] = (char *)(Z + (kk * bs + i) * w);
+            }
+            rot_block(s, Op, k0 + kk, ptr, LYCO_F32, LYCO_F32, delta, w);
         }
         cpu_oft_store(&out, o0, nr, j0, w, Z, tmp);
     }

@@ -37,53 +37,6 @@
 #define SK_SUB(a, b) _mm256_sub_ps(a, b)
 #endif
 
-CK_AI int64_t KN(sk_size)(lyco_dtype dt) { return dt == LYCO_F32 ? 4 : 2; }
-
-/* The first m ≤ SK_N values of `dt` at p as fp32 (lanes past m zero), rounded through T (fp32
-   sources only: a 16-bit value is exact in fp32 and the policy never mixes fp16 with bf16);
-   m = SK_N is the plain load. */
-CK_AI SK_V KN(sk_in)(const char *p, lyco_dtype dt, lyco_dtype T, int64_t m) {
-#ifdef CK_V4
-    __mmask16 k = (__mmask16)((1u << m) - 1u);
-    SK_V v;
-    if (dt != LYCO_F32) {
-        __m256i h = m == SK_N ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
-        return dt == LYCO_BF16 ? KN(bf16_widen16)(h) : KN(f16_widen16)(h);
-    }
-    v = m == SK_N ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
-    return T == LYCO_F32 ? v : KN(rnd16)(v, T);
-#else
-    _Alignas(32) char t[SK_N * 4] = {0};
-    if (m < SK_N) p = memcpy(t, p, (size_t)(m * KN(sk_size)(dt)));
-    if (dt == LYCO_BF16) return KN(ld_bf16)(p);
-    if (dt == LYCO_F16) return KN(ld_f16)(p);
-    SK_V v = _mm256_loadu_ps((const float *)p);
-    return T == LYCO_F32 ? v : KN(rnd8)(v, T);
-#endif
-}
-
-/* the first m ≤ SK_N lanes of v stored at p as `dt` */
-CK_AI void KN(sk_out)(char *p, lyco_dtype dt, SK_V v, int64_t m) {
-#ifdef CK_V4
-    __mmask16 k = (__mmask16)((1u << m) - 1u);
-    if (dt == LYCO_F32) {
-        if (m == SK_N) _mm512_storeu_ps(p, v);
-        else _mm512_mask_storeu_ps(p, k, v);
-        return;
-    }
-    __m256i h = dt == LYCO_BF16 ? KN(bf16_pack16)(v) : KN(f16_pack16)(v);
-    if (m == SK_N) _mm256_storeu_si256((__m256i *)p, h);
-    else _mm256_mask_storeu_epi16(p, k, h);
-#else
-    _Alignas(32) char t[SK_N * 4];
-    char *q = m == SK_N ? p : t;
-    if (dt == LYCO_BF16) KN(st_bf16)(q, v);
-    else if (dt == LYCO_F16) KN(st_f16)(q, v);
-    else _mm256_storeu_ps((float *)q, v);
-    if (m < SK_N) memcpy(p, t, (size_t)(m * KN(sk_size)(dt)));
-#endif
-}
-
 /* The form of a row: what the loop branches on. Built from constants where KN(seg) specialises
    (the compiler then drops the branches), from the row's values otherwise. */
 typedef struct {
@@ -97,9 +50,9 @@ typedef struct {
    the output at out; sb the run's scale (SEG_S_RUN), xb the one value of x, ms = m·σs */
 CK_AI void KN(sk_step)(const KN(sk_form) f, const char *w, const char *x, const float *sv, SK_V sb, SK_V xb, SK_V ms, char *out,
                        int64_t m) {
-    SK_V wv = w ? KN(sk_in)(w, f.wdt, f.T, m) : SK_ZERO();
-    SK_V xv = f.xk == SEG_X_W ? wv : f.xk == SEG_X_MEM ? KN(sk_in)(x, f.xdt, f.xT, m) : xb;
-    SK_V d = f.sk == SEG_S_NONE ? xv : SK_MUL(xv, f.sk == SEG_S_RUN ? sb : KN(sk_in)((const char *)sv, LYCO_F32, LYCO_F32, m));
+    SK_V wv = w ? KN(vin)(w, f.wdt, f.T, m) : SK_ZERO();
+    SK_V xv = f.xk == SEG_X_W ? wv : f.xk == SEG_X_MEM ? KN(vin)(x, f.xdt, f.xT, m) : xb;
+    SK_V d = f.sk == SEG_S_NONE ? xv : SK_MUL(xv, f.sk == SEG_S_RUN ? sb : KN(vin)((const char *)sv, LYCO_F32, LYCO_F32, m));
     SK_V o;
     switch (f.op) {
     case SEG_WEIGHT: o = SK_ADD(wv, SK_MUL(ms, d)); break;
@@ -107,12 +60,12 @@ CK_AI void KN(sk_step)(const KN(sk_form) f, const char *w, const char *x, const 
     case SEG_DELTA: o = SK_MUL(ms, d); break;
     default: o = SK_ZERO(); break;
     }
-    KN(sk_out)(out, f.odt, o, m);
+    KN(vout)(out, f.odt, o, m);
 }
 
 /* The row (n elements) of form f, in runs of g->period columns. */
 CK_AI void KN(sk_row)(const seg_t *g, int64_t n, const KN(sk_form) f) {
-    int64_t wes = KN(sk_size)(f.wdt), xes = KN(sk_size)(f.xdt), oes = KN(sk_size)(f.odt), P = g->period;
+    int64_t wes = KN(vsize)(f.wdt), xes = KN(vsize)(f.xdt), oes = KN(vsize)(f.odt), P = g->period;
     SK_V ms = SK_SET1(g->ms), xb = SK_SET1(g->xb), sb = ms;
     for (int64_t j0 = 0, r = 0; j0 < n; j0 += P, r++) {
         int64_t len = n - j0 < P ? n - j0 : P;

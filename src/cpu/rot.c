@@ -1,0 +1,62 @@
+/*
+ * rot.c — the block products of the OFT family (rot.h): the ISA dispatch of rot_kern.h's copies
+ * (isa.h: x86-64-v4, x86-64-v3, portable). fp-contract is off in every copy, so the epilogue's
+ * products and sums round separately (the explicit FMAs of the sums stay): every copy gives the
+ * bits of dense.c's GEMM followed by the fp32 epilogue that diag_oft.c and boft.c ran before.
+ * No state, no memory.
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include "rot.h"
+
+#include "isa.h"
+
+#define CK_AI static inline __attribute__((always_inline))
+#define ISA_EACH_HEADER "rot_kern.h"
+#define ISA_EACH_V4 1
+#define ISA_EACH_BASE 1
+#include "isa_each.h"
+
+void cpu_rot_rows(const cpu_rot *r, int64_t w) {
+    if (w <= 0 || r->bs <= 0) return;
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        rot_rows_v4(r, w);
+        return;
+    }
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        rot_rows_v3(r, w);
+        return;
+    }
+#endif
+    rot_rows_base(r, w);
+}
+
+int64_t cpu_rot_rows_max(void) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) return rot_rows_max_v4();
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) return rot_rows_max_v3();
+#endif
+    return rot_rows_max_base();
+}
+
+void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w) {
+    if (w <= 0 || q->bs <= 0) return;
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        rot_tokens_v4(q, w);
+        return;
+    }
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        rot_tokens_v3(q, w);
+        return;
+    }
+#endif
+    rot_tokens_base(q, w);
+}

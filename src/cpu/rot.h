@@ -1,0 +1,67 @@
+/*
+ * rot.h — the block products of the OFT family on the CPU (Diag-OFT, BOFT: diag_oft.c, boft.c):
+ * a bs×bs block applied to bs rows, a small-K GEMM with the block's scalars broadcast and the
+ * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h).
+ *
+ * Channel-major (cpu_rot_rows): bs input rows in_k and bs output rows out_i, each w columns:
+ *   acc_i[j] = Σ_{k<bs} A[i·ai + k·ak]·in_k[j]          in_k = src_k (dtype sdt, rounded through
+ *                                                       T) [+ add_k, fp32: BOFT's X0 + Δ]
+ *   SET    out_i = acc_i, or ρ_i·acc_i                  (stored as odt)
+ *   DELTA  out_i = ρ_i·acc_i + (ρ_i − 1)·in_i            (ρ_i = 1 without ρ; Diag-OFT, where the
+ *                                                       input rows are the output rows)
+ *   ADD    out_i = base_i + acc_i                        (fp32 rows; BOFT's stage updates)
+ * Token-major (cpu_rot_tokens, Diag-OFT's linear bypass, channels contiguous in a token row):
+ *   out[t, c] = Σ_{k<bs} x[t, k]·Op[k, c] per block, with the same epilogues (ρ per channel).
+ *
+ * Summation order: acc = 0, then one fused multiply-add per k, k = 0…bs−1 (a product and a sum in
+ * the portable copy) — dense.c's nn/tn order, so the results are bitwise those of cpu_gemm_tn/nn
+ * followed by the same epilogue in fp32, at every ISA level (v3 and v4 give the same bits; the
+ * epilogue's products and sums are separate roundings: fp-contract off). Nothing depends on w,
+ * the column split or the thread count.
+ *
+ * In place: out rows may be the input rows when bs ≤ cpu_rot_rows_max() (every input vector of a
+ * column range is loaded before its outputs are stored); callers stage the input otherwise.
+ * Row pointers address column 0 of the range (bytes for src/dst, floats for add/base).
+ * Extra memory: none (registers and a few stack vectors).
+ */
+#ifndef LYCO_CPU_ROT_H
+#define LYCO_CPU_ROT_H
+
+#include "cpu.h"
+
+typedef enum { CPU_ROT_SET, CPU_ROT_DELTA, CPU_ROT_ADD } cpu_rot_mode;
+
+typedef struct {
+    int64_t bs;
+    const float *A;             /* element (i, k) at A[i·ai + k·ak] */
+    int64_t ai, ak;
+    const char *const *src;     /* bs input rows */
+    lyco_dtype sdt, T;
+    const float *const *add;    /* NULL, or bs fp32 rows added to the input */
+    char *const *dst;           /* bs output rows */
+    lyco_dtype odt;             /* SET, DELTA; ADD writes fp32 */
+    const float *const *base;   /* ADD: bs fp32 rows (may be dst's) */
+    const float *rho;           /* SET, DELTA: bs scales, or NULL */
+    cpu_rot_mode mode;
+} cpu_rot;
+
+/* The rows of r over columns [0, w). */
+void cpu_rot_rows(const cpu_rot *r, int64_t w);
+/* The largest bs that cpu_rot_rows takes in one register block (in place allowed). */
+int64_t cpu_rot_rows_max(void);
+
+typedef struct {
+    int64_t bs, nb;             /* block size, blocks of the range */
+    const float *Op;            /* nb blocks of bs×bs, row-major: out = x·Op per block */
+    const float *X;             /* w tokens × nb·bs channels, fp32 (rounded), ld = nb·bs */
+    char *dst;                  /* token t's first channel at dst + t·dstride bytes */
+    int64_t dstride;
+    lyco_dtype odt;
+    const float *rho;           /* nb·bs scales, or NULL */
+    cpu_rot_mode mode;          /* SET or DELTA (in = X) */
+} cpu_rot_tok;
+
+/* Tokens [0, w) of q. */
+void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w);
+
+#endif

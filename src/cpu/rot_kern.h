@@ -1,0 +1,233 @@
+/*
+ * rot_kern.h — the kernels of rot.c (the OFT family's block products; formulas, order and the
+ * in-place rule in rot.h), written once and included by rot.c once per ISA (isa.h, isa_each.h):
+ * KN(name) = name_v4 with CK_V4 (16-lane zmm vectors, 16 rows a register block, 12 tokens),
+ * name_v3 with CK_V3 (8-lane ymm, 12 rows, 8 tokens), name_base (GCC vectors of 8 lanes, no FMA
+ * instruction: a product and a sum, as dense.c's portable copy; 8 rows, 4 tokens).
+ *
+ * Channel-major: per column vector (the last one partial: masked lanes), per register block of
+ * ≤ RK_RB output rows, one accumulator per row; per k one vector of input row k is loaded
+ * (converted from bf16/fp16, or rounded from fp32 through T, in registers: cvt_lanes.h's
+ * KN(vin)) and feeds one FMA per row with the block's scalar A(i, k) broadcast. The epilogue
+ * values of all rows are formed before any is stored (in place is safe in one register block).
+ * Token-major: per block and 16 (8) channels, per group of ≤ RK_RT tokens, one accumulator per
+ * token; per k one vector of Op's row k feeds one FMA per token with x[t, k] broadcast from the
+ * fp32 tile. Register counts and row counts are constants per instantiation (switches on the
+ * count), so the accumulators stay in registers.
+ * Expects from rot.c: KN, CK_AI, rot.h, <immintrin.h> on x86-64; fp-contract off.
+ */
+
+#if defined(CK_V4) || defined(CK_V3)
+#include "cvt_lanes.h"
+#define RK_N CK_N
+typedef CK_VEC KN(rk_v);
+#ifdef CK_V4
+#define RK_RB 16
+#define RK_RT 12
+CK_AI KN(rk_v) KN(rk_fma)(KN(rk_v) a, KN(rk_v) b, KN(rk_v) c) { return _mm512_fmadd_ps(a, b, c); }
+CK_AI KN(rk_v) KN(rk_set1)(float x) { return _mm512_set1_ps(x); }
+#else
+#define RK_RB 12
+#define RK_RT 8
+CK_AI KN(rk_v) KN(rk_fma)(KN(rk_v) a, KN(rk_v) b, KN(rk_v) c) { return _mm256_fmadd_ps(a, b, c); }
+CK_AI KN(rk_v) KN(rk_set1)(float x) { return _mm256_set1_ps(x); }
+#endif
+CK_AI KN(rk_v) KN(rk_ld)(const void *p, lyco_dtype dt, lyco_dtype T, int64_t m) { return KN(vin)(p, dt, T, m); }
+CK_AI void KN(rk_st)(void *p, lyco_dtype dt, KN(rk_v) v, int64_t m) { KN(vout)(p, dt, v, m); }
+#else
+#define RK_N 8
+#define RK_RB 8
+#define RK_RT 4
+typedef float KN(rk_v) __attribute__((vector_size(32)));
+CK_AI KN(rk_v) KN(rk_fma)(KN(rk_v) a, KN(rk_v) b, KN(rk_v) c) { return a * b + c; }
+CK_AI KN(rk_v) KN(rk_set1)(float x) { return (KN(rk_v)){0} + x; }
+/* the first m lanes of p (lanes past m zero): the conversions of src/core, element by element */
+CK_AI KN(rk_v) KN(rk_ld)(const void *p, lyco_dtype dt, lyco_dtype T, int64_t m) {
+    KN(rk_v) v = {0};
+    size_t es = lyco_dtype_size(dt);
+    for (int64_t l = 0; l < m; l++) v[l] = dt == LYCO_F32 ? lyco_round_f32(lyco_load_f32((const char *)p + l * es, dt), T)
+                                                          : lyco_load_f32((const char *)p + l * es, dt);
+    return v;
+}
+CK_AI void KN(rk_st)(void *p, lyco_dtype dt, KN(rk_v) v, int64_t m) {
+    size_t es = lyco_dtype_size(dt);
+    for (int64_t l = 0; l < m; l++) lyco_store_f32((char *)p + l * es, dt, v[l]);
+}
+#endif
+CK_AI KN(rk_v) KN(rk_zero)(void) { return KN(rk_set1)(0.0f); }
+CK_AI int64_t KN(rk_es)(lyco_dtype dt) { return dt == LYCO_F32 ? 4 : 2; }
+
+#define RK_16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+
+/* ---- channel-major ---- */
+
+/* What the k loop branches on; constants where KN(rot_rows) specialises. */
+typedef struct {
+    lyco_dtype sdt, T;
+    bool add;
+    bool inl;   /* the ADD epilogue in registers (BOFT's X0 + Δ form only: keeps the other copies small) */
+} KN(rk_form);
+
+/* input row k, columns [j, j + m) */
+CK_AI KN(rk_v) KN(rk_in)(const cpu_rot *r, const KN(rk_form) f, int64_t k, int64_t j, int64_t m) {
+    KN(rk_v) x = KN(rk_ld)(r->src[k] + j * KN(rk_es)(f.sdt), f.sdt, f.T, m);
+    if (f.add) x = x + KN(rk_ld)(r->add[k] + j, LYCO_F32, LYCO_F32, m);
+    return x;
+}
+
+/* the output value of row i from its sum (rot.h's modes) */
+CK_AI KN(rk_v) KN(rk_epi)(const cpu_rot *r, const KN(rk_form) f, int64_t i, int64_t j, int64_t m, KN(rk_v) acc) {
+    switch (r->mode) {
+    case CPU_ROT_SET:
+        if (r->rho) acc = acc * KN(rk_set1)(r->rho[i]);
+        return acc;
+    case CPU_ROT_DELTA: {
+        float p = r->rho ? r->rho[i] : 1.0f;
+        return KN(rk_set1)(p) * acc + KN(rk_set1)(p - 1.0f) * KN(rk_in)(r, f, i, j, m);
+    }
+    default: return KN(rk_ld)(r->base[i] + j, LYCO_F32, LYCO_F32, m) + acc;
+    }
+}
+
+/* the epilogue of rows [i0, i0 + mr): every value formed, then every row stored (one copy per
+   ISA, out of the specialised loops: the rows' sums pass through the stack; inlined per form it
+   doubled the object for ~3% of a merge) */
+static void KN(rk_finish)(const cpu_rot *r, int64_t i0, int mr, int64_t j, int64_t m, KN(rk_v) *acc) {
+    KN(rk_form) f = {r->sdt, r->T, r->add != NULL, false};
+    int64_t oes = r->mode == CPU_ROT_ADD ? 4 : KN(rk_es)(r->odt);
+    lyco_dtype odt = r->mode == CPU_ROT_ADD ? LYCO_F32 : r->odt;
+    for (int p = 0; p < mr; p++) acc[p] = KN(rk_epi)(r, f, i0 + p, j, m, acc[p]);
+    for (int p = 0; p < mr; p++) KN(rk_st)(r->dst[i0 + p] + j * oes, odt, acc[p], m);
+}
+
+/* rows [i0, i0 + mr) × columns [j, j + m): mr ≤ RK_RB accumulators (a constant after inlining) */
+CK_AI void KN(rk_block)(const int mr, const KN(rk_form) f, const cpu_rot *r, int64_t i0, int64_t j, int64_t m) {
+#define RK_DECL(p) KN(rk_v) a##p = KN(rk_zero)();
+    RK_16(RK_DECL)
+#undef RK_DECL
+    const float *a = r->A + i0 * r->ai;
+    int64_t ai = r->ai;
+    for (int64_t k = 0; k < r->bs; k++) {
+        KN(rk_v) x = KN(rk_in)(r, f, k, j, m);
+        const float *ak = a + k * r->ak;
+#define RK_STEP(p) if (mr > p) a##p = KN(rk_fma)(KN(rk_set1)(ak[p * ai]), x, a##p);
+        RK_16(RK_STEP)
+#undef RK_STEP
+    }
+    if (f.inl && r->mode == CPU_ROT_ADD) { /* BOFT's stage update, in registers (a fifth of the stage as a call) */
+#define RK_ADD(p) if (mr > p) a##p = KN(rk_ld)(r->base[i0 + p] + j, LYCO_F32, LYCO_F32, m) + a##p;
+        RK_16(RK_ADD)
+#undef RK_ADD
+#define RK_STORE(p) if (mr > p) KN(rk_st)(r->dst[i0 + p] + j * 4, LYCO_F32, a##p, m);
+        RK_16(RK_STORE)
+#undef RK_STORE
+        return;
+    }
+    KN(rk_v) acc[16];
+#define RK_SAVE(p) if (mr > p) acc[p] = a##p;
+    RK_16(RK_SAVE)
+#undef RK_SAVE
+    KN(rk_finish)(r, i0, mr, j, m, acc);
+}
+
+/* the input and output rows RK_AHEAD columns on, once per cache line of input (the bs rows are as
+   many concurrent streams: more than the hardware prefetchers follow) */
+#define RK_AHEAD 512
+CK_AI void KN(rk_prefetch)(const cpu_rot *r, const KN(rk_form) f, int64_t j) {
+    int64_t ies = KN(rk_es)(f.sdt), oes = r->mode == CPU_ROT_ADD ? 4 : KN(rk_es)(r->odt);
+    if ((j * ies) % 64 >= RK_N * ies) return;
+    for (int64_t k = 0; k < r->bs; k++) {
+        __builtin_prefetch(r->src[k] + (j + RK_AHEAD) * ies, 0, 3);
+        __builtin_prefetch(r->dst[k] + (j + RK_AHEAD) * oes, 1, 3);
+    }
+}
+
+CK_AI void KN(rk_cols)(const cpu_rot *r, const KN(rk_form) f, int64_t w) {
+    for (int64_t j = 0; j < w; j += RK_N) {
+        int64_t m = w - j < RK_N ? w - j : RK_N;
+        KN(rk_prefetch)(r, f, j);
+        for (int64_t i0 = 0; i0 < r->bs; i0 += RK_RB) {
+            int64_t mr = r->bs - i0 < RK_RB ? r->bs - i0 : RK_RB;
+            switch (mr) {
+#define RK_CASE(p) case p + 1: if (p < RK_RB) KN(rk_block)(p + 1, f, r, i0, j, m); break;
+                RK_16(RK_CASE)
+#undef RK_CASE
+            default: break;
+            }
+        }
+    }
+}
+
+/* the common forms get loops of their own (bf16, fp16, fp32 rows; BOFT's X0 + Δ), the rest the
+   general one (the portable copy: one loop) */
+static void KN(rot_rows)(const cpu_rot *r, int64_t w) {
+    KN(rk_form) f = {r->sdt, r->T, r->add != NULL, false};
+#if defined(CK_V4) || defined(CK_V3)
+    if (!f.add && f.sdt == LYCO_BF16) KN(rk_cols)(r, (KN(rk_form)){LYCO_BF16, LYCO_BF16, false, false}, w);
+    else if (!f.add && f.sdt == LYCO_F16) KN(rk_cols)(r, (KN(rk_form)){LYCO_F16, LYCO_F16, false, false}, w);
+    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32 && f.add) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, true, true}, w);
+    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, false, false}, w);
+    else KN(rk_cols)(r, f, w);
+#else
+    KN(rk_cols)(r, f, w);   /* the portable loads convert element by element anyway */
+#endif
+}
+
+/* ---- token-major ---- */
+
+/* the epilogue of tokens [t0, t0 + mt), channels [c0, c0 + m) of block kk (one copy per ISA) */
+static void KN(rt_finish)(const cpu_rot_tok *q, int64_t t0, int mt, int64_t kk, int64_t c0, int64_t m, KN(rk_v) *acc) {
+    int64_t bs = q->bs, nc = q->nb * bs, ch = kk * bs + c0, oes = KN(rk_es)(q->odt);
+    const float *x = q->X + t0 * nc + ch;
+    KN(rk_v) pv = q->rho ? KN(rk_ld)(q->rho + ch, LYCO_F32, LYCO_F32, m) : KN(rk_set1)(1.0f), p1 = pv - KN(rk_set1)(1.0f);
+    for (int p = 0; p < mt; p++) {
+        KN(rk_v) v = acc[p];
+        if (q->mode == CPU_ROT_DELTA) v = pv * v + p1 * KN(rk_ld)(x + p * nc, LYCO_F32, LYCO_F32, m);
+        else if (q->rho) v = v * pv;
+        KN(rk_st)(q->dst + (t0 + p) * q->dstride + ch * oes, q->odt, v, m);
+    }
+}
+
+/* tokens [t0, t0 + mt) × channels [c0, c0 + m) of block kk: mt ≤ RK_RT accumulators */
+CK_AI void KN(rt_block)(const int mt, const cpu_rot_tok *q, int64_t t0, int64_t kk, int64_t c0, int64_t m) {
+    int64_t bs = q->bs, nc = q->nb * bs;
+    const float *x = q->X + t0 * nc + kk * bs, *op = q->Op + kk * bs * bs + c0;
+#define RK_DECL(p) KN(rk_v) a##p = KN(rk_zero)();
+    RK_16(RK_DECL)
+#undef RK_DECL
+    for (int64_t k = 0; k < bs; k++) {
+        KN(rk_v) v = KN(rk_ld)(op + k * bs, LYCO_F32, LYCO_F32, m);
+#define RK_STEP(p) if (mt > p) a##p = KN(rk_fma)(KN(rk_set1)(x[p * nc + k]), v, a##p);
+        RK_16(RK_STEP)
+#undef RK_STEP
+    }
+    KN(rk_v) acc[16];
+#define RK_SAVE(p) if (mt > p) acc[p] = a##p;
+    RK_16(RK_SAVE)
+#undef RK_SAVE
+    KN(rt_finish)(q, t0, mt, kk, c0, m, acc);
+}
+
+static void KN(rot_tokens)(const cpu_rot_tok *q, int64_t w) {
+    for (int64_t kk = 0; kk < q->nb; kk++)
+        for (int64_t c0 = 0; c0 < q->bs; c0 += RK_N) {
+            int64_t m = q->bs - c0 < RK_N ? q->bs - c0 : RK_N;
+            for (int64_t t0 = 0; t0 < w; t0 += RK_RT) {
+                int64_t mt = w - t0 < RK_RT ? w - t0 : RK_RT;
+                switch (mt) {
+#define RK_CASE(p) case p + 1: if (p < RK_RT) KN(rt_block)(p + 1, q, t0, kk, c0, m); break;
+                    RK_16(RK_CASE)
+#undef RK_CASE
+                default: break;
+                }
+            }
+        }
+}
+
+static int64_t KN(rot_rows_max)(void) { return RK_RB; }
+
+#undef RK_16
+#undef RK_N
+#undef RK_RB
+#undef RK_RT
+#undef RK_AHEAD
