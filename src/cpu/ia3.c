@@ -125,6 +125,50 @@ static lyco_status finish_bwd(const cpu_delta *dl) {
     return LYCO_OK;
 }
 
+/* ---- the register kernels (ia3_kern.h): output-mode bypass rows, merge backward row dots ---- */
+
+/* One token row for ia3_kern.h (linear layers, compact rows): v = RN_T(src), acc += v·RN_T(a)
+   (a non-NULL), out = RN_out(v·fac) (out non-NULL); n = O elements. */
+typedef struct {
+    const char *src, *a;
+    char *out;
+    lyco_dtype sdt, adt, odt, T;
+    const float *fac;
+    float *acc;
+    int64_t n;
+} ia3_row_t;
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#define ISA_EACH_HEADER "ia3_kern.h"
+#define ISA_EACH_V4 1
+#include "isa_each.h"
+#pragma GCC pop_options
+
+static char *view_row(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
+
+typedef void (*ia3_row_fn)(const ia3_row_t *r);
+typedef void (*ia3_dot_fn)(const char *g, lyco_dtype gdt, const char *w, lyco_dtype wdt, lyco_dtype T, float m, int64_t n, float *acc);
+
+/* the register kernels of this CPU's level, or NULL (portable build, LYCO_CPU_ISA=base: the row
+   loops below) */
+static ia3_row_fn row_kernel(void) {
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) return ia3_row_v4;
+    if (isa == 1) return ia3_row_v3;
+#endif
+    return NULL;
+}
+static ia3_dot_fn dot_kernel(void) {
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) return ia3_dot_v4;
+    if (isa == 1) return ia3_dot_v3;
+#endif
+    return NULL;
+}
+
 /* ---- merge backward, streaming (not dropped, no DoRA; else the driver) ----
    G_w = Σ (m·rnd(G))·rnd(W) over the elements of each w entry, G = ∂L/∂W'': the driver's
    per-element products, summed in an order fixed by the shape alone (independent of the thread
@@ -152,13 +196,15 @@ static void bwd_rows(const lyco_call *c, const ia3_t *s, const cpu_view *gv, con
     lyco_dtype T = c->dt.compute;
     float m = (float)c->m;
     int64_t IK = s->IK;
+    ia3_dot_fn kern = gv->fast && wv->fast ? dot_kernel() : NULL;   /* compact rows: straight from the tensors */
 #pragma omp parallel
     {
         float g[PIECE], w[PIECE], acc[16];
 #pragma omp for schedule(static)
         for (int64_t o = 0; o < s->O; o++) {
             memset(acc, 0, sizeof acc);
-            for (int64_t j0 = 0; j0 < IK; j0 += PIECE) {
+            if (kern) kern(view_row(gv, o), gv->dt, view_row(wv, o), wv->dt, T, m, IK, acc);
+            else for (int64_t j0 = 0; j0 < IK; j0 += PIECE) {
                 int64_t n = IK - j0 < PIECE ? IK - j0 : PIECE;
                 cpu_load(gv, o, j0, n, T, g);
                 cpu_load(wv, o, j0, n, T, w);
@@ -219,37 +265,6 @@ static lyco_status merge_bwd(const lyco_call *c, ia3_t *s) {
 
 /* ---- bypass, output mode: y = y0 ⊙ factor, elementwise ---- */
 
-/* One token row for ia3_kern.h (linear layers, compact rows): v = RN_T(src), acc += v·RN_T(a)
-   (a non-NULL), out = RN_out(v·fac) (out non-NULL); n = O elements. */
-typedef struct {
-    const char *src, *a;
-    char *out;
-    lyco_dtype sdt, adt, odt, T;
-    const float *fac;
-    float *acc;
-    int64_t n;
-} ia3_row_t;
-
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#define ISA_EACH_HEADER "ia3_kern.h"
-#define ISA_EACH_V4 1
-#include "isa_each.h"
-#pragma GCC pop_options
-
-typedef void (*ia3_row_fn)(const ia3_row_t *r);
-
-/* the register kernel of this CPU's level, or NULL (portable build, LYCO_CPU_ISA=base: the row
-   loops below) */
-static ia3_row_fn row_kernel(void) {
-#ifdef CPU_V3
-    int isa = cpu_isa();
-    if (isa >= 2) return ia3_row_v4;
-    if (isa == 1) return ia3_row_v3;
-#endif
-    return NULL;
-}
-
 /* What the rows of one call share: views (linear: rows = tokens, cols = O; conv: rows = (n, o),
    cols = positions), the factors, whether rows go through the register kernel. */
 typedef struct {
@@ -261,8 +276,6 @@ typedef struct {
     bool fwd, conv, want_g, has_dx;
     ia3_row_fn kern;      /* NULL: the portable rows */
 } out_job;
-
-static char *view_row(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
 
 /* row r through the register kernel */
 static void row_kern(const out_job *j, int64_t r, float *gw) {
