@@ -13,6 +13,9 @@
  *     LayerNorm: one group per token (x is tokens × C, channels contiguous);
  *     GroupNorm: one group per (n, g): C/groups channel rows × spatial positions of x (N, C, …).
  *   One pass: each group is loaded once (x, y0), normalised in cache and y stored once.
+ *   LayerNorm rows with compact views run norm_kern.h (x86-64-v3 and up): the same operations in
+ *   the same order with the loads, conversions and stores in registers (bitwise the group loops'
+ *   values); GroupNorm, strided views and LYCO_CPU_ISA=base take the group loops.
  * backward, per group (h = dy·m·Δγ[c]; the group sums in 8 lanes and a fixed tree, so the order is
  *   set by the shape, not the threads):  dx = rstd·(h − mean(h) − x̂·mean(h·x̂)),
  *   G_w_norm[c] += m·q[c]·Σ dy·x̂,  G_b_norm[c] += m·q[c]·Σ dy  (partials per fixed run of groups,
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "isa.h"
 #include "stream.h"
 
 #define CHUNK 256   /* floats per stack chunk of the C-vector loops */
@@ -241,6 +245,44 @@ static void stats(const float *x, int64_t len, float eps, float *d, float *mu, f
     *rstd = 1.0f / sqrtf(var + eps);
 }
 
+/* ---- LayerNorm rows in registers (norm_kern.h): compact token rows, x86-64-v3 and up ---- */
+
+/* One token row (C channels) for the kernels: row pointers into the tensors and their dtypes;
+   NULL for what the call does not read or write. */
+typedef struct {
+    const char *x, *y0, *g;       /* x; forward: y0 (NULL: none or DELTA_ONLY); backward: dy */
+    char *y, *dx, *g0;            /* forward: y; backward: dx, dy0 (NULL: not written here) */
+    lyco_dtype xdt, y0dt, gdt, ydt, dxdt, g0dt, T;
+    const float *gam, *bet;       /* m·q·w_norm, m·q·b_norm */
+    float *pw, *pb;               /* backward: the run's per-channel sums */
+    float *xs, *xh, *gs;          /* scratch, C floats each */
+    int64_t C;
+    float eps;
+} norm_row_t;
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#define ISA_EACH_HEADER "norm_kern.h"
+#include "isa_each.h"
+#pragma GCC pop_options
+
+typedef void (*norm_row_fn)(const norm_row_t *r);
+
+/* the kernel for a call (fwd: norm_fwd_row; else norm_bwd_row), or NULL: GroupNorm, a strided
+   view, or the portable build / LYCO_CPU_ISA=base (the group loops below) */
+static norm_row_fn row_kernel(const norm_geom *g, bool fwd, const cpu_view *const *views, int nv) {
+    if (g->group) return NULL;
+    for (int i = 0; i < nv; i++)
+        if (views[i] && !views[i]->fast) return NULL;
+#ifdef CPU_V3
+    if (cpu_have_v3()) return fwd ? norm_fwd_row_v3 : norm_bwd_row_v3;
+#endif
+    (void)fwd;
+    return NULL;
+}
+
+static char *row_ptr(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
+
 static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
     lyco_dtype T = c->dt.compute;
     const lyco_bypass_args *b = c->bypass;
@@ -265,9 +307,18 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
         gam[o] = m * (s->q[o] * s->wn[o]);
         bet[o] = m * (s->q[o] * s->bn[o]);
     }
+    const cpu_view *views[] = {&xv, &yv, add ? &y0v : NULL};
+    norm_row_fn kern = row_kernel(&g, true, views, 3);
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < g.ngroups; k++) {
         float *x = work + (size_t)cpu_thread_id() * (size_t)(3 * len), *d = x + len, *y = d + len;
+        if (kern) {
+            norm_row_t r = {.x = row_ptr(&xv, k), .xdt = xv.dt, .y = row_ptr(&yv, k), .ydt = yv.dt, .T = T, .gam = gam, .bet = bet,
+                            .xs = x, .xh = d, .C = C, .eps = eps};
+            if (add) r.y0 = row_ptr(&y0v, k), r.y0dt = y0v.dt;
+            kern(&r);
+            continue;
+        }
         int64_t c0, r0 = group_row(&g, C, k, &c0);
         for (int64_t r = 0; r < g.nrows; r++) {
             cpu_load(&xv, r0 + r, 0, g.ncols, T, x + r * g.ncols);
@@ -426,12 +477,24 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     }
     for (int64_t o = 0; o < C; o++) gam[o] = m * (s->q[o] * s->wn[o]);
     b.gam = gam;
+    bool dy0_here = c->dy0 && !b.delta;
+    const cpu_view *views[] = {&b.xv, &b.dyv, c->dx ? &b.dxv : NULL, dy0_here ? &b.dy0v : NULL};
+    norm_row_fn kern = row_kernel(&b.g, false, views, 4);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int run = 0; run < runs; run++) {
         float *scratch = work + (size_t)cpu_thread_id() * (size_t)(3 * b.len);
         float *pw = part + (size_t)run * (size_t)(2 * C), *pb = pw + C;
-        for (int64_t k = cpu_run_start(b.g.ngroups, runs, run); k < cpu_run_start(b.g.ngroups, runs, run + 1); k++)
-            bwd_group(&b, k, scratch, pw, pb);
+        for (int64_t k = cpu_run_start(b.g.ngroups, runs, run); k < cpu_run_start(b.g.ngroups, runs, run + 1); k++) {
+            if (!kern) {
+                bwd_group(&b, k, scratch, pw, pb);
+                continue;
+            }
+            norm_row_t r = {.x = row_ptr(&b.xv, k), .xdt = b.xv.dt, .g = row_ptr(&b.dyv, k), .gdt = b.dyv.dt, .T = T, .gam = gam,
+                            .pw = pw, .pb = pb, .xs = scratch, .xh = scratch + C, .gs = scratch + 2 * C, .C = C, .eps = b.eps};
+            if (c->dx) r.dx = row_ptr(&b.dxv, k), r.dxdt = b.dxv.dt;
+            if (dy0_here) r.g0 = row_ptr(&b.dy0v, k), r.g0dt = b.dy0v.dt;
+            kern(&r);
+        }
     }
     lyco_status st = LYCO_OK;
     if (c->dy0 && b.delta) st = copy_or_zero(c->dy0, NULL, T);
