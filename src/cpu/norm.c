@@ -266,7 +266,7 @@ typedef struct {
 #include "isa_each.h"
 #pragma GCC pop_options
 
-typedef void (*norm_row_fn)(const norm_row_t *r);
+typedef void (*norm_row_fn)(const norm_row_t *r, int nr);
 
 /* the kernel for a call (fwd: norm_fwd_row; else norm_bwd_row), or NULL: GroupNorm, a strided
    view, or the portable build / LYCO_CPU_ISA=base (the group loops below) */
@@ -296,7 +296,7 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
     int64_t C = s->C, len = g.nrows * g.ncols;
     float m = (float)c->m, eps = (float)c->a->layer.norm_eps;
     int nth = cpu_threads();
-    float *fac = malloc(sizeof(float) * (size_t)(2 * C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(3 * len) + 1);
+    float *fac = malloc(sizeof(float) * (size_t)(2 * C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(6 * len) + 1);
     if (!fac || !work) {
         free(fac);
         free(work);
@@ -309,16 +309,24 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
     }
     const cpu_view *views[] = {&xv, &yv, add ? &y0v : NULL};
     norm_row_fn kern = row_kernel(&g, true, views, 3);
+    /* the kernel takes the rows two at a time (norm_kern.h): pairs of rows, static over the threads */
+    int64_t units = kern ? (g.ngroups + 1) / 2 : g.ngroups;
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < g.ngroups; k++) {
-        float *x = work + (size_t)cpu_thread_id() * (size_t)(3 * len), *d = x + len, *y = d + len;
+    for (int64_t u = 0; u < units; u++) {
+        float *x = work + (size_t)cpu_thread_id() * (size_t)(6 * len), *d = x + len, *y = d + len;
         if (kern) {
-            norm_row_t r = {.x = row_ptr(&xv, k), .xdt = xv.dt, .y = row_ptr(&yv, k), .ydt = yv.dt, .T = T, .gam = gam, .bet = bet,
-                            .xs = x, .xh = d, .C = C, .eps = eps};
-            if (add) r.y0 = row_ptr(&y0v, k), r.y0dt = y0v.dt;
-            kern(&r);
+            norm_row_t r[2];
+            int nr = 2 * u + 1 < g.ngroups ? 2 : 1;
+            for (int q = 0; q < nr; q++) {
+                int64_t k = 2 * u + q;
+                r[q] = (norm_row_t){.x = row_ptr(&xv, k), .xdt = xv.dt, .y = row_ptr(&yv, k), .ydt = yv.dt, .T = T, .gam = gam, .bet = bet,
+                                    .xs = x + q * 3 * len, .xh = d + q * 3 * len, .C = C, .eps = eps};
+                if (add) r[q].y0 = row_ptr(&y0v, k), r[q].y0dt = y0v.dt;
+            }
+            kern(r, nr);
             continue;
         }
+        int64_t k = u;
         int64_t c0, r0 = group_row(&g, C, k, &c0);
         for (int64_t r = 0; r < g.nrows; r++) {
             cpu_load(&xv, r0 + r, 0, g.ncols, T, x + r * g.ncols);
@@ -467,7 +475,7 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     b.eps = (float)c->a->layer.norm_eps;
     float m = (float)c->m;
     int nth = cpu_threads(), runs = cpu_runs(b.g.ngroups, CPU_RUNS);
-    float *gam = malloc(sizeof(float) * (size_t)(C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(3 * b.len) + 1);
+    float *gam = malloc(sizeof(float) * (size_t)(C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(6 * b.len) + 1);
     float *part = calloc((size_t)runs * (size_t)(2 * C) + 1, sizeof(float));
     if (!gam || !work || !part) {
         free(gam);
@@ -482,18 +490,21 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     norm_row_fn kern = row_kernel(&b.g, false, views, 4);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int run = 0; run < runs; run++) {
-        float *scratch = work + (size_t)cpu_thread_id() * (size_t)(3 * b.len);
+        float *scratch = work + (size_t)cpu_thread_id() * (size_t)(6 * b.len);
         float *pw = part + (size_t)run * (size_t)(2 * C), *pb = pw + C;
-        for (int64_t k = cpu_run_start(b.g.ngroups, runs, run); k < cpu_run_start(b.g.ngroups, runs, run + 1); k++) {
-            if (!kern) {
-                bwd_group(&b, k, scratch, pw, pb);
-                continue;
+        int64_t k0 = cpu_run_start(b.g.ngroups, runs, run), k1 = cpu_run_start(b.g.ngroups, runs, run + 1);
+        for (int64_t k = k0; k < k1 && !kern; k++) bwd_group(&b, k, scratch, pw, pb);
+        for (int64_t k = k0; k < k1 && kern; k += 2) {   /* the kernel: the run's rows two at a time */
+            norm_row_t r[2];
+            int nr = k + 1 < k1 ? 2 : 1;
+            for (int q = 0; q < nr; q++) {
+                float *sq = scratch + q * 3 * C;
+                r[q] = (norm_row_t){.x = row_ptr(&b.xv, k + q), .xdt = b.xv.dt, .g = row_ptr(&b.dyv, k + q), .gdt = b.dyv.dt, .T = T,
+                                    .gam = gam, .pw = pw, .pb = pb, .xs = sq, .xh = sq + C, .gs = sq + 2 * C, .C = C, .eps = b.eps};
+                if (c->dx) r[q].dx = row_ptr(&b.dxv, k + q), r[q].dxdt = b.dxv.dt;
+                if (dy0_here) r[q].g0 = row_ptr(&b.dy0v, k + q), r[q].g0dt = b.dy0v.dt;
             }
-            norm_row_t r = {.x = row_ptr(&b.xv, k), .xdt = b.xv.dt, .g = row_ptr(&b.dyv, k), .gdt = b.dyv.dt, .T = T, .gam = gam,
-                            .pw = pw, .pb = pb, .xs = scratch, .xh = scratch + C, .gs = scratch + 2 * C, .C = C, .eps = b.eps};
-            if (c->dx) r.dx = row_ptr(&b.dxv, k), r.dxdt = b.dxv.dt;
-            if (dy0_here) r.g0 = row_ptr(&b.dy0v, k), r.g0dt = b.dy0v.dt;
-            kern(&r);
+            kern(r, nr);
         }
     }
     lyco_status st = LYCO_OK;

@@ -21,145 +21,190 @@
 
 CK_AI float KN(nk_tree8)(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
-/* The row's storage dtypes as constants where the callers specialise (one dtype for every
-   tensor: the common case), its pointers and sizes as locals (stores through char * may alias the
-   row struct: GCC would reload every field after each). */
+/* The rows' storage dtypes as constants where the callers specialise (one dtype for every
+   tensor: the common case). Pointers and sizes are read into locals before the loops (stores
+   through char * may alias the row structs: GCC would reload every field after each). */
 typedef struct {
     lyco_dtype xdt, gdt, odt, y0dt;   /* x; dy (backward); y or dx; y0 */
 } KN(nk_form);
 
-/* m ≤ SK_N elements from j: xs = RN_T(x), and backward gs = RN_T(dy) (dy0 = gs where asked);
-   returns the x vector */
-CK_AI SK_V KN(nk_load_step)(const norm_row_t *r, const KN(nk_form) f, const char *gp, char *g0, int64_t j, int64_t m) {
-    SK_V v = KN(sk_in)(r->x + j * KN(sk_size)(f.xdt), f.xdt, r->T, m);
-    KN(sk_out)((char *)(r->xs + j), LYCO_F32, v, m);
-    if (gp) {
-        SK_V g = KN(sk_in)(gp + j * KN(sk_size)(f.gdt), f.gdt, r->T, m);
-        KN(sk_out)((char *)(r->gs + j), LYCO_F32, g, m);
-        if (g0) KN(sk_out)(g0 + j * KN(sk_size)(r->g0dt), r->g0dt, g, m);
+/* NR ≤ 2 rows at once (two tokens of one run, or one): each pass's 8-lane sums are chains of
+   dependent adds, one per 8 elements; two rows' chains are independent, so interleaving them
+   keeps the adders busy. A row's values are those of the row alone; the rows' updates of the
+   shared per-channel sums (pw, pb) happen in row order at every element, as one after the other. */
+/* the pointers of one row's load pass (locals: see nk_form) */
+typedef struct {
+    const char *x, *g;
+    char *g0;
+    float *xs, *gs;
+    lyco_dtype T, g0dt;
+} KN(nk_in);
+
+CK_AI KN(nk_in) KN(nk_in_of)(const norm_row_t *r) { return (KN(nk_in)){r->x, r->g, r->g0, r->xs, r->gs, r->T, r->g0dt}; }
+
+/* m ≤ SK_N elements from j of a row: xs = RN_T(x), and backward gs = RN_T(dy) (dy0 = gs where
+   asked); returns the x vector */
+CK_AI SK_V KN(nk_load_step)(const KN(nk_in) r, const KN(nk_form) f, int64_t j, int64_t m) {
+    SK_V v = KN(sk_in)(r.x + j * KN(sk_size)(f.xdt), f.xdt, r.T, m);
+    KN(sk_out)((char *)(r.xs + j), LYCO_F32, v, m);
+    if (r.g) {
+        SK_V g = KN(sk_in)(r.g + j * KN(sk_size)(f.gdt), f.gdt, r.T, m);
+        KN(sk_out)((char *)(r.gs + j), LYCO_F32, g, m);
+        if (r.g0) KN(sk_out)(r.g0 + j * KN(sk_size)(r.g0dt), r.g0dt, g, m);
     }
     return v;
 }
 
-/* the row loaded (nk_load_step); a = the 8 lanes of Σ xs */
-CK_AI void KN(nk_load)(const norm_row_t *r, const KN(nk_form) f, float *a) {
-    const char *gp = r->g;
-    char *g0 = r->g0;
-    int64_t C = r->C, j = 0;
-    SK_V acc = SK_ZERO();
-    for (; j + SK_N <= C; j += SK_N) acc = SK_ADD(acc, KN(nk_load_step)(r, f, gp, g0, j, SK_N));
-    if (j < C) KN(nk_load_step)(r, f, gp, g0, j, C - j);
-    _mm256_storeu_ps(a, acc);
-    for (int64_t l = 0; j < C; j++, l++) a[l] += r->xs[j];
-}
-
-/* rstd of the row, xh = d = xs − μ */
-CK_AI float KN(nk_stats)(const norm_row_t *r, const KN(nk_form) f) {
-    int64_t C = r->C, C8 = C & ~(int64_t)7;
-    const float *xs = r->xs;
-    float *xh = r->xh, a[8];
-    KN(nk_load)(r, f, a);
-    float mu = KN(nk_tree8)(a) / (float)C;
-    SK_V m = SK_SET1(mu), acc = SK_ZERO();
-    for (int64_t j = 0; j < C8; j += SK_N) {
-        SK_V d = SK_SUB(_mm256_loadu_ps(xs + j), m);
-        _mm256_storeu_ps(xh + j, d);
-        acc = SK_ADD(acc, SK_MUL(d, d));
+/* rstd of each row (xs loaded, xh = d = xs − μ) */
+CK_AI void KN(nk_stats)(const norm_row_t *r, int nr, const KN(nk_form) f, float *rstd) {
+    int64_t C = r[0].C, C8 = C & ~(int64_t)7, j = 0;
+    SK_V acc[2] = {SK_ZERO(), SK_ZERO()};
+    const KN(nk_in) in[2] = {KN(nk_in_of)(&r[0]), KN(nk_in_of)(&r[nr - 1])};
+    for (; j + SK_N <= C; j += SK_N)
+        for (int q = 0; q < nr; q++) acc[q] = SK_ADD(acc[q], KN(nk_load_step)(in[q], f, j, SK_N));
+    if (j < C)
+        for (int q = 0; q < nr; q++) KN(nk_load_step)(in[q], f, j, C - j);
+    float mu[2], a[2][8];
+    for (int q = 0; q < nr; q++) {
+        _mm256_storeu_ps(a[q], acc[q]);
+        for (int64_t i = C8, l = 0; i < C; i++, l++) a[q][l] += r[q].xs[i];
+        mu[q] = KN(nk_tree8)(a[q]) / (float)C;
+        acc[q] = SK_ZERO();
     }
-    _mm256_storeu_ps(a, acc);
-    for (int64_t j = C8, l = 0; j < C; j++, l++) {
-        float d = xs[j] - mu;
-        xh[j] = d;
-        a[l] += d * d;
+    SK_V m[2] = {SK_SET1(mu[0]), SK_SET1(nr > 1 ? mu[1] : 0.0f)};
+    for (j = 0; j < C8; j += SK_N)
+        for (int q = 0; q < nr; q++) {
+            SK_V d = SK_SUB(_mm256_loadu_ps(r[q].xs + j), m[q]);
+            _mm256_storeu_ps(r[q].xh + j, d);
+            acc[q] = SK_ADD(acc[q], SK_MUL(d, d));
+        }
+    for (int q = 0; q < nr; q++) {
+        _mm256_storeu_ps(a[q], acc[q]);
+        for (int64_t i = C8, l = 0; i < C; i++, l++) {
+            float d = r[q].xs[i] - mu[q];
+            r[q].xh[i] = d;
+            a[q][l] += d * d;
+        }
+        float var = KN(nk_tree8)(a[q]) / (float)C;
+        rstd[q] = 1.0f / sqrtf(var + r[q].eps);
     }
-    float var = KN(nk_tree8)(a) / (float)C;
-    return 1.0f / sqrtf(var + r->eps);
 }
 
-/* m ≤ SK_N elements of y from j */
-CK_AI void KN(nk_fwd_step)(const norm_row_t *r, const KN(nk_form) f, const char *y0, char *y, SK_V rs, int64_t j, int64_t m) {
-    SK_V d = KN(sk_in)((const char *)(r->xh + j), LYCO_F32, LYCO_F32, m);
-    SK_V ga = KN(sk_in)((const char *)(r->gam + j), LYCO_F32, LYCO_F32, m), be = KN(sk_in)((const char *)(r->bet + j), LYCO_F32, LYCO_F32, m);
-    SK_V base = y0 ? KN(sk_in)(y0 + j * KN(sk_size)(f.y0dt), f.y0dt, r->T, m) : SK_ZERO();
-    KN(sk_out)(y + j * KN(sk_size)(f.odt), f.odt, SK_ADD(base, SK_ADD(SK_MUL(SK_MUL(d, rs), ga), be)), m);
+/* the pointers of one row's output pass (locals: see nk_form) */
+typedef struct {
+    const float *xh, *gam, *bet;
+    const char *y0;
+    char *y;
+    lyco_dtype T;
+} KN(nk_out);
+
+/* m ≤ SK_N elements of a row's y from j */
+CK_AI void KN(nk_fwd_step)(const KN(nk_out) o, const KN(nk_form) f, SK_V rs, int64_t j, int64_t m) {
+    SK_V d = KN(sk_in)((const char *)(o.xh + j), LYCO_F32, LYCO_F32, m);
+    SK_V ga = KN(sk_in)((const char *)(o.gam + j), LYCO_F32, LYCO_F32, m), be = KN(sk_in)((const char *)(o.bet + j), LYCO_F32, LYCO_F32, m);
+    SK_V base = o.y0 ? KN(sk_in)(o.y0 + j * KN(sk_size)(f.y0dt), f.y0dt, o.T, m) : SK_ZERO();
+    KN(sk_out)(o.y + j * KN(sk_size)(f.odt), f.odt, SK_ADD(base, SK_ADD(SK_MUL(SK_MUL(d, rs), ga), be)), m);
 }
 
-CK_AI void KN(nk_fwd)(const norm_row_t *r, const KN(nk_form) f) {
-    SK_V rs = SK_SET1(KN(nk_stats)(r, f));
-    const char *y0 = r->y0;
-    char *y = r->y;
-    int64_t C = r->C, j = 0;
-    for (; j + SK_N <= C; j += SK_N) KN(nk_fwd_step)(r, f, y0, y, rs, j, SK_N);
-    if (j < C) KN(nk_fwd_step)(r, f, y0, y, rs, j, C - j);
+CK_AI void KN(nk_fwd)(const norm_row_t *r, int nr, const KN(nk_form) f) {
+    float rstd[2];
+    KN(nk_stats)(r, nr, f, rstd);
+    int64_t C = r[0].C;
+    for (int q = 0; q < nr; q++) {
+        SK_V rs = SK_SET1(rstd[q]);
+        const KN(nk_out) o = {r[q].xh, r[q].gam, r[q].bet, r[q].y0, r[q].y, r[q].T};
+        int64_t j = 0;
+        for (; j + SK_N <= C; j += SK_N) KN(nk_fwd_step)(o, f, rs, j, SK_N);
+        if (j < C) KN(nk_fwd_step)(o, f, rs, j, C - j);
+    }
 }
 
-/* m ≤ SK_N elements of dx from j */
-CK_AI void KN(nk_dx_step)(const norm_row_t *r, const KN(nk_form) f, char *dx, SK_V rs, SK_V mh, SK_V mhx, int64_t j, int64_t m) {
-    SK_V g = KN(sk_in)((const char *)(r->gs + j), LYCO_F32, LYCO_F32, m), h = KN(sk_in)((const char *)(r->xh + j), LYCO_F32, LYCO_F32, m);
-    SK_V ga = KN(sk_in)((const char *)(r->gam + j), LYCO_F32, LYCO_F32, m);
+/* m ≤ SK_N elements of a row's dx from j (gs, xh: the row's scratch) */
+CK_AI void KN(nk_dx_step)(const float *gs, const float *xh, const float *gam, char *dx, const KN(nk_form) f, SK_V rs, SK_V mh,
+                          SK_V mhx, int64_t j, int64_t m) {
+    SK_V g = KN(sk_in)((const char *)(gs + j), LYCO_F32, LYCO_F32, m), h = KN(sk_in)((const char *)(xh + j), LYCO_F32, LYCO_F32, m);
+    SK_V ga = KN(sk_in)((const char *)(gam + j), LYCO_F32, LYCO_F32, m);
     KN(sk_out)(dx + j * KN(sk_size)(f.odt), f.odt, SK_MUL(rs, SK_SUB(SK_SUB(SK_MUL(g, ga), mh), SK_MUL(h, mhx))), m);
 }
 
-/* the backward of the row: dx (when r->dx), the per-channel sums into pw / pb */
-CK_AI void KN(nk_bwd)(const norm_row_t *r, const KN(nk_form) f) {
-    float rstd = KN(nk_stats)(r, f);
-    int64_t C = r->C, C8 = C & ~(int64_t)7;
-    float *xh = r->xh, *pw = r->pw, *pb = r->pb;
-    const float *gs = r->gs, *gam = r->gam;
-    SK_V rs = SK_SET1(rstd), l0 = SK_ZERO(), l1 = SK_ZERO();
+/* the backward of the rows: dx (when asked), the per-channel sums into pw / pb (row order) */
+CK_AI void KN(nk_bwd)(const norm_row_t *r, int nr, const KN(nk_form) f) {
+    float rstd[2];
+    KN(nk_stats)(r, nr, f, rstd);
+    int64_t C = r[0].C, C8 = C & ~(int64_t)7;
+    float *pw = r[0].pw, *pb = r[0].pb;
+    const float *gam = r[0].gam;
+    SK_V rs[2] = {SK_SET1(rstd[0]), SK_SET1(nr > 1 ? rstd[1] : 0.0f)}, l0[2] = {SK_ZERO(), SK_ZERO()}, l1[2] = {SK_ZERO(), SK_ZERO()};
     for (int64_t j = 0; j < C8; j += SK_N) {
-        SK_V h = SK_MUL(_mm256_loadu_ps(xh + j), rs), g = _mm256_loadu_ps(gs + j);
-        SK_V gh = SK_MUL(g, _mm256_loadu_ps(gam + j));
-        _mm256_storeu_ps(xh + j, h);
-        _mm256_storeu_ps(pw + j, SK_ADD(_mm256_loadu_ps(pw + j), SK_MUL(g, h)));
-        _mm256_storeu_ps(pb + j, SK_ADD(_mm256_loadu_ps(pb + j), g));
-        l0 = SK_ADD(l0, gh);
-        l1 = SK_ADD(l1, SK_MUL(gh, h));
+        SK_V ga = _mm256_loadu_ps(gam + j), w = _mm256_loadu_ps(pw + j), b = _mm256_loadu_ps(pb + j);
+        for (int q = 0; q < nr; q++) {
+            SK_V h = SK_MUL(_mm256_loadu_ps(r[q].xh + j), rs[q]), g = _mm256_loadu_ps(r[q].gs + j), gh = SK_MUL(g, ga);
+            _mm256_storeu_ps(r[q].xh + j, h);
+            w = SK_ADD(w, SK_MUL(g, h));
+            b = SK_ADD(b, g);
+            l0[q] = SK_ADD(l0[q], gh);
+            l1[q] = SK_ADD(l1[q], SK_MUL(gh, h));
+        }
+        _mm256_storeu_ps(pw + j, w);
+        _mm256_storeu_ps(pb + j, b);
     }
-    float a0[8], a1[8];
-    _mm256_storeu_ps(a0, l0);
-    _mm256_storeu_ps(a1, l1);
-    for (int64_t j = C8, l = 0; j < C; j++, l++) {
-        float h = xh[j] * rstd, g = gs[j], gh = g * gam[j];
-        xh[j] = h;
-        pw[j] += g * h;
-        pb[j] += g;
-        a0[l] += gh;
-        a1[l] += gh * h;
+    float a0[2][8], a1[2][8];
+    for (int q = 0; q < nr; q++) {
+        _mm256_storeu_ps(a0[q], l0[q]);
+        _mm256_storeu_ps(a1[q], l1[q]);
     }
-    char *dx = r->dx;
-    if (!dx) return;
-    float s0 = 0.0f, s1 = 0.0f;
-    s0 += KN(nk_tree8)(a0);
-    s1 += KN(nk_tree8)(a1);
-    SK_V mh = SK_SET1(s0 / (float)C), mhx = SK_SET1(s1 / (float)C);
-    int64_t j = 0;
-    for (; j + SK_N <= C; j += SK_N) KN(nk_dx_step)(r, f, dx, rs, mh, mhx, j, SK_N);
-    if (j < C) KN(nk_dx_step)(r, f, dx, rs, mh, mhx, j, C - j);
+    for (int64_t j = C8, l = 0; j < C; j++, l++)
+        for (int q = 0; q < nr; q++) {
+            float h = r[q].xh[j] * rstd[q], g = r[q].gs[j], gh = g * gam[j];
+            r[q].xh[j] = h;
+            pw[j] += g * h;
+            pb[j] += g;
+            a0[q][l] += gh;
+            a1[q][l] += gh * h;
+        }
+    for (int q = 0; q < nr; q++) {
+        if (!r[q].dx) continue;
+        float s0 = 0.0f, s1 = 0.0f;
+        s0 += KN(nk_tree8)(a0[q]);
+        s1 += KN(nk_tree8)(a1[q]);
+        SK_V mh = SK_SET1(s0 / (float)C), mhx = SK_SET1(s1 / (float)C);
+        const float *gs = r[q].gs, *xh = r[q].xh;
+        char *dx = r[q].dx;
+        int64_t j = 0;
+        for (; j + SK_N <= C; j += SK_N) KN(nk_dx_step)(gs, xh, gam, dx, f, rs[q], mh, mhx, j, SK_N);
+        if (j < C) KN(nk_dx_step)(gs, xh, gam, dx, f, rs[q], mh, mhx, j, C - j);
+    }
 }
 
-/* the row's form: one dtype D for every tensor it touches, else the general loop */
+/* the rows' form: one dtype D for every tensor they touch, else the general loop */
 CK_AI bool KN(nk_one)(const norm_row_t *r, bool fwd, lyco_dtype *d) {
     *d = r->xdt;
     if (fwd) return r->ydt == *d && (!r->y0 || r->y0dt == *d);
     return r->gdt == *d && (!r->dx || r->dxdt == *d);
 }
 
-static void KN(norm_fwd_row)(const norm_row_t *r) {
-    lyco_dtype d;
-    if (!KN(nk_one)(r, true, &d)) KN(nk_fwd)(r, (KN(nk_form)){r->xdt, r->gdt, r->ydt, r->y0dt});
-    else if (d == LYCO_BF16) KN(nk_fwd)(r, (KN(nk_form)){LYCO_BF16, LYCO_BF16, LYCO_BF16, LYCO_BF16});
-    else if (d == LYCO_F16) KN(nk_fwd)(r, (KN(nk_form)){LYCO_F16, LYCO_F16, LYCO_F16, LYCO_F16});
-    else KN(nk_fwd)(r, (KN(nk_form)){LYCO_F32, LYCO_F32, LYCO_F32, LYCO_F32});
+/* nr (1 or 2) rows of one layout and dtypes (r[q] differ in their pointers only); one dtype for
+   every tensor (the common case) gets loops of its own */
+CK_AI void KN(nk_run)(const norm_row_t *r, int nr, bool fwd, const KN(nk_form) f) {
+    if (fwd) {
+        if (nr == 2) KN(nk_fwd)(r, 2, f);
+        else KN(nk_fwd)(r, 1, f);
+    } else {
+        if (nr == 2) KN(nk_bwd)(r, 2, f);
+        else KN(nk_bwd)(r, 1, f);
+    }
 }
 
-static void KN(norm_bwd_row)(const norm_row_t *r) {
+CK_AI void KN(nk_dispatch)(const norm_row_t *r, int nr, bool fwd) {
     lyco_dtype d;
-    if (!KN(nk_one)(r, false, &d)) KN(nk_bwd)(r, (KN(nk_form)){r->xdt, r->gdt, r->dxdt, r->y0dt});
-    else if (d == LYCO_BF16) KN(nk_bwd)(r, (KN(nk_form)){LYCO_BF16, LYCO_BF16, LYCO_BF16, LYCO_BF16});
-    else if (d == LYCO_F16) KN(nk_bwd)(r, (KN(nk_form)){LYCO_F16, LYCO_F16, LYCO_F16, LYCO_F16});
-    else KN(nk_bwd)(r, (KN(nk_form)){LYCO_F32, LYCO_F32, LYCO_F32, LYCO_F32});
+    if (!KN(nk_one)(r, fwd, &d)) KN(nk_run)(r, nr, fwd, (KN(nk_form)){r->xdt, r->gdt, fwd ? r->ydt : r->dxdt, r->y0dt});
+    else if (d == LYCO_BF16) KN(nk_run)(r, nr, fwd, (KN(nk_form)){LYCO_BF16, LYCO_BF16, LYCO_BF16, LYCO_BF16});
+    else if (d == LYCO_F16) KN(nk_run)(r, nr, fwd, (KN(nk_form)){LYCO_F16, LYCO_F16, LYCO_F16, LYCO_F16});
+    else KN(nk_run)(r, nr, fwd, (KN(nk_form)){LYCO_F32, LYCO_F32, LYCO_F32, LYCO_F32});
 }
+
+static void KN(norm_fwd_row)(const norm_row_t *r, int nr) { KN(nk_dispatch)(r, nr, true); }
+static void KN(norm_bwd_row)(const norm_row_t *r, int nr) { KN(nk_dispatch)(r, nr, false); }
 
 #undef SK_N
 #undef SK_V
