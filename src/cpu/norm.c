@@ -263,6 +263,7 @@ typedef struct {
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 #define ISA_EACH_HEADER "norm_kern.h"
+#define ISA_EACH_V4 1
 #include "isa_each.h"
 #pragma GCC pop_options
 
@@ -275,7 +276,9 @@ static norm_row_fn row_kernel(const norm_geom *g, bool fwd, const cpu_view *cons
     for (int i = 0; i < nv; i++)
         if (views[i] && !views[i]->fast) return NULL;
 #ifdef CPU_V3
-    if (cpu_have_v3()) return fwd ? norm_fwd_row_v3 : norm_bwd_row_v3;
+    int isa = cpu_isa();
+    if (isa >= 2) return fwd ? norm_fwd_row_v4 : norm_bwd_row_v4;
+    if (isa == 1) return fwd ? norm_fwd_row_v3 : norm_bwd_row_v3;
 #endif
     (void)fwd;
     return NULL;

@@ -10,14 +10,26 @@
  * sum is norm.c's portable loops' operation in the same order with fp-contract off, so the values
  * are bitwise the portable path's.
  *
- * Included by norm.c once per ISA through isa_each.h: the x86-64-v3 copy (KN(name) = name_v3,
- * __m256) — AVX-512 machines run it too (the 8-lane sums set the width). norm_row_t (norm.c) must
+ * Included by norm.c once per ISA through isa_each.h: x86-64-v4 (KN(name) = name_v4, the
+ * elementwise passes in 16 lanes) and x86-64-v3 (name_v3, 8 lanes); the sums are 8 lanes in both. norm_row_t (norm.c) must
  * be declared before the inclusion. Scratch: xs, xh, gs of C floats each (the caller's). Not a
  * public header.
  */
 
 #include "cvt_lanes.h"
 #include "lane_io.h"
+
+/* The sums run in 8 lanes (__m256) in every copy; the elementwise passes in SK_V (16 lanes in the
+   v4 copy, 8 in v3). A 16-lane vector enters an 8-lane chain as its low half, then its high half:
+   elements j … j+7, then j+8 … j+15, the chain's order. */
+CK_AI __m256 KN(nk_add8)(__m256 acc, SK_V v) {
+#ifdef CK_V4
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(v));
+    return _mm256_add_ps(acc, _mm512_extractf32x8_ps(v, 1));
+#else
+    return _mm256_add_ps(acc, v);
+#endif
+}
 
 CK_AI float KN(nk_tree8)(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
@@ -58,25 +70,27 @@ CK_AI SK_V KN(nk_load_step)(const KN(nk_in) r, const KN(nk_form) f, int64_t j, i
 /* rstd of each row (xs loaded, xh = d = xs − μ) */
 CK_AI void KN(nk_stats)(const norm_row_t *r, int nr, const KN(nk_form) f, float *rstd) {
     int64_t C = r[0].C, C8 = C & ~(int64_t)7, j = 0;
-    SK_V acc[2] = {SK_ZERO(), SK_ZERO()};
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const KN(nk_in) in[2] = {KN(nk_in_of)(&r[0]), KN(nk_in_of)(&r[nr - 1])};
     for (; j + SK_N <= C; j += SK_N)
-        for (int q = 0; q < nr; q++) acc[q] = SK_ADD(acc[q], KN(nk_load_step)(in[q], f, j, SK_N));
+        for (int q = 0; q < nr; q++) acc[q] = KN(nk_add8)(acc[q], KN(nk_load_step)(in[q], f, j, SK_N));
     if (j < C)
         for (int q = 0; q < nr; q++) KN(nk_load_step)(in[q], f, j, C - j);
+    for (; j + 8 <= C; j += 8)   /* a last full 8-block inside the partial vector (v4) */
+        for (int q = 0; q < nr; q++) acc[q] = _mm256_add_ps(acc[q], _mm256_loadu_ps(r[q].xs + j));
     float mu[2], a[2][8];
     for (int q = 0; q < nr; q++) {
         _mm256_storeu_ps(a[q], acc[q]);
         for (int64_t i = C8, l = 0; i < C; i++, l++) a[q][l] += r[q].xs[i];
         mu[q] = KN(nk_tree8)(a[q]) / (float)C;
-        acc[q] = SK_ZERO();
+        acc[q] = _mm256_setzero_ps();
     }
-    SK_V m[2] = {SK_SET1(mu[0]), SK_SET1(nr > 1 ? mu[1] : 0.0f)};
-    for (j = 0; j < C8; j += SK_N)
+    __m256 m[2] = {_mm256_set1_ps(mu[0]), _mm256_set1_ps(nr > 1 ? mu[1] : 0.0f)};
+    for (j = 0; j < C8; j += 8)
         for (int q = 0; q < nr; q++) {
-            SK_V d = SK_SUB(_mm256_loadu_ps(r[q].xs + j), m[q]);
+            __m256 d = _mm256_sub_ps(_mm256_loadu_ps(r[q].xs + j), m[q]);
             _mm256_storeu_ps(r[q].xh + j, d);
-            acc[q] = SK_ADD(acc[q], SK_MUL(d, d));
+            acc[q] = _mm256_add_ps(acc[q], _mm256_mul_ps(d, d));
         }
     for (int q = 0; q < nr; q++) {
         _mm256_storeu_ps(a[q], acc[q]);
@@ -134,16 +148,17 @@ CK_AI void KN(nk_bwd)(const norm_row_t *r, int nr, const KN(nk_form) f) {
     int64_t C = r[0].C, C8 = C & ~(int64_t)7;
     float *pw = r[0].pw, *pb = r[0].pb;
     const float *gam = r[0].gam;
-    SK_V rs[2] = {SK_SET1(rstd[0]), SK_SET1(nr > 1 ? rstd[1] : 0.0f)}, l0[2] = {SK_ZERO(), SK_ZERO()}, l1[2] = {SK_ZERO(), SK_ZERO()};
-    for (int64_t j = 0; j < C8; j += SK_N) {
-        SK_V ga = _mm256_loadu_ps(gam + j), w = _mm256_loadu_ps(pw + j), b = _mm256_loadu_ps(pb + j);
+    __m256 rs[2] = {_mm256_set1_ps(rstd[0]), _mm256_set1_ps(nr > 1 ? rstd[1] : 0.0f)};
+    __m256 l0[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, l1[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t j = 0; j < C8; j += 8) {
+        __m256 ga = _mm256_loadu_ps(gam + j), w = _mm256_loadu_ps(pw + j), b = _mm256_loadu_ps(pb + j);
         for (int q = 0; q < nr; q++) {
-            SK_V h = SK_MUL(_mm256_loadu_ps(r[q].xh + j), rs[q]), g = _mm256_loadu_ps(r[q].gs + j), gh = SK_MUL(g, ga);
+            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(r[q].xh + j), rs[q]), g = _mm256_loadu_ps(r[q].gs + j), gh = _mm256_mul_ps(g, ga);
             _mm256_storeu_ps(r[q].xh + j, h);
-            w = SK_ADD(w, SK_MUL(g, h));
-            b = SK_ADD(b, g);
-            l0[q] = SK_ADD(l0[q], gh);
-            l1[q] = SK_ADD(l1[q], SK_MUL(gh, h));
+            w = _mm256_add_ps(w, _mm256_mul_ps(g, h));
+            b = _mm256_add_ps(b, g);
+            l0[q] = _mm256_add_ps(l0[q], gh);
+            l1[q] = _mm256_add_ps(l1[q], _mm256_mul_ps(gh, h));
         }
         _mm256_storeu_ps(pw + j, w);
         _mm256_storeu_ps(pb + j, b);
@@ -167,12 +182,12 @@ CK_AI void KN(nk_bwd)(const norm_row_t *r, int nr, const KN(nk_form) f) {
         float s0 = 0.0f, s1 = 0.0f;
         s0 += KN(nk_tree8)(a0[q]);
         s1 += KN(nk_tree8)(a1[q]);
-        SK_V mh = SK_SET1(s0 / (float)C), mhx = SK_SET1(s1 / (float)C);
+        SK_V mh = SK_SET1(s0 / (float)C), mhx = SK_SET1(s1 / (float)C), rsq = SK_SET1(rstd[q]);
         const float *gs = r[q].gs, *xh = r[q].xh;
         char *dx = r[q].dx;
         int64_t j = 0;
-        for (; j + SK_N <= C; j += SK_N) KN(nk_dx_step)(gs, xh, gam, dx, f, rs[q], mh, mhx, j, SK_N);
-        if (j < C) KN(nk_dx_step)(gs, xh, gam, dx, f, rs[q], mh, mhx, j, C - j);
+        for (; j + SK_N <= C; j += SK_N) KN(nk_dx_step)(gs, xh, gam, dx, f, rsq, mh, mhx, j, SK_N);
+        if (j < C) KN(nk_dx_step)(gs, xh, gam, dx, f, rsq, mh, mhx, j, C - j);
     }
 }
 
