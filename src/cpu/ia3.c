@@ -19,6 +19,10 @@
  *   DELTA_ONLY). Every G_w partial belongs to a fixed run (cpu_runs: rows, token blocks, the merge
  *   driver's groups) and the runs are added in order: G_w does not depend on the thread count.
  * Conv bypass in input mode goes through E = W'' − W built by the merge driver (dense_bypass.c).
+ * Register kernels (ia3_kern.h, x86-64-v4 / v3): the output-mode bypass rows of linear layers and
+ * the output-mode merge backward's row dots, on compact rows, straight from the tensors — the
+ * portable loops' operations in the same order (bitwise the same); conv, strided views and
+ * LYCO_CPU_ISA=base take the row loops through fp32 buffers.
  *
  * Extra memory: w (D floats); merge: the streaming driver's IK floats per thread and, backward,
  * CPU_RUNS·D floats (G_w in the first D); bypass out: one row per thread;
