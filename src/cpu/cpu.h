@@ -54,6 +54,8 @@ void cpu_load_all(const DLTensor *t, lyco_dtype through, float *dst);
 void cpu_store_all(DLTensor *t, const float *src);
 /* Every element of t set to 0 (any dtype and strides). */
 void cpu_zero_all(DLTensor *t);
+/* Rows [r0, r1) of a view set to 0 (a compact row is one memset: 0 is all-zero bits in every dtype). */
+void cpu_zero_rows(const cpu_view *v, int64_t r0, int64_t r1);
 
 /* ---- small dense kernels (fp32, row-major, vectorised) ---- */
 /* C[M×N] (+)= A[M×K] · B[K×N]; lda/ldb/ldc in elements */

@@ -19,6 +19,10 @@
  *   DELTA_ONLY). Every G_w partial belongs to a fixed run (cpu_runs: rows, token blocks, the merge
  *   driver's groups) and the runs are added in order: G_w does not depend on the thread count.
  * Conv bypass in input mode goes through E = W'' − W built by the merge driver (dense_bypass.c).
+ * Register kernels (ia3_kern.h, x86-64-v4 / v3): the output-mode bypass rows of linear layers and
+ * the output-mode merge backward's row dots, on compact rows, straight from the tensors — the
+ * portable loops' operations in the same order (bitwise the same); conv, strided views and
+ * LYCO_CPU_ISA=base take the row loops through fp32 buffers.
  *
  * Extra memory: w (D floats); merge: the streaming driver's IK floats per thread and, backward,
  * CPU_RUNS·D floats (G_w in the first D); bypass out: one row per thread;
@@ -29,6 +33,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "isa.h"
 #include "stream.h"
 
 #define TB 64
@@ -124,6 +129,50 @@ static lyco_status finish_bwd(const cpu_delta *dl) {
     return LYCO_OK;
 }
 
+/* ---- the register kernels (ia3_kern.h): output-mode bypass rows, merge backward row dots ---- */
+
+/* One token row for ia3_kern.h (linear layers, compact rows): v = RN_T(src), acc += v·RN_T(a)
+   (a non-NULL), out = RN_out(v·fac) (out non-NULL); n = O elements. */
+typedef struct {
+    const char *src, *a;
+    char *out;
+    lyco_dtype sdt, adt, odt, T;
+    const float *fac;
+    float *acc;
+    int64_t n;
+} ia3_row_t;
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#define ISA_EACH_HEADER "ia3_kern.h"
+#define ISA_EACH_V4 1
+#include "isa_each.h"
+#pragma GCC pop_options
+
+static char *view_row(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
+
+typedef void (*ia3_row_fn)(const ia3_row_t *r);
+typedef void (*ia3_dot_fn)(const char *g, lyco_dtype gdt, const char *w, lyco_dtype wdt, lyco_dtype T, float m, int64_t n, float *acc);
+
+/* the register kernels of this CPU's level, or NULL (portable build, LYCO_CPU_ISA=base: the row
+   loops below) */
+static ia3_row_fn row_kernel(void) {
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) return ia3_row_v4;
+    if (isa == 1) return ia3_row_v3;
+#endif
+    return NULL;
+}
+static ia3_dot_fn dot_kernel(void) {
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) return ia3_dot_v4;
+    if (isa == 1) return ia3_dot_v3;
+#endif
+    return NULL;
+}
+
 /* ---- merge backward, streaming (not dropped, no DoRA; else the driver) ----
    G_w = Σ (m·rnd(G))·rnd(W) over the elements of each w entry, G = ∂L/∂W'': the driver's
    per-element products, summed in an order fixed by the shape alone (independent of the thread
@@ -151,13 +200,15 @@ static void bwd_rows(const lyco_call *c, const ia3_t *s, const cpu_view *gv, con
     lyco_dtype T = c->dt.compute;
     float m = (float)c->m;
     int64_t IK = s->IK;
+    ia3_dot_fn kern = gv->fast && wv->fast ? dot_kernel() : NULL;   /* compact rows: straight from the tensors */
 #pragma omp parallel
     {
         float g[PIECE], w[PIECE], acc[16];
 #pragma omp for schedule(static)
         for (int64_t o = 0; o < s->O; o++) {
             memset(acc, 0, sizeof acc);
-            for (int64_t j0 = 0; j0 < IK; j0 += PIECE) {
+            if (kern) kern(view_row(gv, o), gv->dt, view_row(wv, o), wv->dt, T, m, IK, acc);
+            else for (int64_t j0 = 0; j0 < IK; j0 += PIECE) {
                 int64_t n = IK - j0 < PIECE ? IK - j0 : PIECE;
                 cpu_load(gv, o, j0, n, T, g);
                 cpu_load(wv, o, j0, n, T, w);
@@ -218,65 +269,110 @@ static lyco_status merge_bwd(const lyco_call *c, ia3_t *s) {
 
 /* ---- bypass, output mode: y = y0 ⊙ factor, elementwise ---- */
 
-static lyco_status bypass_out(const lyco_call *c, ia3_t *s) {
+/* What the rows of one call share: views (linear: rows = tokens, cols = O; conv: rows = (n, o),
+   cols = positions), the factors, whether rows go through the register kernel. */
+typedef struct {
+    const lyco_call *c;
+    const ia3_t *s;
+    cpu_view y0v, yv, dyv, dy0v, dxv;
+    const float *fac;
+    float *work;          /* per thread 2·cols floats (the portable rows) */
+    bool fwd, conv, want_g, has_dx;
+    ia3_row_fn kern;      /* NULL: the portable rows */
+} out_job;
+
+/* row r through the register kernel */
+static void row_kern(const out_job *j, int64_t r, float *gw) {
+    const lyco_call *c = j->c;
+    ia3_row_t k = {.T = c->dt.compute, .fac = j->fac, .n = j->y0v.cols};
+    if (j->fwd) {
+        k.src = view_row(&j->y0v, r), k.sdt = j->y0v.dt;
+        k.out = view_row(&j->yv, r), k.odt = j->yv.dt;
+    } else {
+        k.src = view_row(&j->dyv, r), k.sdt = j->dyv.dt;
+        if (j->want_g) k.a = view_row(&j->y0v, r), k.adt = j->y0v.dt, k.acc = gw;
+        if (c->dy0) k.out = view_row(&j->dy0v, r), k.odt = j->dy0v.dt;
+    }
+    j->kern(&k);
+}
+
+/* row r through fp32 row buffers (any layout, conv, the portable build); gw: the run's partial */
+static void row_portable(const out_job *j, int64_t r, float *gw) {
+    const lyco_call *c = j->c;
     lyco_dtype T = c->dt.compute;
+    int64_t C = j->y0v.cols, O = j->s->O;
+    float *a = j->work + (size_t)cpu_thread_id() * (size_t)(2 * C), *g = a + C;
+    const float *fac = j->fac;
+    if (j->fwd) {
+        cpu_load(&j->y0v, r, 0, C, T, a);
+        if (j->conv)
+            for (int64_t q = 0; q < C; q++) a[q] *= fac[r % O];
+        else
+            for (int64_t q = 0; q < C; q++) a[q] *= fac[q];
+        cpu_store(&j->yv, r, 0, C, a);
+        return;
+    }
+    cpu_load(&j->dyv, r, 0, C, T, g);
+    if (j->want_g) {
+        cpu_load(&j->y0v, r, 0, C, T, a);
+        if (j->conv) {
+            float acc = 0.0f;
+            for (int64_t q = 0; q < C; q++) acc += g[q] * a[q];
+            gw[r % O] += acc;
+        } else {
+            for (int64_t q = 0; q < C; q++) gw[q] += g[q] * a[q];
+        }
+    }
+    if (c->dy0) {
+        if (j->conv)
+            for (int64_t q = 0; q < C; q++) g[q] *= fac[r % O];
+        else
+            for (int64_t q = 0; q < C; q++) g[q] *= fac[q];
+        cpu_store(&j->dy0v, r, 0, C, g);
+    }
+}
+
+/* y = y0 ⊙ fac (forward); dy0 = dy ⊙ fac, G_w = m·Σ dy·y0, dx = 0 (backward): one pass over
+   fixed runs of rows (G_w partials per run), dx's rows zeroed by the same runs */
+static lyco_status bypass_out(const lyco_call *c, ia3_t *s) {
     const lyco_bypass_args *b = c->bypass;
-    bool delta = b->flags & LYCO_BYPASS_DELTA_ONLY, conv = c->a->layer.kind == LYCO_LAYER_CONV, fwd = c->dir == LYCO_DIR_BYPASS_FWD;
+    bool delta = b->flags & LYCO_BYPASS_DELTA_ONLY;
+    out_job j = {.c = c, .s = s, .fwd = c->dir == LYCO_DIR_BYPASS_FWD, .conv = c->a->layer.kind == LYCO_LAYER_CONV};
     int64_t O = s->O;
     float m = (float)c->m;
     float *fac = malloc(sizeof(float) * (size_t)(O + 1));
     if (!fac) return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
     for (int64_t o = 0; o < O; o++) fac[o] = delta ? m * s->w[o] : 1.0f + m * s->w[o];
-    /* linear: rows = tokens, cols = O; conv: rows = (n, o), cols = positions */
-    int split = conv ? 2 : b->y0->ndim - 1;
-    cpu_view y0v, yv, dyv, dy0v;
-    cpu_view_init(&y0v, b->y0, split);
-    if (fwd) cpu_view_init(&yv, c->y, split);
-    else cpu_view_init(&dyv, c->dy, split);
-    if (!fwd && c->dy0) cpu_view_init(&dy0v, c->dy0, split);
-    bool want_g = !fwd && lyco_call_wants(c, LYCO_IA3_WEIGHT);
-    int64_t R = y0v.rows, C = y0v.cols;
-    float *work = malloc(sizeof(float) * (size_t)s->nt * (size_t)(2 * C) + 1);
-    if (!work) {
+    j.fac = fac;
+    int split = j.conv ? 2 : b->y0->ndim - 1;
+    cpu_view_init(&j.y0v, b->y0, split);
+    if (j.fwd) cpu_view_init(&j.yv, c->y, split);
+    else cpu_view_init(&j.dyv, c->dy, split);
+    if (!j.fwd && c->dy0) cpu_view_init(&j.dy0v, c->dy0, split);
+    j.has_dx = !j.fwd && c->dx;
+    if (j.has_dx) cpu_view_init(&j.dxv, c->dx, c->dx->ndim > 0 ? c->dx->ndim - 1 : 0);
+    j.want_g = !j.fwd && lyco_call_wants(c, LYCO_IA3_WEIGHT);
+    bool fast = !j.conv && (j.fwd ? j.y0v.fast && j.yv.fast
+                                  : j.dyv.fast && (!j.want_g || j.y0v.fast) && (!c->dy0 || j.dy0v.fast));
+    j.kern = fast ? row_kernel() : NULL;
+    int64_t R = j.y0v.rows, C = j.y0v.cols;
+    float *work = j.kern ? NULL : malloc(sizeof(float) * (size_t)s->nt * (size_t)(2 * C) + 1);
+    if (!j.kern && !work) {
         free(fac);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu ia3: out of memory");
     }
+    j.work = work;
     const int runs = cpu_runs(R, CPU_RUNS);
 #pragma omp parallel for schedule(static)
-    for (int run = 0; run < runs; run++)
-    for (int64_t r = cpu_run_start(R, runs, run); r < cpu_run_start(R, runs, run + 1); r++) {
-        int tid = cpu_thread_id();
-        float *a = work + (size_t)tid * (size_t)(2 * C), *g = a + C;
-        if (fwd) {
-            cpu_load(&y0v, r, 0, C, T, a);
-            if (conv)
-                for (int64_t j = 0; j < C; j++) a[j] *= fac[r % O];
-            else
-                for (int64_t j = 0; j < C; j++) a[j] *= fac[j];
-            cpu_store(&yv, r, 0, C, a);
-            continue;
+    for (int run = 0; run < runs; run++) {
+        float *gw = j.want_g ? s->gw + (size_t)run * (size_t)O : NULL;
+        for (int64_t r = cpu_run_start(R, runs, run); r < cpu_run_start(R, runs, run + 1); r++) {
+            if (j.kern) row_kern(&j, r, gw);
+            else row_portable(&j, r, gw);
         }
-        cpu_load(&dyv, r, 0, C, T, g);
-        if (want_g) {
-            float *gw = s->gw + (size_t)run * (size_t)O;
-            cpu_load(&y0v, r, 0, C, T, a);
-            if (conv) {
-                float acc = 0.0f;
-                for (int64_t j = 0; j < C; j++) acc += g[j] * a[j];
-                gw[r % O] += acc;
-            } else {
-                for (int64_t j = 0; j < C; j++) gw[j] += g[j] * a[j];
-            }
-        }
-        if (c->dy0) {
-            if (conv)
-                for (int64_t j = 0; j < C; j++) g[j] *= fac[r % O];
-            else
-                for (int64_t j = 0; j < C; j++) g[j] *= fac[j];
-            cpu_store(&dy0v, r, 0, C, g);
-        }
+        if (j.has_dx) cpu_zero_rows(&j.dxv, cpu_run_start(j.dxv.rows, runs, run), cpu_run_start(j.dxv.rows, runs, run + 1));
     }
-    if (want_g) store_gw(s, m);
+    if (j.want_g) store_gw(s, m);
     free(fac);
     free(work);
     return LYCO_OK;
@@ -448,10 +544,7 @@ lyco_status cpu_ia3(const lyco_call *c, char *why, size_t why_len) {
         default:
             if (dense) st = cpu_bypass_dense(c, &dl);
             else if (on_input) st = bypass_in_bwd(c, &s);
-            else {
-                if (c->dx) st = copy_or_zero(c->dx, NULL, LYCO_F32);
-                if (!st) st = bypass_out(c, &s);
-            }
+            else st = bypass_out(c, &s);   /* dx = 0 written by its runs */
             break;
         }
     }

@@ -3,20 +3,26 @@
  * weight and bias deltas  Δγ = q ⊙ w_norm,  Δβ = q ⊙ b_norm  (q = the channel mask, exact;
  * Δβ = 0 without b_norm).
  *
- * merge through the shared driver (merge.c, C rows × 1 column; forward streamed as one row of C,
- * stream.c):
- *   γ'' = γ + m·Δγ, β'' = β + m·Δβ (bias hooks); backward G_w_norm = q ⊙ G, G_b_norm = q ⊙ Gb (the driver applies m).
+ * merge: γ'' = γ + m·Δγ streamed as one row of C (stream.c, w_norm and an fp32 mask read in place),
+ *   β'' = β + m·Δβ through merge.c's bias merge; backward G_w_norm = q ⊙ (m·G), G_b_norm =
+ *   q ⊙ (m·Gb), G and Gb rounded to the compute dtype as loaded — vector loops over chunks of the
+ *   stack: a call allocates nothing unless w_norm or the mask has an unusual layout (a small merge
+ *   is mostly its fixed cost; the row driver spent ~7 ns an element on 1-column rows).
  * bypass: y = y0 + x̂ ⊙ (m·Δγ) + m·Δβ per channel, x̂ = (x − μ)·rstd, rstd = 1/√(σ² + ε) with the
  *   biased variance, statistics in fp32 (8-lane partial sums, two passes over the group in cache):
  *     LayerNorm: one group per token (x is tokens × C, channels contiguous);
  *     GroupNorm: one group per (n, g): C/groups channel rows × spatial positions of x (N, C, …).
  *   One pass: each group is loaded once (x, y0), normalised in cache and y stored once.
+ *   LayerNorm rows with compact views run norm_kern.h (x86-64-v3 and up): the same operations in
+ *   the same order with the loads, conversions and stores in registers (bitwise the group loops'
+ *   values); GroupNorm, strided views and LYCO_CPU_ISA=base take the group loops.
  * backward, per group (h = dy·m·Δγ[c]; the group sums in 8 lanes and a fixed tree, so the order is
  *   set by the shape, not the threads):  dx = rstd·(h − mean(h) − x̂·mean(h·x̂)),
  *   G_w_norm[c] += m·q[c]·Σ dy·x̂,  G_b_norm[c] += m·q[c]·Σ dy  (partials per fixed run of groups,
  *   cpu_runs: combined in run order, independent of the thread count), dy0 = dy (0 for DELTA_ONLY).
  *
- * Extra memory: merge: the driver's row blocks + C floats; bypass: 4·C floats of per-channel
+ * Extra memory: merge: none (2·C floats when w_norm is strided or the mask is not a compact fp32
+ * vector; the bias merge O floats twice); bypass: 4·C floats of per-channel
  * factors, per thread 3 buffers of one group (LayerNorm C, GroupNorm C/groups·spatial floats)
  * and, backward, 2·C floats of partials per run (at most CPU_RUNS).
  */
@@ -25,21 +31,22 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "isa.h"
 #include "stream.h"
+
+#define CHUNK 256   /* floats per stack chunk of the C-vector loops */
 
 typedef struct {
     const lyco_call *c;
     int64_t C;
     float *q;        /* mask (C), exact; 1 when absent */
     float *wn, *bn;  /* w_norm, b_norm (C, compute dtype); bn = 0 when absent */
-    float *gw;       /* merge backward: G_w_norm (C) */
 } norm_t;
 
 static void norm_free(norm_t *s) {
     free(s->q);
     free(s->wn);
     free(s->bn);
-    free(s->gw);
 }
 
 static lyco_status norm_prepare(const lyco_call *c, norm_t *s) {
@@ -50,8 +57,7 @@ static lyco_status norm_prepare(const lyco_call *c, norm_t *s) {
     s->q = malloc(sizeof(float) * n);
     s->wn = malloc(sizeof(float) * n);
     s->bn = calloc(n, sizeof(float));
-    s->gw = calloc(n, sizeof(float));
-    if (!s->q || !s->wn || !s->bn || !s->gw) return lyco_fail(LYCO_ERR_NOMEM, "cpu norm: out of memory");
+    if (!s->q || !s->wn || !s->bn) return lyco_fail(LYCO_ERR_NOMEM, "cpu norm: out of memory");
     const DLTensor *mask = c->a->tensor[LYCO_RANK_MASK];
     if (mask) cpu_load_all(mask, lyco_dtype_of(mask), s->q);
     else
@@ -61,45 +67,83 @@ static lyco_status norm_prepare(const lyco_call *c, norm_t *s) {
     return LYCO_OK;
 }
 
-/* ---- merge ---- */
+/* ---- merge: γ and β are vectors of C; no driver rows, no state arrays ---- */
 
-static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, float *out) {
-    (void)W;
-    const norm_t *s = dl->state;
-    for (int64_t r = 0; r < nr; r++) out[r] = s->q[o0 + r] * s->wn[o0 + r];
+/* v[k] ← q[o0 + k]·v[k] for k < n (q from the mask in its own dtype; no mask: q = 1, v as is) */
+static void mask_chunk(const lyco_call *c, int64_t o0, int64_t n, float *v) {
+    const DLTensor *mask = c->a->tensor[LYCO_RANK_MASK];
+    if (!mask) return;
+    float q[CHUNK];
+    cpu_view qv;
+    cpu_view_init(&qv, mask, 0);
+    cpu_load(&qv, 0, o0, n, qv.dt, q);
+    for (int64_t k = 0; k < n; k++) v[k] = q[k] * v[k];
 }
 
-/* ΔW̄ for the streaming driver (stream.h), γ as one row of C: δ_c = w_norm[c]·q[c] */
-static cpu_span flat_span(const norm_t *s) {
-    return (cpu_span){.x = CPU_SPAN_ROW, .src = s->wn, .src_dt = LYCO_F32, .src_T = LYCO_F32, .s = s->q, .period = 1};
+/* dst = q ⊙ (f·RN_T(src)), chunk by chunk through the stack (any layout of either tensor; f = 1
+   skipped: x·1 = x); the merge backward of w_norm / b_norm and the bias delta of the forward */
+static void masked_copy(const lyco_call *c, DLTensor *dst, const DLTensor *src, lyco_dtype T, float f, bool scale, float *out) {
+    cpu_view sv, dv;
+    cpu_view_init(&sv, src, 0);
+    if (dst) cpu_view_init(&dv, dst, 0);
+    float v[CHUNK];
+    for (int64_t o0 = 0; o0 < sv.cols; o0 += CHUNK) {
+        int64_t n = sv.cols - o0 < CHUNK ? sv.cols - o0 : CHUNK;
+        float *w = out ? out + o0 : v;
+        cpu_load(&sv, 0, o0, n, T, w);
+        if (scale)
+            for (int64_t k = 0; k < n; k++) w[k] *= f;
+        mask_chunk(c, o0, n, w);
+        if (dst) cpu_store(&dv, 0, o0, n, w);
+    }
 }
 
-static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int tid) {
-    (void)W;
-    (void)tid;
-    const norm_t *s = dl->state;
-    for (int64_t r = 0; r < nr; r++) s->gw[o0 + r] = s->q[o0 + r] * G[r];   /* rows are owned by this block */
-}
-
-static lyco_status finish_bwd(const cpu_delta *dl) {
-    const norm_t *s = dl->state;
-    if (lyco_call_wants(s->c, LYCO_W_NORM)) cpu_store_all(s->c->g->grad[LYCO_W_NORM], s->gw);
-    return LYCO_OK;
-}
-
+/* Δβ̄ = q ⊙ b_norm for the driver's bias merge (O floats; validation gives out_bias only with b_norm) */
 static void bias(const cpu_delta *dl, float *db) {
-    const norm_t *s = dl->state;
-    for (int64_t o = 0; o < s->C; o++) db[o] = s->q[o] * s->bn[o];
+    const lyco_call *c = dl->c;
+    masked_copy(c, NULL, c->a->tensor[LYCO_B_NORM], c->dt.compute, 1.0f, false, db);
 }
 
-static lyco_status bias_bwd(const cpu_delta *dl, const float *Gb) {
-    const norm_t *s = dl->state;
-    if (!lyco_call_wants(s->c, LYCO_B_NORM)) return LYCO_OK;
-    float *g = malloc(sizeof(float) * (size_t)(s->C + 1));
-    if (!g) return lyco_fail(LYCO_ERR_NOMEM, "cpu norm: out of memory");
-    for (int64_t o = 0; o < s->C; o++) g[o] = s->q[o] * Gb[o];
-    cpu_store_all(s->c->g->grad[LYCO_B_NORM], g);
-    free(g);
+/* γ'' = γ ⊕ m·(q ⊙ w_norm) as one streamed row of C: w_norm read in place when compact (rounded
+   to T as it is loaded), q in place when it is a compact fp32 vector; other layouts through an
+   fp32 copy. No other state. */
+static lyco_status merge_fwd(const lyco_call *c, const cpu_delta *dl) {
+    const DLTensor *wn = c->a->tensor[LYCO_W_NORM], *mask = c->a->tensor[LYCO_RANK_MASK];
+    int64_t C = c->dims.O;
+    cpu_view wv, qv;
+    cpu_view_init(&wv, wn, 0);
+    if (mask) cpu_view_init(&qv, mask, 0);
+    bool copy_w = !wv.fast, copy_q = mask && !(qv.fast && qv.dt == LYCO_F32);
+    float *buf = NULL;
+    if (copy_w || copy_q) {
+        buf = malloc(sizeof(float) * (size_t)(2 * C + 1));
+        if (!buf) return lyco_fail(LYCO_ERR_NOMEM, "cpu norm: out of memory");
+    }
+    cpu_span sp = {.x = CPU_SPAN_ROW, .src = wv.base, .src_dt = wv.dt, .src_T = c->dt.compute, .period = 1};
+    if (copy_w) {
+        cpu_load(&wv, 0, 0, C, c->dt.compute, buf);
+        sp.src = buf;
+        sp.src_dt = sp.src_T = LYCO_F32;
+    }
+    if (mask) sp.s = copy_q ? buf + C : (const float *)qv.base;
+    if (copy_q) cpu_load(&qv, 0, 0, C, qv.dt, buf + C);
+    lyco_status st = cpu_merge_fwd_stream_flat(c, dl, &sp);
+    free(buf);
+    return st;
+}
+
+/* G_w_norm = q ⊙ (m·RN_T(G)), G_b_norm = q ⊙ (m·RN_T(Gb)) (0 without Gb); a dropped module: 0 */
+static lyco_status merge_bwd(const lyco_call *c) {
+    lyco_dtype T = c->dt.compute;
+    float m = (float)c->m;
+    static const lyco_slot slots[2] = {LYCO_W_NORM, LYCO_B_NORM};
+    for (int i = 0; i < 2; i++) {
+        if (!lyco_call_wants(c, slots[i])) continue;
+        DLTensor *g = c->g->grad[slots[i]];
+        const DLTensor *src = i == 0 ? c->d_out : c->d_out_bias;
+        if (c->dropped || !src) cpu_zero_all(g);
+        else masked_copy(c, g, src, T, m, i == 1 || m != 1.0f, NULL);   /* the bias path always scaled by m, as before */
+    }
     return LYCO_OK;
 }
 
@@ -201,6 +245,47 @@ static void stats(const float *x, int64_t len, float eps, float *d, float *mu, f
     *rstd = 1.0f / sqrtf(var + eps);
 }
 
+/* ---- LayerNorm rows in registers (norm_kern.h): compact token rows, x86-64-v3 and up ---- */
+
+/* One token row (C channels) for the kernels: row pointers into the tensors and their dtypes;
+   NULL for what the call does not read or write. */
+typedef struct {
+    const char *x, *y0, *g;       /* x; forward: y0 (NULL: none or DELTA_ONLY); backward: dy */
+    char *y, *dx, *g0;            /* forward: y; backward: dx, dy0 (NULL: not written here) */
+    lyco_dtype xdt, y0dt, gdt, ydt, dxdt, g0dt, T;
+    const float *gam, *bet;       /* m·q·w_norm, m·q·b_norm */
+    float *pw, *pb;               /* backward: the run's per-channel sums */
+    float *xs, *xh, *gs;          /* scratch, C floats each */
+    int64_t C;
+    float eps;
+} norm_row_t;
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#define ISA_EACH_HEADER "norm_kern.h"
+#define ISA_EACH_V4 1
+#include "isa_each.h"
+#pragma GCC pop_options
+
+typedef void (*norm_row_fn)(const norm_row_t *r, int nr);
+
+/* the kernel for a call (fwd: norm_fwd_row; else norm_bwd_row), or NULL: GroupNorm, a strided
+   view, or the portable build / LYCO_CPU_ISA=base (the group loops below) */
+static norm_row_fn row_kernel(const norm_geom *g, bool fwd, const cpu_view *const *views, int nv) {
+    if (g->group) return NULL;
+    for (int i = 0; i < nv; i++)
+        if (views[i] && !views[i]->fast) return NULL;
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) return fwd ? norm_fwd_row_v4 : norm_bwd_row_v4;
+    if (isa == 1) return fwd ? norm_fwd_row_v3 : norm_bwd_row_v3;
+#endif
+    (void)fwd;
+    return NULL;
+}
+
+static char *row_ptr(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
+
 static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
     lyco_dtype T = c->dt.compute;
     const lyco_bypass_args *b = c->bypass;
@@ -214,7 +299,7 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
     int64_t C = s->C, len = g.nrows * g.ncols;
     float m = (float)c->m, eps = (float)c->a->layer.norm_eps;
     int nth = cpu_threads();
-    float *fac = malloc(sizeof(float) * (size_t)(2 * C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(3 * len) + 1);
+    float *fac = malloc(sizeof(float) * (size_t)(2 * C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(6 * len) + 1);
     if (!fac || !work) {
         free(fac);
         free(work);
@@ -225,9 +310,26 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
         gam[o] = m * (s->q[o] * s->wn[o]);
         bet[o] = m * (s->q[o] * s->bn[o]);
     }
+    const cpu_view *views[] = {&xv, &yv, add ? &y0v : NULL};
+    norm_row_fn kern = row_kernel(&g, true, views, 3);
+    /* the kernel takes the rows two at a time (norm_kern.h): pairs of rows, static over the threads */
+    int64_t units = kern ? (g.ngroups + 1) / 2 : g.ngroups;
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < g.ngroups; k++) {
-        float *x = work + (size_t)cpu_thread_id() * (size_t)(3 * len), *d = x + len, *y = d + len;
+    for (int64_t u = 0; u < units; u++) {
+        float *x = work + (size_t)cpu_thread_id() * (size_t)(6 * len), *d = x + len, *y = d + len;
+        if (kern) {
+            norm_row_t r[2];
+            int nr = 2 * u + 1 < g.ngroups ? 2 : 1;
+            for (int q = 0; q < nr; q++) {
+                int64_t k = 2 * u + q;
+                r[q] = (norm_row_t){.x = row_ptr(&xv, k), .xdt = xv.dt, .y = row_ptr(&yv, k), .ydt = yv.dt, .T = T, .gam = gam, .bet = bet,
+                                    .xs = x + q * 3 * len, .xh = d + q * 3 * len, .C = C, .eps = eps};
+                if (add) r[q].y0 = row_ptr(&y0v, k), r[q].y0dt = y0v.dt;
+            }
+            kern(r, nr);
+            continue;
+        }
+        int64_t k = u;
         int64_t c0, r0 = group_row(&g, C, k, &c0);
         for (int64_t r = 0; r < g.nrows; r++) {
             cpu_load(&xv, r0 + r, 0, g.ncols, T, x + r * g.ncols);
@@ -376,7 +478,7 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     b.eps = (float)c->a->layer.norm_eps;
     float m = (float)c->m;
     int nth = cpu_threads(), runs = cpu_runs(b.g.ngroups, CPU_RUNS);
-    float *gam = malloc(sizeof(float) * (size_t)(C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(3 * b.len) + 1);
+    float *gam = malloc(sizeof(float) * (size_t)(C + 1)), *work = malloc(sizeof(float) * (size_t)nth * (size_t)(6 * b.len) + 1);
     float *part = calloc((size_t)runs * (size_t)(2 * C) + 1, sizeof(float));
     if (!gam || !work || !part) {
         free(gam);
@@ -386,12 +488,27 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
     }
     for (int64_t o = 0; o < C; o++) gam[o] = m * (s->q[o] * s->wn[o]);
     b.gam = gam;
+    bool dy0_here = c->dy0 && !b.delta;
+    const cpu_view *views[] = {&b.xv, &b.dyv, c->dx ? &b.dxv : NULL, dy0_here ? &b.dy0v : NULL};
+    norm_row_fn kern = row_kernel(&b.g, false, views, 4);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int run = 0; run < runs; run++) {
-        float *scratch = work + (size_t)cpu_thread_id() * (size_t)(3 * b.len);
+        float *scratch = work + (size_t)cpu_thread_id() * (size_t)(6 * b.len);
         float *pw = part + (size_t)run * (size_t)(2 * C), *pb = pw + C;
-        for (int64_t k = cpu_run_start(b.g.ngroups, runs, run); k < cpu_run_start(b.g.ngroups, runs, run + 1); k++)
-            bwd_group(&b, k, scratch, pw, pb);
+        int64_t k0 = cpu_run_start(b.g.ngroups, runs, run), k1 = cpu_run_start(b.g.ngroups, runs, run + 1);
+        for (int64_t k = k0; k < k1 && !kern; k++) bwd_group(&b, k, scratch, pw, pb);
+        for (int64_t k = k0; k < k1 && kern; k += 2) {   /* the kernel: the run's rows two at a time */
+            norm_row_t r[2];
+            int nr = k + 1 < k1 ? 2 : 1;
+            for (int q = 0; q < nr; q++) {
+                float *sq = scratch + q * 3 * C;
+                r[q] = (norm_row_t){.x = row_ptr(&b.xv, k + q), .xdt = b.xv.dt, .g = row_ptr(&b.dyv, k + q), .gdt = b.dyv.dt, .T = T,
+                                    .gam = gam, .pw = pw, .pb = pb, .xs = sq, .xh = sq + C, .gs = sq + 2 * C, .C = C, .eps = b.eps};
+                if (c->dx) r[q].dx = row_ptr(&b.dxv, k + q), r[q].dxdt = b.dxv.dt;
+                if (dy0_here) r[q].g0 = row_ptr(&b.dy0v, k + q), r[q].g0dt = b.dy0v.dt;
+            }
+            kern(r, nr);
+        }
     }
     lyco_status st = LYCO_OK;
     if (c->dy0 && b.delta) st = copy_or_zero(c->dy0, NULL, T);
@@ -413,28 +530,16 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
 lyco_status cpu_norm(const lyco_call *c, char *why, size_t why_len) {
     (void)why;
     (void)why_len;
-    bool bypass = c->dir == LYCO_DIR_BYPASS_FWD || c->dir == LYCO_DIR_BYPASS_BWD;
-    if (bypass && c->dropped) return bypass_dropped(c);
+    cpu_delta dl = {.bias = bias, .c = c};
+    switch (c->dir) {
+    case LYCO_DIR_MERGE_FWD: return merge_fwd(c, &dl);
+    case LYCO_DIR_MERGE_BWD: return merge_bwd(c);
+    default: break;
+    }
+    if (c->dropped) return bypass_dropped(c);
     norm_t s;
     lyco_status st = norm_prepare(c, &s);
-    if (st == LYCO_OK) {
-        cpu_delta dl = {.rows = rows, .rows_bwd = rows_bwd, .finish_bwd = finish_bwd, .bias = bias, .bias_bwd = bias_bwd, .c = c, .state = &s};
-        switch (c->dir) {
-        case LYCO_DIR_MERGE_FWD: {
-            cpu_span sp = flat_span(&s);
-            st = cpu_merge_fwd_stream_flat(c, &dl, &sp);
-            break;
-        }
-        case LYCO_DIR_MERGE_BWD:
-            st = cpu_merge_bwd(c, &dl);
-            /* ∂L/∂β'' not given: G_b_norm = 0 */
-            if (!st && !c->dropped && !c->d_out_bias && lyco_call_wants(c, LYCO_B_NORM))
-                st = copy_or_zero(c->g->grad[LYCO_B_NORM], NULL, LYCO_F32);
-            break;
-        case LYCO_DIR_BYPASS_FWD: st = bypass_fwd(c, &s); break;
-        default: st = bypass_bwd(c, &s); break;
-        }
-    }
+    if (st == LYCO_OK) st = c->dir == LYCO_DIR_BYPASS_FWD ? bypass_fwd(c, &s) : bypass_bwd(c, &s);
     norm_free(&s);
     return st;
 }

@@ -18,24 +18,7 @@
  */
 
 #include "cvt_lanes.h"
-
-#ifdef CK_V4
-#define SK_N 16
-#define SK_V __m512
-#define SK_SET1(x) _mm512_set1_ps(x)
-#define SK_ZERO() _mm512_setzero_ps()
-#define SK_MUL(a, b) _mm512_mul_ps(a, b)
-#define SK_ADD(a, b) _mm512_add_ps(a, b)
-#define SK_SUB(a, b) _mm512_sub_ps(a, b)
-#else
-#define SK_N 8
-#define SK_V __m256
-#define SK_SET1(x) _mm256_set1_ps(x)
-#define SK_ZERO() _mm256_setzero_ps()
-#define SK_MUL(a, b) _mm256_mul_ps(a, b)
-#define SK_ADD(a, b) _mm256_add_ps(a, b)
-#define SK_SUB(a, b) _mm256_sub_ps(a, b)
-#endif
+#include "lane_io.h"
 
 /* The form of a row: what the loop branches on. Built from constants where KN(seg) specialises
    (the compiler then drops the branches), from the row's values otherwise. */

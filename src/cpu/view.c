@@ -181,3 +181,13 @@ void cpu_store_all(DLTensor *t, const float *src) {
 void cpu_zero_all(DLTensor *t) {
     for (int64_t i = 0; i < lyco_numel(t); i++) lyco_store_f32(lyco_elem_at(t, i), lyco_dtype_of(t), 0.0f);
 }
+
+void cpu_zero_rows(const cpu_view *v, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        if (v->fast) {
+            memset(v->base + r * v->rs * (int64_t)v->es, 0, (size_t)v->cols * v->es);
+            continue;
+        }
+        for (int64_t i = 0; i < v->cols; i++) lyco_store_f32(v->base + offset_of(v, r, i) * (int64_t)v->es, v->dt, 0.0f);
+    }
+}
