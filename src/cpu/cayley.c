@@ -7,12 +7,13 @@
  * (each block computed by one thread exactly as before: results do not depend on the thread
  * count), when there is enough work to pay for the fork (CAYLEY_PAR_WORK n³-units). The norm and
  * the constraint's dot product stay single-threaded sums in a fixed order. The per-block work is
- * in cayley_kern.h (row-by-row products in vector registers, an AVX2 copy without FMA
+ * in cayley_kern.h (products a few rows per pass in vector registers, an AVX2 copy without FMA
  * contraction: the same bits as the scalar dot-product loops it replaced, on every x86-64).
  * Before that rewrite the forward took 1.1–1.3 ms single-threaded for 80 blocks of 16 (Diag-OFT
  * at 1280 channels; ~30% of a 640² 1024-token Diag-OFT bypass forward); after it, ~19% of that
- * bypass (perf, 1 thread, docs/bench-cpu.md "session 17").
- * Extra memory: 3·nblk·n² floats (state) + 3·n² floats and 2·n² + n doubles per thread (forward
+ * bypass (perf, 1 thread, docs/bench-cpu.md "session 17"); several rows per pass and the ‖Q0‖²
+ * sums of four blocks interleaved took 80 blocks of 16 from ~150 to ~115 µs (session 24).
+ * Extra memory: 3·nblk·n² floats (state) + 3·n² floats and 3·n² doubles per thread (forward
  * scratch); backward (nblk + 3·nthreads)·n² doubles.
  */
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "isa.h"
 
 #define CAYLEY_PAR_WORK 65536 /* Σ n³ over the blocks below which the loops stay single-threaded */
+#define CAYLEY_NORM_BLK 4     /* blocks whose ‖Q0_k‖² sums run interleaved */
 
 void cpu_cayley_free(cpu_cayley *cy) {
     free(cy->Q0);
@@ -34,7 +36,11 @@ void cpu_cayley_free(cpu_cayley *cy) {
    so both copies give the same bits) ---- */
 typedef float lk8f __attribute__((vector_size(32)));
 typedef double lk4d __attribute__((vector_size(32)));
+/* rows per pass of the products (CK_RF fp32, CK_RD fp64): as many as keep the accumulators in
+   registers (v3: 16 ymm; base: the 32-byte vectors are pairs of xmm, 16 in all) */
 #ifdef CPU_V3
+#define CK_RF 4
+#define CK_RD 4
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64-v3")
 #pragma GCC optimize("fp-contract=off")
@@ -42,10 +48,16 @@ typedef double lk4d __attribute__((vector_size(32)));
 #include "cayley_kern.h"
 #undef KN
 #pragma GCC pop_options
+#undef CK_RF
+#undef CK_RD
 #endif
+#define CK_RF 2
+#define CK_RD 2
 #define KN(name) name##_base
 #include "cayley_kern.h"
 #undef KN
+#undef CK_RF
+#undef CK_RD
 
 static void block_fwd(int64_t n, const float *Q, float *Ak, float *Rk, float *M, float *Tm, double *dsc) {
 #ifdef CPU_V3
@@ -67,6 +79,21 @@ static void block_bwd(int64_t n, const float *Ak, const float *Gk, double *Ok, d
     block_bwd_base(n, Ak, Gk, Ok, T, At, Gd);
 }
 
+/* Q0_k = B_k − B_kᵀ for nb blocks from B (compact), and part[k] = ‖Q0_k‖² in double, each a sum
+   in element order: the nb blocks' sums interleaved (independent add chains; one alone is
+   latency-bound, n² adds in a row). */
+static inline __attribute__((always_inline)) void q0_blocks(int64_t n, int nb, const float *B, float *Q0, double *part) {
+    int64_t nn = n * n;
+    for (int i = 0; i < nb; i++) part[i] = 0.0;
+    for (int64_t a = 0; a < n; a++)
+        for (int64_t b = 0; b < n; b++)
+            for (int i = 0; i < nb; i++) {
+                float q = B[i * nn + a * n + b] - B[i * nn + b * n + a];
+                Q0[i * nn + a * n + b] = q;
+                part[i] += (double)q * (double)q;
+            }
+}
+
 lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t n, double kc) {
     int64_t nn = n * n, all = nblk * nn;
     memset(cy, 0, sizeof *cy);
@@ -77,25 +104,22 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     cy->A = malloc(sizeof(float) * (size_t)(all + 1));
     cy->Rm1 = malloc(sizeof(float) * (size_t)(all + 1));
     const int nt = cpu_threads();
-    /* per thread: 3·nn floats, then 2·nn + n doubles (at an even float offset: 8-byte aligned) */
-    const int64_t per = (3 * nn + 1) & ~(int64_t)1, per_all = per + 2 * (2 * nn + n);
+    /* per thread: 3·nn floats, then 3·nn doubles (at an even float offset: 8-byte aligned) */
+    const int64_t per = (3 * nn + 1) & ~(int64_t)1, per_all = per + 2 * (3 * nn);
     float *scratch = malloc(sizeof(float) * (size_t)(per_all * nt + 1));
     if (!cy->Q0 || !cy->A || !cy->Rm1 || !scratch) {
         free(scratch);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
     }
-    double ss = 0.0;
-    for (int64_t k = 0; k < nblk; k++) {
-        const float *Bk = B + k * nn;
-        float *Qk = cy->Q0 + k * nn;
-        double part = 0.0;
-        for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) {
-                float q = Bk[a * n + b] - Bk[b * n + a];
-                Qk[a * n + b] = q;
-                part += (double)q * (double)q;
-            }
-        ss += part;
+    double ss = 0.0, part[CAYLEY_NORM_BLK];
+    int64_t k0 = 0;
+    for (; k0 + CAYLEY_NORM_BLK <= nblk; k0 += CAYLEY_NORM_BLK) {
+        q0_blocks(n, CAYLEY_NORM_BLK, B + k0 * nn, cy->Q0 + k0 * nn, part);
+        for (int i = 0; i < CAYLEY_NORM_BLK; i++) ss += part[i];
+    }
+    for (; k0 < nblk; k0++) {
+        q0_blocks(n, 1, B + k0 * nn, cy->Q0 + k0 * nn, part);
+        ss += part[0];
     }
     cy->q0norm = sqrt(ss);
     double nu = cy->q0norm + 1e-8;

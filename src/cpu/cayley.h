@@ -34,7 +34,8 @@
  * keeps only the skew part of G_Q, minus a multiple of Q0 when the constraint is active: much
  * smaller than G_Q at times, so roundings on the way are amplified — fp32 took a BOFT gradient
  * row from 15 to 23 ulp, over its budget).
- * Memory: 3·nblk·n² floats for the state, 3·n² scratch; (nblk + 1)·n² doubles in the adjoint.
+ * Memory: 3·nblk·n² floats for the state, 3·n² floats and 3·n² doubles of scratch per thread;
+ * (nblk + 3·threads)·n² doubles in the adjoint.
  *
  * Channel-row tiles. A row map acts on the O channel rows of X: merge X = W̄ (O × I·K), bypass
  * X = y0 seen as O × (tokens·spatial). A tile is rows [o0, o0+nr) × columns [j0, j0+w), held in

@@ -5,34 +5,56 @@
  * `#pragma GCC target("arch=x86-64-v3")` with fp-contract off, name_base for the portable build),
  * as dense.c does with gemm_kern.h (isa.h). Not a public header.
  *
- * Shapes: one block of n×n, compact row-major. The n×n products go row by row: for row a, t[b]
- * starts at its initial value and takes the terms j = 0, 1, …, n−1 in order, 16 (then 8)
- * columns at a time in vector registers (independent add chains) — every element sees exactly
- * the operations of the dot-product form
- * Σ_j A[a,j]·B[j,b] (the dot form was one latency-bound chain per element: ~1.2 ms of Cayley per
- * call for 80 blocks of 16). No FMA: the v3 copy is compiled with fp-contract off and the
- * products are written as a·b + c, so both copies round a·b and the sum separately — bitwise the
- * same results on every x86-64, and the same as before the vectorisation.
- * Expects from the includer: KN, the lk8f / lk4d vector types, <math.h>, <string.h>.
+ * Shapes: one block of n×n, compact row-major. The n×n products (fp32 T += X·B, fp64 the same)
+ * take CK_RF (fp32) / CK_RD (fp64) rows per pass: for each row a, t[b] starts at its initial
+ * value and takes the terms j = 0, 1, …, n−1 in order, 16 (then 8) fp32 or 8 fp64 columns at a
+ * time in vector registers, the rows of a pass sharing each load of B — every element sees
+ * exactly the operations of the dot-product form Σ_j A[a,j]·B[j,b] (the dot form was one
+ * latency-bound chain per element: ~1.2 ms of Cayley per call for 80 blocks of 16; one row per
+ * pass, two fp32 chains, was still latency-bound; with the row passes, the elimination's pivot
+ * search in a register and its row updates without an overlap check, 80 blocks of 16 went from
+ * ~150 to ~115 µs at 1 thread: docs/bench-cpu.md session 24, issue 6). No FMA: the v3 copy is
+ * compiled with fp-contract off and the products are written as a·b + c, so both copies round
+ * a·b and the sum separately — bitwise the same results on every x86-64, and the same as before
+ * the vectorisation.
+ * Expects from the includer: KN, CK_RF, CK_RD (rows per pass), the lk8f / lk4d vector types,
+ * <math.h>, <string.h>.
  */
 
-/* X = (I − Q)^{-1} by Gauss–Jordan with partial pivoting on M = I − Q (overwritten). */
+/* r[k] −= f·c[k], k < m (one row update of the elimination; restrict: the compiler vectorises it
+   without an overlap check) */
+static inline void KN(axpy)(int64_t m, float f, const float *restrict c, float *restrict r) {
+    for (int64_t k = 0; k < m; k++) r[k] -= f * c[k];
+}
+
+/* X = (I − Q)^{-1} by Gauss–Jordan with partial pivoting on M = I − Q (overwritten). The pivot
+   search keeps the largest |M[r, col]| so far in a register (the same strict >, so the
+   same pivot, without a load in its compare chain). */
 static void KN(invert)(int64_t n, float *restrict M, float *restrict X) {
     for (int64_t a = 0; a < n; a++)
         for (int64_t b = 0; b < n; b++) X[a * n + b] = a == b ? 1.0f : 0.0f;
     for (int64_t col = 0; col < n; col++) {
         int64_t piv = col;
-        for (int64_t r = col + 1; r < n; r++)
-            if (fabsf(M[r * n + col]) > fabsf(M[piv * n + col])) piv = r;
-        if (piv != col)
+        float best = fabsf(M[col * n + col]);
+        for (int64_t r = col + 1; r < n; r++) {
+            float v = fabsf(M[r * n + col]);
+            if (v > best) {
+                best = v;
+                piv = r;
+            }
+        }
+        if (piv != col) {
             for (int64_t k = 0; k < n; k++) {
                 float t = M[col * n + k];
                 M[col * n + k] = M[piv * n + k];
                 M[piv * n + k] = t;
-                t = X[col * n + k];
+            }
+            for (int64_t k = 0; k < n; k++) {
+                float t = X[col * n + k];
                 X[col * n + k] = X[piv * n + k];
                 X[piv * n + k] = t;
             }
+        }
         float inv = 1.0f / M[col * n + col];
         for (int64_t k = 0; k < n; k++) {
             M[col * n + k] *= inv;
@@ -43,80 +65,82 @@ static void KN(invert)(int64_t n, float *restrict M, float *restrict X) {
             if (r == col) continue;
             float f = M[r * n + col];
             if (f == 0.0f) continue;
-            float *mr = M + r * n, *xr = X + r * n;
-            for (int64_t k = 0; k < n; k++) {
-                mr[k] -= f * mc[k];
-                xr[k] -= f * xc[k];
-            }
+            KN(axpy)(n, f, mc, M + r * n);
+            KN(axpy)(n, f, xc, X + r * n);
         }
     }
 }
 
-/* t[b] += Σ_j x[j]·B[j·n + b], j in order (fp32) */
-static void KN(rowmul_f)(int64_t n, const float *x, const float *B, float *restrict t) {
-    int64_t b0 = 0;
-    for (; b0 + 16 <= n; b0 += 16) {   /* two independent add chains */
-        lk8f a0, a1, v0, v1;
-        memcpy(&a0, t + b0, sizeof a0);
-        memcpy(&a1, t + b0 + 8, sizeof a1);
-        for (int64_t j = 0; j < n; j++) {
-            memcpy(&v0, B + j * n + b0, sizeof v0);
-            memcpy(&v1, B + j * n + b0 + 8, sizeof v1);
-            a0 = a0 + x[j] * v0;
-            a1 = a1 + x[j] * v1;
+/* Rows [0, nr) of T (ld n) += X·B on the columns [b0, b0 + 8·nv) (fp32): t[b] takes the terms
+   x[j]·B[j·n + b], j = 0, 1, …, n−1 in order; the nr rows share each load of B and run nr·nv
+   independent add chains (one row's chains alone are latency-bound). nr ≤ CK_RF, nv ≤ 2. */
+static inline __attribute__((always_inline)) void KN(cols_f)(int64_t n, int nr, int nv, int64_t b0, const float *X, const float *B, float *restrict T) {
+    lk8f c[CK_RF][2], v[2];
+    for (int r = 0; r < nr; r++)
+        for (int q = 0; q < nv; q++) memcpy(&c[r][q], T + r * n + b0 + 8 * q, sizeof c[r][q]);
+    for (int64_t j = 0; j < n; j++) {
+        for (int q = 0; q < nv; q++) memcpy(&v[q], B + j * n + b0 + 8 * q, sizeof v[q]);
+        for (int r = 0; r < nr; r++) {
+            float x = X[r * n + j];
+            for (int q = 0; q < nv; q++) c[r][q] = c[r][q] + x * v[q];
         }
-        memcpy(t + b0, &a0, sizeof a0);
-        memcpy(t + b0 + 8, &a1, sizeof a1);
     }
-    for (; b0 + 8 <= n; b0 += 8) {
-        lk8f acc, v;
-        memcpy(&acc, t + b0, sizeof acc);
-        for (int64_t j = 0; j < n; j++) {
-            memcpy(&v, B + j * n + b0, sizeof v);
-            acc = acc + x[j] * v;
-        }
-        memcpy(t + b0, &acc, sizeof acc);
-    }
-    for (int64_t b = b0; b < n; b++)
-        for (int64_t j = 0; j < n; j++) t[b] += x[j] * B[j * n + b];
+    for (int r = 0; r < nr; r++)
+        for (int q = 0; q < nv; q++) memcpy(T + r * n + b0 + 8 * q, &c[r][q], sizeof c[r][q]);
 }
 
-/* the same in double */
-static void KN(rowmul_d)(int64_t n, const double *x, const double *B, double *restrict t) {
+/* Rows [0, nr) of T += X·B (fp32, every column): 16 columns, then 8, then one at a time. */
+static inline __attribute__((always_inline)) void KN(rows_f)(int64_t n, int nr, const float *X, const float *B, float *restrict T) {
     int64_t b0 = 0;
-    for (; b0 + 16 <= n; b0 += 16) {   /* four independent add chains */
-        lk4d a[4], v;
-        for (int q = 0; q < 4; q++) memcpy(&a[q], t + b0 + 4 * q, sizeof a[q]);
-        for (int64_t j = 0; j < n; j++)
-            for (int q = 0; q < 4; q++) {
-                memcpy(&v, B + j * n + b0 + 4 * q, sizeof v);
-                a[q] = a[q] + x[j] * v;
-            }
-        for (int q = 0; q < 4; q++) memcpy(t + b0 + 4 * q, &a[q], sizeof a[q]);
-    }
-    for (; b0 + 8 <= n; b0 += 8) {
-        lk4d a0, a1, v0, v1;
-        memcpy(&a0, t + b0, sizeof a0);
-        memcpy(&a1, t + b0 + 4, sizeof a1);
-        for (int64_t j = 0; j < n; j++) {
-            memcpy(&v0, B + j * n + b0, sizeof v0);
-            memcpy(&v1, B + j * n + b0 + 4, sizeof v1);
-            a0 = a0 + x[j] * v0;
-            a1 = a1 + x[j] * v1;
+    for (; b0 + 16 <= n; b0 += 16) KN(cols_f)(n, nr, 2, b0, X, B, T);
+    for (; b0 + 8 <= n; b0 += 8) KN(cols_f)(n, nr, 1, b0, X, B, T);
+    for (int r = 0; r < nr; r++)
+        for (int64_t b = b0; b < n; b++)
+            for (int64_t j = 0; j < n; j++) T[r * n + b] += X[r * n + j] * B[j * n + b];
+}
+
+/* T += X·B (n×n, fp32), CK_RF rows per pass. */
+static void KN(mul_f)(int64_t n, const float *X, const float *B, float *restrict T) {
+    int64_t a = 0;
+    for (; a + CK_RF <= n; a += CK_RF) KN(rows_f)(n, CK_RF, X + a * n, B, T + a * n);
+    for (; a < n; a++) KN(rows_f)(n, 1, X + a * n, B, T + a * n);
+}
+
+/* the same in double: 8 columns as two 4-lane vectors, CK_RD rows per pass (GCC keeps these
+   small accumulator arrays in registers; a 16-column pass of four vectors per row did not) */
+static inline __attribute__((always_inline)) void KN(cols_d)(int64_t n, int nr, int64_t b0, const double *X, const double *B, double *restrict T) {
+    lk4d c[CK_RD][2], v[2];
+    for (int r = 0; r < nr; r++)
+        for (int q = 0; q < 2; q++) memcpy(&c[r][q], T + r * n + b0 + 4 * q, sizeof c[r][q]);
+    for (int64_t j = 0; j < n; j++) {
+        for (int q = 0; q < 2; q++) memcpy(&v[q], B + j * n + b0 + 4 * q, sizeof v[q]);
+        for (int r = 0; r < nr; r++) {
+            double x = X[r * n + j];
+            for (int q = 0; q < 2; q++) c[r][q] = c[r][q] + x * v[q];
         }
-        memcpy(t + b0, &a0, sizeof a0);
-        memcpy(t + b0 + 4, &a1, sizeof a1);
     }
-    for (int64_t b = b0; b < n; b++)
-        for (int64_t j = 0; j < n; j++) t[b] += x[j] * B[j * n + b];
+    for (int r = 0; r < nr; r++)
+        for (int q = 0; q < 2; q++) memcpy(T + r * n + b0 + 4 * q, &c[r][q], sizeof c[r][q]);
+}
+
+static inline __attribute__((always_inline)) void KN(rows_d)(int64_t n, int nr, const double *X, const double *B, double *restrict T) {
+    int64_t b0 = 0;
+    for (; b0 + 8 <= n; b0 += 8) KN(cols_d)(n, nr, b0, X, B, T);
+    for (int r = 0; r < nr; r++)
+        for (int64_t b = b0; b < n; b++)
+            for (int64_t j = 0; j < n; j++) T[r * n + b] += X[r * n + j] * B[j * n + b];
+}
+
+static void KN(mul_d)(int64_t n, const double *X, const double *B, double *restrict T) {
+    int64_t a = 0;
+    for (; a + CK_RD <= n; a += CK_RD) KN(rows_d)(n, CK_RD, X + a * n, B, T + a * n);
+    for (; a < n; a++) KN(rows_d)(n, 1, X + a * n, B, T + a * n);
 }
 
 /* T = A·B (fp32, from 0). */
 static void KN(product)(int64_t n, const float *A, const float *B, float *restrict T) {
-    for (int64_t a = 0; a < n; a++) {
-        for (int64_t b = 0; b < n; b++) T[a * n + b] = 0.0f;
-        KN(rowmul_f)(n, A + a * n, B, T + a * n);
-    }
+    for (int64_t i = 0; i < n * n; i++) T[i] = 0.0f;
+    KN(mul_f)(n, A, B, T);
 }
 
 /* Y += A·E (n×n, fp32; Y may be A): T = A·E first (the refinement correction). */
@@ -127,7 +151,7 @@ static void KN(refine)(int64_t n, const float *A, const float *E, float *T, floa
 
 /* Out = rnd_f32(base − X + Q·X) in double, base = I (two_q false) or 2Q (two_q): the refinement
    residuals I − (I − Q)·A = I − A + Q·A (X = A) and 2Q − (I − Q)·(R − I) (X = R − I).
-   d: 2·nn + n doubles of scratch (X and Q in double, one row). */
+   d: 3·nn doubles of scratch (X, Q and the residual in double). */
 static void KN(residual)(int64_t n, const float *Q, const float *X, bool two_q, double *restrict d, float *restrict Out) {
     int64_t nn = n * n;
     double *Xd = d, *Qd = d + nn, *acc = Qd + nn;
@@ -135,15 +159,14 @@ static void KN(residual)(int64_t n, const float *Q, const float *X, bool two_q, 
         Xd[i] = (double)X[i];
         Qd[i] = (double)Q[i];
     }
-    for (int64_t a = 0; a < n; a++) {
-        for (int64_t b = 0; b < n; b++) acc[b] = (two_q ? 2.0 * Qd[a * n + b] : (a == b ? 1.0 : 0.0)) - Xd[a * n + b];
-        KN(rowmul_d)(n, Qd + a * n, Xd, acc);
-        for (int64_t b = 0; b < n; b++) Out[a * n + b] = (float)acc[b];
-    }
+    for (int64_t a = 0; a < n; a++)
+        for (int64_t b = 0; b < n; b++) acc[a * n + b] = (two_q ? 2.0 * Qd[a * n + b] : (a == b ? 1.0 : 0.0)) - Xd[a * n + b];
+    KN(mul_d)(n, Qd, Xd, acc);
+    for (int64_t i = 0; i < nn; i++) Out[i] = (float)acc[i];
 }
 
 /* One block forward: A = (I − Q)^{-1} and R − I = 2·A·Q, each refined once, from Q (n×n).
-   Scratch: M, Tm (n² floats each), dsc (2·n² + n doubles). */
+   Scratch: M, Tm (n² floats each), dsc (3·n² doubles). */
 static void KN(block_fwd)(int64_t n, const float *Q, float *Ak, float *Rk, float *M, float *Tm, double *dsc) {
     int64_t nn = n * n;
     for (int64_t a = 0; a < n; a++)
@@ -166,14 +189,8 @@ static void KN(block_bwd)(int64_t n, const float *Ak, const float *Gk, double *O
             At[a * n + b] = (double)Ak[b * n + a];
             Gd[a * n + b] = (double)Gk[a * n + b];
         }
-    for (int64_t a = 0; a < n; a++) {        /* T = Aᵀ·G_R */
-        for (int64_t b = 0; b < n; b++) T[a * n + b] = 0.0;
-        KN(rowmul_d)(n, At + a * n, Gd, T + a * n);
-    }
-    for (int64_t a = 0; a < n; a++) {        /* G_Q = 2·T·Aᵀ */
-        double *o = Ok + a * n;
-        for (int64_t b = 0; b < n; b++) o[b] = 0.0;
-        KN(rowmul_d)(n, T + a * n, At, o);
-        for (int64_t b = 0; b < n; b++) o[b] *= 2.0;
-    }
+    for (int64_t i = 0; i < n * n; i++) T[i] = Ok[i] = 0.0;
+    KN(mul_d)(n, At, Gd, T);                 /* T = Aᵀ·G_R */
+    KN(mul_d)(n, T, At, Ok);                 /* G_Q = 2·T·Aᵀ */
+    for (int64_t i = 0; i < n * n; i++) Ok[i] *= 2.0;
 }
