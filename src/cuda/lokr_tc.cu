@@ -19,7 +19,7 @@
  *             G_w2a = dYᵀ·g (b×r), G_w2b = fᵀ·X (r×d)        lk_colreduce (B in parts)
  *             G_W1 = s·m·σs·Σ_{t,l} e[t·a+i, l]·h[t·c+p, l]  k_tc_gw1 (fp32 partials over token
  *                    ranges) then lokr_chain (fp64 sum, the w1 factor chain)
- *             dy0 = RN(RN_CT(dy)) or 0 (delta-only)          k_tc_copy8 (16-byte chunks)
+ *             dy0 = RN(RN_CT(dy)) or 0 (delta-only)          lk_copy_round (16-byte chunks)
  *   G_σs is not done here: calls that ask for it take lokr_lowrank.cu (its fp64 sum cancels).
  * Scratch (stream-ordered, one carve): h, f (T·c·RP fp32), e, g (T·a·RP fp32), as needed; w2_aᵀ
  * (r·b CT), G_W1 partials and G_W1 (fp64 a·c), W1's half (lokr_halves_build_w1), plus the LoRA
@@ -84,25 +84,6 @@ __global__ __launch_bounds__(NT) void k_tc_gw1(const float *e, const float *h, i
         for (i64 l = 0; l < r; l++) acc = fmaf(er[l], hr[l], acc);
     }
     part[z * A * P + idx] = acc;
-}
-
-/* dst = RN_dst(RN_CT(src)), or 0 (src absent): chunks of 8 columns (16-byte accesses where the
-   views allow, element-wise otherwise) */
-__global__ __launch_bounds__(NT) void k_tc_copy8(lk_view dst, lk_view src, int ct) {
-    const i64 cpr = cdiv(dst.cols, 8), n = dst.rows * cpr;
-    for (i64 q = (i64)blockIdx.x * NT + threadIdx.x; q < n; q += (i64)gridDim.x * NT) {
-        const i64 r = q / cpr, c = (q % cpr) * 8;
-        float v[8];
-        if (src.p) {
-            vload8(v, src, r, c);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = round_to(v[k], ct);
-        } else {
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = 0.0f;
-        }
-        vstore8(dst, r, c, v);
-    }
 }
 
 /* dst (r×b, CT, row-major) = RN_CT(w2_a)ᵀ */
@@ -301,10 +282,7 @@ static int bwd_body(const lk_lokr_args *a, const lk_device *dev, lk_carve &cv, c
     tc_views v;
     views_of(a, &v); /* true: lokr_tc_bwd_ok */
     const lk_view nv = none_view();
-    if (v.dy0.p) {
-        k_tc_copy8<<<tc_grid(v.dy0.rows * cdiv(v.dy0.cols, 8)), NT, 0, s>>>(v.dy0, a->dy0_zero ? nv : v.dy, a->ct);
-        LK_LAUNCHED("lokr_tc_copy8");
-    }
+    if (v.dy0.p && (rc = lk_copy_round(&v.dy0, a->dy0_zero ? NULL : &v.dy, a->ct, s))) return rc;
     const tc_mixw sum = {NULL, 0, 0, 0, 0, 0};
     if (needh && (rc = reduce_to(a, v.x, a->w2b, M1, d, rp, sum, h, dev, s))) return rc; /* h = X·w2_bᵀ */
     const lk_view qt = w2at_view(w2at, a);

@@ -537,6 +537,12 @@ __device__ void op_in(float *C, const float *Op, const doft_tile &t, i64 bs) {
     }
 }
 
+/* The forward's epilogue for one output (every forward kernel): delta ρ·acc + (ρ − 1)·x, else ρ·acc,
+   or acc when there is no ρ. */
+__device__ __forceinline__ float doft_epi(const lk_oft_args &a, float pr, float acc, float x) {
+    return a.delta ? fmaf(pr, acc, (pr - 1.0f) * x) : (a.rho.p ? pr * acc : acc);
+}
+
 /* Y = rows(X) (delta: rows(X) − X); grid (column tiles, row tiles) */
 __global__ __launch_bounds__(NT) void k_doft_fwd(doft_k P) {
     __shared__ float Cs[DTILE], Xs[DTILE];
@@ -566,12 +572,11 @@ __global__ __launch_bounds__(NT) void k_doft_fwd(doft_k P) {
     for (int p = 0; p < 4; p++) {
         const int r = ty + 16 * p;
         if (r >= t.nr) continue;
-        const float pr = rho_ct(a.rho, t.o0 + r, a.ct), p1 = pr - 1.0f;
+        const float pr = rho_ct(a.rho, t.o0 + r, a.ct);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int c = tx + 16 * q;
-            const float x = Xs[r * DLD + c];
-            Xs[r * DLD + c] = a.delta ? fmaf(pr, acc[p][q], p1 * x) : (a.rho.p ? pr * acc[p][q] : acc[p][q]);
+            Xs[r * DLD + c] = doft_epi(a, pr, acc[p][q], Xs[r * DLD + c]);
         }
     }
     __syncthreads();
@@ -748,7 +753,7 @@ __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes, i
 #pragma unroll
             for (int mu = 0; mu < B; mu++) {
                 const float pr = rs[mu];
-                acc[c][mu] = a.delta ? fmaf(pr, acc[c][mu], (pr - 1.0f) * x[c][mu]) : (a.rho.p ? pr * acc[c][mu] : acc[c][mu]);
+                acc[c][mu] = doft_epi(a, pr, acc[c][mu], x[c][mu]);
             }
         if (both) {
             col_out_pair<B>(a.Y, o0, j0, acc[0], acc[NJ - 1]);
@@ -874,7 +879,7 @@ template <int B> __global__ __launch_bounds__(DC_NT, 3) void k_doft_fwd_staged(d
             const float pr = rs[mu0 + m];
 #pragma unroll
             for (int c = 0; c < 8; c++)
-                acc[m][c] = a.delta ? fmaf(pr, acc[m][c], (pr - 1.0f) * x[c]) : (a.rho.p ? pr * acc[m][c] : acc[m][c]);
+                acc[m][c] = doft_epi(a, pr, acc[m][c], x[c]);
             char *yp = (char *)rows_addr(a.Y, o0 + mu0 + m, j < a.ncol ? j : 0);
             if (vout && j + 8 <= a.ncol) {
                 unsigned w[4];
@@ -974,15 +979,8 @@ template <int B> __global__ __launch_bounds__(NT, 3) void k_doft_fwd_tc(doft_k P
                     const int mu = acc_row(0, mi, 2 * h), c = acc_col(n0, ni, 2 * h);
                     unsigned *w = (unsigned *)(xs + mu * DT_PT + c);
                     const unsigned xw = *w;
-                    const float pr = rs[mu], x0 = bits16_to_f(xw & 0xffffu, DT_BF16), x1 = bits16_to_f(xw >> 16, DT_BF16);
-                    float y0 = acc[mi][ni][2 * h], y1 = acc[mi][ni][2 * h + 1];
-                    if (a.delta) {
-                        y0 = fmaf(pr, y0, (pr - 1.0f) * x0);
-                        y1 = fmaf(pr, y1, (pr - 1.0f) * x1);
-                    } else if (a.rho.p) {
-                        y0 *= pr;
-                        y1 *= pr;
-                    }
+                    const float pr = rs[mu], y0 = doft_epi(a, pr, acc[mi][ni][2 * h], bits16_to_f(xw & 0xffffu, DT_BF16)),
+                                y1 = doft_epi(a, pr, acc[mi][ni][2 * h + 1], bits16_to_f(xw >> 16, DT_BF16));
                     *w = f_to_bits(y0, a.Y.dt) | (f_to_bits(y1, a.Y.dt) << 16);
                 }
         __syncwarp();
@@ -1479,7 +1477,7 @@ template <int B, int TT> __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cf(
                 const float xv[4] = {x.x, x.y, x.z, x.w}, pr = rs[mu0 + i];
 #pragma unroll
                 for (int j = 0; j < 4; j++)
-                    acc[i][j] = a.delta ? fmaf(pr, acc[i][j], (pr - 1.0f) * xv[j]) : (a.rho.p ? pr * acc[i][j] : acc[i][j]);
+                    acc[i][j] = doft_epi(a, pr, acc[i][j], xv[j]);
             }
             cf_store4(a.Y, o0 + mu0, (t0 + it) * TT + tt0, a.ncol, acc, vy);
         }
@@ -1557,16 +1555,8 @@ template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_
                     const int t = acc_row(m0, mi, 2 * h), mu = acc_col(0, ni, 2 * h);
                     unsigned *w = (unsigned *)(xs + t * PA + mu);
                     const unsigned xw = *w;
-                    const float x0 = bits16_to_f(xw & 0xffffu, DT_BF16), x1 = bits16_to_f(xw >> 16, DT_BF16);
-                    const float p0 = rs[mu], p1 = rs[mu + 1];
-                    float y0 = acc[mi][ni][2 * h], y1 = acc[mi][ni][2 * h + 1];
-                    if (a.delta) {
-                        y0 = fmaf(p0, y0, (p0 - 1.0f) * x0);
-                        y1 = fmaf(p1, y1, (p1 - 1.0f) * x1);
-                    } else if (a.rho.p) {
-                        y0 *= p0;
-                        y1 *= p1;
-                    }
+                    const float y0 = doft_epi(a, rs[mu], acc[mi][ni][2 * h], bits16_to_f(xw & 0xffffu, DT_BF16)),
+                                y1 = doft_epi(a, rs[mu + 1], acc[mi][ni][2 * h + 1], bits16_to_f(xw >> 16, DT_BF16));
                     *w = f_to_bits(y0, a.Y.dt) | (f_to_bits(y1, a.Y.dt) << 16);
                 }
         __syncwarp();
