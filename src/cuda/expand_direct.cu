@@ -134,7 +134,7 @@ __device__ __forceinline__ void dx_issue(char *ring, int st, const lk_expand_arg
     cp_commit();
 }
 
-template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_direct(lk_expand_args a, int gy) {
+template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_direct(lk_expand_args a, int gy, int var) {
     const int DS = dx_stages(S);
     extern __shared__ __align__(16) char ring[];
     const int lane = (int)threadIdx.x & 31, g = lane >> 2, c = lane & 3, tid = (int)threadIdx.x;
@@ -151,13 +151,18 @@ template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bou
     dx_load_b<S, QT>(b, a.Q, a.r, a.N, col0, g, c);
     if (HD) dx_load_b<HD ? S : 1, false>(b2, a.Q2, a.r2, a.N, col0, g, c);
 
-    i64 grp = blockIdx.y;
+    /* var bit 0 (experiment): contiguous row ranges per block instead of strided groups */
+    const i64 per = (ngroups + gy - 1) / gy;
+    const i64 step = (var & 1) ? 1 : gy;
+    i64 grp = (var & 1) ? (i64)blockIdx.y * per : (i64)blockIdx.y;
+    const i64 gend = (var & 1) ? (grp + per < ngroups ? grp + per : ngroups) : ngroups;
 #pragma unroll
-    for (int i = 0; i < DS - 1; i++) dx_issue<S, HD, EPI>(ring, i, a, grp + (i64)i * gy, ngroups, colw, g, c);
-    for (int i = 0; grp < ngroups; grp += gy, i++) {
+    for (int i = 0; i < DS - 1; i++) dx_issue<S, HD, EPI>(ring, i, a, grp + (i64)i * step, gend, colw, g, c);
+    for (int i = 0; grp < gend; grp += step, i++) {
         const int st = i % DS;
-        dx_issue<S, HD, EPI>(ring, (i + DS - 1) % DS, a, grp + (i64)(DS - 1) * gy, ngroups, colw, g, c);
-        cp_wait(DS - 1);
+        dx_issue<S, HD, EPI>(ring, (i + DS - 1) % DS, a, grp + (i64)(DS - 1) * step, gend, colw, g, c);
+        if (var & 4) cp_wait(0); /* experiment: nothing in flight during the math */
+        else cp_wait(DS - 1);
         const char *wst = ring + st * dx_stage_bytes(S, HD);
         const char *pst = wst + NT * 32;
 
@@ -205,7 +210,8 @@ template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bou
             }
             char *dst = (char *)a.out.p + (row * a.out.s0 + colw) * 2;
             if (colw + 8 <= a.N) {
-                __stcs((uint4 *)dst, make_uint4(o[0], o[1], o[2], o[3]));
+                if (var & 2) *(uint4 *)dst = make_uint4(o[0], o[1], o[2], o[3]); /* experiment: plain store */
+                else __stcs((uint4 *)dst, make_uint4(o[0], o[1], o[2], o[3]));
             } else {
 #pragma unroll
                 for (int e = 0; e < 8; e++)
@@ -259,7 +265,8 @@ template <typename CT, int S, bool QT, bool HD, int EPI> int dx_launch(const lk_
     if (gy > ngroups) gy = ngroups;
     gy = cdiv(ngroups, cdiv(ngroups, gy));
     if (gy > 65535) gy = 65535;
-    k_expand_direct<CT, S, QT, HD, EPI><<<dim3((unsigned)gx, (unsigned)gy), NT, bytes, s>>>(*a, (int)gy);
+    const char *ev = getenv("LYCO_CUDA_DX_VAR"); /* experiment switches (bits, see the kernel) */
+    k_expand_direct<CT, S, QT, HD, EPI><<<dim3((unsigned)gx, (unsigned)gy), NT, bytes, s>>>(*a, (int)gy, ev ? atoi(ev) : 0);
     LK_LAUNCHED("expand_direct");
     return LYCO_OK;
 }
