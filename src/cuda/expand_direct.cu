@@ -7,16 +7,21 @@
  * with epi one of expand_lean.cu's EPI 0 (fmaf(±mf, d, w)), 1 (fmaf(±mf, d, 0): no base) and
  * 2 (mf·d: ΔW only), d = acc·rowc_m, rowc and mf as kern_lowrank.h defines them. Calls: every
  * operand in the 16-bit compute dtype CT, row-major with 16-byte aligned rows (LK_VEC), P in one
- * part, no DoRA, no statistics, rank tile ≤ 64 (r, r2 ≤ 64); anything else stays on
+ * part, no DoRA, no statistics, rank ≤ 32 (the pair: ≤ 16); anything else stays on
  * expand_lean.cu / k_expand. Any M, N, r (edges zero-filled, the right edge's last chunk stored
  * element by element).
  *
  * The layout. mma.sync m16n8k16's accumulator gives lane (g = lane / 4, c = lane % 4) the columns
- * 2c, 2c + 1 of an 8-column n-tile in rows g and g + 8. A warp owns 32 columns and maps n-tile q's
- * column 2c + e to physical column 8c + 2q + e, so each lane holds 8 consecutive columns of rows g
- * and g + 8 — one 16-byte chunk of base and of out per row, in the registers where its
- * accumulators are: no base tile, no epilogue through shared memory, no block barrier. Q's columns
- * (the B operand) are loaded in the same order once per warp and kept in registers over all of the
+ * 2c, 2c + 1 of an 8-column n-tile in rows g and g + 8. A warp owns 64 columns as eight n-tiles and
+ * maps n-tile q's column 2c + e to physical column 16c + 2q + e, so each lane holds 16 consecutive
+ * columns of rows g and g + 8 — two 16-byte chunks of base and of out per row, in the registers
+ * where its accumulators are: no base tile, no epilogue through shared memory, no block barrier.
+ * A warp instruction then covers whole 128-byte lines of 8 rows (its lanes' first or second chunks,
+ * through L1): with 32 columns per warp (8 rows × 64 bytes per instruction) the same kernel streamed
+ * at 1.6–1.7 TB/s, and tools/stream_probe.cu measured the patterns alone on the H200 (8192×4096
+ * bf16, read + write): contiguous 16-byte chunks 3.54 TB/s (cudaMemcpy 3.48), 8 rows × 128 B 2.92,
+ * 8 rows × 64 B 1.68, a 64×128 tile through shared memory per block 2.21. Q's columns (the B
+ * operand) are loaded in the same order once per warp and kept in registers over all of the
  * block's rows. Inside each k-step of 16 the lane's k indices 2c, 2c+1, 2c+8, 2c+9 are taken from
  * physical 4c…4c+3 in both A and B (the same 16 products per step; steps in order), so a lane's A
  * fragment of one row and step is one 8-byte chunk of P.
@@ -30,8 +35,8 @@
  * Memory parallelism without registers: each lane copies its own chunks (base rows g, g + 8; its P
  * chunks) with cp.async into its own slots of a DS-stage ring in shared memory and reads back only
  * what it copied (cp.async.wait_group makes a thread's own copies visible to it: no barrier), DS − 1
- * row groups ahead. Shared memory per block: DS · NT · (32 + 16·S·(1 + HD)) bytes (S = 2, no pair:
- * 64 KB, 3 blocks per SM on the H200). Blocks: (column blocks of 256) × gy; block (bx, by) takes
+ * = 2 row groups ahead. Shared memory per block: 3 · NT · (64 + 16·S·(1 + HD)) bytes (S = 2, no
+ * pair: 72 KB); ≤ 128 registers, 2 blocks per SM. Blocks: (column blocks of 512) × gy; block (bx, by) takes
  * the 16-row groups by, by + gy, … (gy from the occupancy, so that every block is resident and the
  * largest share is as small as it can be). Deterministic: each element's arithmetic is fixed.
  * LYCO_CUDA_EXPAND_DIRECT=0 leaves every call to expand_lean.cu (A/B); LYCO_CUDA_EXPAND_GENERAL=1
@@ -44,8 +49,9 @@
 
 namespace {
 
-const int DW = 32;             /* columns per warp */
-const int DB = DW * (NT / 32); /* columns per block (256) */
+const int NQ = 8;              /* n-tiles per warp */
+const int DW = 8 * NQ;         /* columns per warp (64) */
+const int DB = DW * (NT / 32); /* columns per block (512) */
 
 __device__ __forceinline__ void cp_async8(void *smem, const void *gmem, int src_bytes) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -53,9 +59,9 @@ __device__ __forceinline__ void cp_async8(void *smem, const void *gmem, int src_
 }
 
 /* Stage count and bytes per stage (per block) for rank tile S (k-steps) and the pair. */
-__host__ __device__ constexpr int dx_stages(int S) { return S <= 2 ? 4 : 3; }
+__host__ __device__ constexpr int dx_stages(int) { return 3; }
 __host__ __device__ constexpr int dx_pchunks(int S, bool hd) { return 2 * S * (hd ? 2 : 1); } /* 8-byte P chunks per lane */
-__host__ __device__ constexpr int dx_stage_bytes(int S, bool hd) { return NT * (32 + 8 * dx_pchunks(S, hd)); }
+__host__ __device__ constexpr int dx_stage_bytes(int S, bool hd) { return NT * (64 + 8 * dx_pchunks(S, hd)); }
 
 /* The lane's 8-byte chunk (row, k…k+3) of a 16-bit M×r view (zero past r or M). */
 __device__ __forceinline__ void dx_issue_p(char *dst, const lk_view &v, i64 r, i64 row, int k) {
@@ -64,21 +70,24 @@ __device__ __forceinline__ void dx_issue_p(char *dst, const lk_view &v, i64 r, i
     cp_async8(dst, in ? (const char *)v.p + (row * v.s0 + k) * 2 : (const char *)v.p, in ? (rest >= 4 ? 8 : rest * 2) : 0);
 }
 
-/* The lane's 16-byte chunk (row, col…col+7) of a 16-bit view (zero outside). */
+/* The lane's 16-byte chunk (row, col…col+7) of a 16-bit view (zero outside), through L1 (.ca): the
+   lane's second chunk is the other half of the same 32-byte sectors. */
 __device__ __forceinline__ void dx_issue_w(char *dst, const lk_view &v, i64 row, i64 col) {
     const i64 rest = v.cols - col;
     const bool in = row < v.rows && rest > 0;
-    cp_async16(dst, in ? (const char *)v.p + (row * v.s0 + col) * 2 : (const char *)v.p, in ? (rest >= 8 ? 16 : (int)rest * 2) : 0);
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa),
+                 "l"(in ? (const char *)v.p + (row * v.s0 + col) * 2 : (const char *)v.p), "r"(in ? (rest >= 8 ? 16 : (int)rest * 2) : 0));
 }
 
-/* B fragments of the warp's 32 columns (lane: g, c): b[s][q] holds k = 16s + 4c … 16s + 4c + 3 of
-   column n = col0 + 8·(g / 2) + 2q + g % 2, from Q r×N (QT false) or Qt N×r (QT true); zero past
+/* B fragments of the warp's 64 columns (lane: g, c): b[s][q] holds k = 16s + 4c … 16s + 4c + 3 of
+   column n = col0 + 16·(g / 2) + 2q + g % 2, from Q r×N (QT false) or Qt N×r (QT true); zero past
    r or N. */
 template <int S, bool QT>
-__device__ __forceinline__ void dx_load_b(unsigned (&b)[S][4][2], const lk_view &Q, i64 r, i64 N, i64 col0, int g, int c) {
+__device__ __forceinline__ void dx_load_b(unsigned (&b)[S][NQ][2], const lk_view &Q, i64 r, i64 N, i64 col0, int g, int c) {
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const i64 n = col0 + 8 * (g >> 1) + 2 * q + (g & 1);
+    for (int q = 0; q < NQ; q++) {
+        const i64 n = col0 + 16 * (g >> 1) + 2 * q + (g & 1);
 #pragma unroll
         for (int s = 0; s < S; s++) {
             unsigned h[4];
@@ -119,11 +128,13 @@ __device__ __forceinline__ void dx_issue(char *ring, int st, const lk_expand_arg
     if (grp < ngroups) {
         const int tid = (int)threadIdx.x;
         char *wst = ring + st * dx_stage_bytes(S, HD);
-        char *pst = wst + NT * 32;
+        char *pst = wst + NT * 64;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const i64 row = grp * 16 + g + 8 * h;
-            if (EPI == 0) dx_issue_w(wst + (h * NT + tid) * 16, a.base, row, colw);
+            if (EPI == 0)
+#pragma unroll
+                for (int j = 0; j < 2; j++) dx_issue_w(wst + ((2 * h + j) * NT + tid) * 16, a.base, row, colw + 8 * j);
 #pragma unroll
             for (int s = 0; s < S; s++) {
                 dx_issue_p(pst + ((h * S + s) * NT + tid) * 8, a.P, a.r, row, 16 * s + 4 * c);
@@ -134,20 +145,20 @@ __device__ __forceinline__ void dx_issue(char *ring, int st, const lk_expand_arg
     cp_commit();
 }
 
-template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_direct(lk_expand_args a, int gy, int var) {
+template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT, 2) void k_expand_direct(lk_expand_args a, int gy, int var) {
     const int DS = dx_stages(S);
     extern __shared__ __align__(16) char ring[];
     const int lane = (int)threadIdx.x & 31, g = lane >> 2, c = lane & 3, tid = (int)threadIdx.x;
     const i64 col0 = (i64)blockIdx.x * DB + (threadIdx.x >> 5) * DW; /* the warp's first column */
     if (col0 >= a.N) return;                                            /* no block barrier below */
-    const i64 colw = col0 + 8 * c;                                      /* the lane's first column */
+    const i64 colw = col0 + 16 * c;                                     /* the lane's first column */
     const i64 ngroups = (a.M + 15) / 16;
 
     const float sig = sigma_ct<CT>(a.sigma);
     const float rs = (float)a.row_scale * (a.sig_in_row ? sig : 1.0f);
     const float mf0 = (float)a.mult * (a.sig_in_mult ? sig : 1.0f), mf = a.mode == 2 ? -mf0 : mf0;
 
-    unsigned b[S][4][2], b2[HD ? S : 1][4][2];
+    unsigned b[S][NQ][2], b2[HD ? S : 1][NQ][2];
     dx_load_b<S, QT>(b, a.Q, a.r, a.N, col0, g, c);
     if (HD) dx_load_b<HD ? S : 1, false>(b2, a.Q2, a.r2, a.N, col0, g, c);
 
@@ -164,11 +175,11 @@ template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bou
         if (var & 4) cp_wait(0); /* experiment: nothing in flight during the math */
         else cp_wait(DS - 1);
         const char *wst = ring + st * dx_stage_bytes(S, HD);
-        const char *pst = wst + NT * 32;
+        const char *pst = wst + NT * 64;
 
-        float acc[4][4], acc2[HD ? 4 : 1][4];
+        float acc[NQ][4], acc2[HD ? NQ : 1][4];
 #pragma unroll
-        for (int q = 0; q < 4; q++)
+        for (int q = 0; q < NQ; q++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 acc[q][e] = 0.0f;
@@ -180,18 +191,18 @@ template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bou
             const uint2 p1 = *(const uint2 *)(pst + ((1 * S + s) * NT + tid) * 8);
             const unsigned af[4] = {p0.x, p1.x, p0.y, p1.y};
 #pragma unroll
-            for (int q = 0; q < 4; q++) mma16816<CT>(acc[q], af, b[s][q]);
+            for (int q = 0; q < NQ; q++) mma16816<CT>(acc[q], af, b[s][q]);
             if (HD) {
                 const uint2 r0 = *(const uint2 *)(pst + ((2 * S + s) * NT + tid) * 8);
                 const uint2 r1 = *(const uint2 *)(pst + ((3 * S + s) * NT + tid) * 8);
                 const unsigned af2[4] = {r0.x, r1.x, r0.y, r1.y};
 #pragma unroll
-                for (int q = 0; q < 4; q++) mma16816<CT>(acc2[HD ? q : 0], af2, b2[HD ? s : 0][q]);
+                for (int q = 0; q < NQ; q++) mma16816<CT>(acc2[HD ? q : 0], af2, b2[HD ? s : 0][q]);
             }
         }
         if (HD)
 #pragma unroll
-            for (int q = 0; q < 4; q++)
+            for (int q = 0; q < NQ; q++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[q][e] *= acc2[HD ? q : 0][e];
 
@@ -200,21 +211,28 @@ template <typename CT, int S, bool QT, bool HD, int EPI> __global__ __launch_bou
             const i64 row = grp * 16 + g + 8 * h;
             if (row >= a.M) continue;
             const float rc = a.rowmask.p ? rs * vload(a.rowmask, 0, row) : rs;
-            const uint4 w = EPI == 0 ? *(const uint4 *)(wst + (h * NT + tid) * 16) : make_uint4(0u, 0u, 0u, 0u);
-            const unsigned wv[4] = {w.x, w.y, w.z, w.w};
-            unsigned o[4];
+            unsigned wv[NQ], o[NQ];
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
+            for (int j = 0; j < 2; j++) {
+                const uint4 w = EPI == 0 ? *(const uint4 *)(wst + ((2 * h + j) * NT + tid) * 16) : make_uint4(0u, 0u, 0u, 0u);
+                wv[4 * j] = w.x, wv[4 * j + 1] = w.y, wv[4 * j + 2] = w.z, wv[4 * j + 3] = w.w;
+            }
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
                 const float d0 = acc[q][2 * h] * rc, d1 = acc[q][2 * h + 1] * rc;
                 o[q] = dx_pack<CT>(dx_merge<EPI>(dx_lo<CT>(wv[q]), d0, mf), dx_merge<EPI>(dx_hi<CT>(wv[q]), d1, mf));
             }
             char *dst = (char *)a.out.p + (row * a.out.s0 + colw) * 2;
-            if (colw + 8 <= a.N) {
-                if (var & 2) *(uint4 *)dst = make_uint4(o[0], o[1], o[2], o[3]); /* experiment: plain store */
-                else __stcs((uint4 *)dst, make_uint4(o[0], o[1], o[2], o[3]));
+            if (colw + 16 <= a.N) {
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const uint4 v = make_uint4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+                    if (var & 2) *(uint4 *)(dst + 16 * j) = v; /* experiment: plain store */
+                    else __stcs((uint4 *)(dst + 16 * j), v);
+                }
             } else {
 #pragma unroll
-                for (int e = 0; e < 8; e++)
+                for (int e = 0; e < 16; e++)
                     if (colw + e < a.N) ((unsigned short *)dst)[e] = (unsigned short)(o[e >> 1] >> (16 * (e & 1)));
             }
         }
@@ -242,8 +260,8 @@ int dx_steps(const lk_expand_args *a) {
     if (!dx_view_ok(a->out, ct) || a->out.rows != a->M || a->out.cols != a->N) return 0;
     if (a->P.rows < a->M || (hd && a->P2.rows < a->M)) return 0;
     const i64 r = hd && a->r2 > a->r ? a->r2 : a->r;
-    if (r > 64 || cdiv(a->N, DB) > 65535LL * 1024) return 0;
-    return r <= 16 ? 1 : r <= 32 ? 2 : 4;
+    if (r > (hd ? 16 : 32) || cdiv(a->N, DB) > 65535LL * 1024) return 0;
+    return r <= 16 ? 1 : 2;
 }
 
 template <typename CT, int S, bool QT, bool HD, int EPI> int dx_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
@@ -278,11 +296,13 @@ template <typename CT, int S, bool QT, bool HD> int dx_mode(const lk_expand_args
 
 template <typename CT, int S> int dx_shape(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
     if (a->q_t) return dx_mode<CT, S, true, false>(a, dev, s);
-    return a->P2.p ? dx_mode<CT, S, false, true>(a, dev, s) : dx_mode<CT, S, false, false>(a, dev, s);
+    if constexpr (S == 1)
+        if (a->P2.p) return dx_mode<CT, S, false, true>(a, dev, s);
+    return dx_mode<CT, S, false, false>(a, dev, s);
 }
 
 template <typename CT> int dx_ct(const lk_expand_args *a, int S, const lk_device *dev, cudaStream_t s) {
-    return S == 1 ? dx_shape<CT, 1>(a, dev, s) : S == 2 ? dx_shape<CT, 2>(a, dev, s) : dx_shape<CT, 4>(a, dev, s);
+    return S == 1 ? dx_shape<CT, 1>(a, dev, s) : dx_shape<CT, 2>(a, dev, s);
 }
 
 } // namespace

@@ -1,0 +1,148 @@
+/*
+ * stream_probe.cu — which access pattern streams an M×N 16-bit matrix at the copy ceiling on this GPU.
+ * out[m, n] = in[m, n] + 1 (bf16 bits, read once, written once), timed by CUDA events (median of
+ * 20 launches after 3 warm-ups), reported as (read + write bytes) / time, beside cudaMemcpy D2D of
+ * the same bytes. Each variant is an access pattern one of lyco's streaming kernels uses or could use:
+ *   flat      each thread one 16-byte chunk, consecutive threads consecutive chunks (k_copy_round8)
+ *   flat_gs   the same, grid-stride over 4 blocks per SM
+ *   mma32     the accumulator layout of mma m16n8k16 over a warp's 32 columns: lane (g, c) loads the
+ *             16-byte chunks (g, 8c) and (g + 8, 8c) — 8 rows × 64 B per warp instruction; 8 warps
+ *             side by side (a block is 16 rows × 256 columns), one row group per block
+ *   mma64     the same with 64 columns per warp, lane chunks (g, 16c) and (g, 16c + 8): 8 rows × 128 B
+ *   mma32_gs  mma32 with persistent blocks (4 per SM) striding over row groups
+ *   tile      a 64×128 tile per block through shared memory (cp.async, barrier, 16-byte stores) — the
+ *             lean kernels' pattern, one tile per block
+ *   mma32_v   mma32 with 8 warps stacked vertically (a block is 128 rows × 32 columns)
+ * Build: nvcc -O3 -arch=sm_90 -o stream_probe tools/stream_probe.cu. Run: ./stream_probe [M N].
+ * Every CUDA call's status is checked; the output is verified (every element) after each variant.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+
+#define CK(x)                                                                                       \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+__device__ __forceinline__ unsigned add1(unsigned u) { /* two bf16 + 1, truncated (a probe, not numerics) */
+    const float lo = __uint_as_float(u << 16) + 1.0f, hi = __uint_as_float(u & 0xffff0000u) + 1.0f;
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+__device__ __forceinline__ uint4 add1v(uint4 v) { return make_uint4(add1(v.x), add1(v.y), add1(v.z), add1(v.w)); }
+
+__global__ void k_flat(const uint4 *in, uint4 *out, long n16) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n16) out[i] = add1v(in[i]);
+}
+__global__ void k_flat_gs(const uint4 *in, uint4 *out, long n16) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (long)gridDim.x * blockDim.x) out[i] = add1v(in[i]);
+}
+/* W = columns per warp (32 or 64); VERT: warps stacked vertically */
+template <int W, bool VERT> __global__ void k_mma(const unsigned short *in, unsigned short *out, int M, int N) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, w = threadIdx.x >> 5;
+    const long row0 = VERT ? (long)blockIdx.y * 128 + w * 16 : (long)blockIdx.y * 16;
+    const long col = VERT ? (long)blockIdx.x * W + (W / 4) * c : (long)blockIdx.x * 8 * W + w * W + (W / 4) * c;
+    uint4 v[2][W / 32];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < W / 32; j++) v[h][j] = *(const uint4 *)(in + (row0 + g + 8 * h) * N + col + 8 * j);
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < W / 32; j++) *(uint4 *)(out + (row0 + g + 8 * h) * N + col + 8 * j) = add1v(v[h][j]);
+}
+__global__ void k_mma32_gs(const unsigned short *in, unsigned short *out, int M, int N, int gy) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, w = threadIdx.x >> 5;
+    const long col = (long)blockIdx.x * 256 + w * 32 + 8 * c;
+    for (long grp = blockIdx.y; grp < M / 16; grp += gy) {
+        uint4 v[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) v[h] = *(const uint4 *)(in + (grp * 16 + g + 8 * h) * N + col);
+#pragma unroll
+        for (int h = 0; h < 2; h++) *(uint4 *)(out + (grp * 16 + g + 8 * h) * N + col) = add1v(v[h]);
+    }
+}
+__global__ void k_tile(const unsigned short *in, unsigned short *out, int M, int N) {
+    __shared__ __align__(16) unsigned short t[64][136];
+    const long r0 = (long)blockIdx.y * 64, c0 = (long)blockIdx.x * 128;
+    for (int q = threadIdx.x; q < 64 * 16; q += 256) {
+        const int rr = q / 16, cc = (q % 16) * 8;
+        unsigned s = (unsigned)__cvta_generic_to_shared(&t[rr][cc]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(in + (r0 + rr) * N + c0 + cc));
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    for (int q = threadIdx.x; q < 64 * 16; q += 256) {
+        const int rr = q / 16, cc = (q % 16) * 8;
+        *(uint4 *)(out + (r0 + rr) * N + c0 + cc) = add1v(*(const uint4 *)&t[rr][cc]);
+    }
+}
+
+static float median(float *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            float t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+int main(int argc, char **argv) {
+    const int M = argc > 2 ? atoi(argv[1]) : 4096, N = argc > 2 ? atoi(argv[2]) : 4096;
+    if (M % 128 || N % 512) { fprintf(stderr, "M must be a multiple of 128, N of 512\n"); return 2; }
+    const size_t bytes = (size_t)M * N * 2;
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    unsigned short *in, *out, *host = (unsigned short *)malloc(bytes);
+    CK(cudaMalloc(&in, bytes));
+    CK(cudaMalloc(&out, bytes));
+    for (size_t i = 0; i < (size_t)M * N; i++) host[i] = 0x3f80; /* 1.0 */
+    CK(cudaMemcpy(in, host, bytes, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const long n16 = (long)(bytes / 16);
+    const char *names[] = {"memcpy", "flat", "flat_gs", "mma32", "mma64", "mma32_gs", "tile", "mma32_v"};
+    printf("M %d N %d (%.1f MB each way), %d SMs\n", M, N, bytes / 1e6, sms);
+    for (int v = 0; v < 8; v++) {
+        float t[20];
+        CK(cudaMemset(out, 0, bytes));
+        for (int it = 0; it < 23; it++) {
+            CK(cudaEventRecord(e0));
+            switch (v) {
+            case 0: CK(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice)); break;
+            case 1: k_flat<<<(unsigned)((n16 + 255) / 256), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 2: k_flat_gs<<<sms * 8, 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 3: k_mma<32, false><<<dim3(N / 256, M / 16), 256>>>(in, out, M, N); break;
+            case 4: k_mma<64, false><<<dim3(N / 512, M / 16), 256>>>(in, out, M, N); break;
+            case 5: {
+                const int gy = sms * 4 / (N / 256) > 0 ? sms * 4 / (N / 256) : 1;
+                k_mma32_gs<<<dim3(N / 256, gy), 256>>>(in, out, M, N, gy);
+                break;
+            }
+            case 6: k_tile<<<dim3(N / 128, M / 64), 256>>>(in, out, M, N); break;
+            case 7: k_mma<32, true><<<dim3(N / 32, M / 128), 256>>>(in, out, M, N); break;
+            }
+            CK(cudaGetLastError());
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            if (it >= 3) CK(cudaEventElapsedTime(&t[it - 3], e0, e1));
+        }
+        CK(cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost));
+        const unsigned short want = v == 0 ? 0x3f80 : 0x4000; /* 1 + 1 = 2.0 */
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)M * N; i++) bad += host[i] != want;
+        const float ms = median(t, 20);
+        printf("%-9s %8.1f us  %6.2f TB/s (read + write)%s\n", names[v], ms * 1e3, 2.0 * bytes / (ms * 1e-3) / 1e12, bad ? "  WRONG OUTPUT" : "");
+    }
+    CK(cudaFree(in));
+    CK(cudaFree(out));
+    free(host);
+    return 0;
+}
