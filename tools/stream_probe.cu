@@ -10,8 +10,9 @@
  *             side by side (a block is 16 rows × 256 columns), one row group per block
  *   mma64     the same with 64 columns per warp, lane chunks (g, 16c) and (g, 16c + 8): 8 rows × 128 B
  *   mma32_gs  mma32 with persistent blocks (4 per SM) striding over row groups
- *   tile      a 64×128 tile per block through shared memory (cp.async, barrier, 16-byte stores) — the
- *             lean kernels' pattern, one tile per block
+ *   tileRxC   an R×C tile per block through shared memory (cp.async, barrier, 16-byte stores), one
+ *             tile per block (64×128: the lean kernels' tile)
+ *   psRxC     the same, persistent (3 blocks per SM), two stages — the lean kernels' structure
  *   mma32_v   mma32 with 8 warps stacked vertically (a block is 128 rows × 32 columns)
  * Build: nvcc -O3 -arch=sm_90 -o stream_probe tools/stream_probe.cu. Run: ./stream_probe [M N].
  * Every CUDA call's status is checked; the output is verified (every element) after each variant.
@@ -69,19 +70,43 @@ __global__ void k_mma32_gs(const unsigned short *in, unsigned short *out, int M,
         for (int h = 0; h < 2; h++) *(uint4 *)(out + (grp * 16 + g + 8 * h) * N + col) = add1v(v[h]);
     }
 }
-__global__ void k_tile(const unsigned short *in, unsigned short *out, int M, int N) {
-    __shared__ __align__(16) unsigned short t[64][136];
-    const long r0 = (long)blockIdx.y * 64, c0 = (long)blockIdx.x * 128;
-    for (int q = threadIdx.x; q < 64 * 16; q += 256) {
-        const int rr = q / 16, cc = (q % 16) * 8;
-        unsigned s = (unsigned)__cvta_generic_to_shared(&t[rr][cc]);
+/* An R×C tile per block through shared memory (cp.async, barrier, 16-byte stores), one tile per block
+   (PS false) or persistent over 2 stages (PS true: tile i+1's loads in flight while tile i is stored). */
+template <int R, int C> __device__ __forceinline__ void tile_issue(unsigned short *t, const unsigned short *in, long r0, long c0, int N) {
+    for (int q = threadIdx.x; q < R * C / 8; q += 256) {
+        const int rr = q / (C / 8), cc = (q % (C / 8)) * 8;
+        unsigned s = (unsigned)__cvta_generic_to_shared(t + rr * (C + 8) + cc);
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(in + (r0 + rr) * N + c0 + cc));
     }
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int R, int C> __device__ __forceinline__ void tile_store(const unsigned short *t, unsigned short *out, long r0, long c0, int N) {
+    for (int q = threadIdx.x; q < R * C / 8; q += 256) {
+        const int rr = q / (C / 8), cc = (q % (C / 8)) * 8;
+        *(uint4 *)(out + (r0 + rr) * N + c0 + cc) = add1v(*(const uint4 *)(t + rr * (C + 8) + cc));
+    }
+}
+template <int R, int C> __global__ void k_tile(const unsigned short *in, unsigned short *out, int M, int N) {
+    extern __shared__ __align__(16) unsigned short t[];
+    const long r0 = (long)blockIdx.y * R, c0 = (long)blockIdx.x * C;
+    tile_issue<R, C>(t, in, r0, c0, N);
+    asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
-    for (int q = threadIdx.x; q < 64 * 16; q += 256) {
-        const int rr = q / 16, cc = (q % 16) * 8;
-        *(uint4 *)(out + (r0 + rr) * N + c0 + cc) = add1v(*(const uint4 *)&t[rr][cc]);
+    tile_store<R, C>(t, out, r0, c0, N);
+}
+template <int R, int C> __global__ void k_tile_ps(const unsigned short *in, unsigned short *out, int M, int N) {
+    extern __shared__ __align__(16) unsigned short t[];
+    const int tn = N / C, tiles = (M / R) * tn, G = gridDim.x;
+    int i = 0;
+    if ((int)blockIdx.x < tiles) tile_issue<R, C>(t, in, (long)(blockIdx.x / tn) * R, (long)(blockIdx.x % tn) * C, N);
+    for (int tt = blockIdx.x; tt < tiles; tt += G, i++) {
+        unsigned short *cur = t + (i & 1) * R * (C + 8), *nxt = t + ((i + 1) & 1) * R * (C + 8);
+        if (tt + G < tiles) tile_issue<R, C>(nxt, in, (long)((tt + G) / tn) * R, (long)((tt + G) % tn) * C, N);
+        else asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        tile_store<R, C>(cur, out, (long)(tt / tn) * R, (long)(tt % tn) * C, N);
+        __syncthreads();
     }
 }
 
@@ -95,7 +120,7 @@ static float median(float *v, int n) {
 
 int main(int argc, char **argv) {
     const int M = argc > 2 ? atoi(argv[1]) : 4096, N = argc > 2 ? atoi(argv[2]) : 4096;
-    if (M % 128 || N % 512) { fprintf(stderr, "M must be a multiple of 128, N of 512\n"); return 2; }
+    if (M % 128 || N % 1024) { fprintf(stderr, "M must be a multiple of 128, N of 1024\n"); return 2; }
     const size_t bytes = (size_t)M * N * 2;
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -108,9 +133,11 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     const long n16 = (long)(bytes / 16);
-    const char *names[] = {"memcpy", "flat", "flat_gs", "mma32", "mma64", "mma32_gs", "tile", "mma32_v"};
+    const char *names[] = {"memcpy", "flat", "flat_gs", "mma32", "mma64", "mma32_gs", "tile64x128", "mma32_v",
+                           "tile32x256", "tile16x512", "tile8x1024", "ps64x128", "ps16x512", "ps32x512"};
+    CK(cudaFuncSetAttribute(k_tile_ps<32, 512>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 32 * 520 * 2));
     printf("M %d N %d (%.1f MB each way), %d SMs\n", M, N, bytes / 1e6, sms);
-    for (int v = 0; v < 8; v++) {
+    for (int v = 0; v < 14; v++) {
         float t[20];
         CK(cudaMemset(out, 0, bytes));
         for (int it = 0; it < 23; it++) {
@@ -126,7 +153,13 @@ int main(int argc, char **argv) {
                 k_mma32_gs<<<dim3(N / 256, gy), 256>>>(in, out, M, N, gy);
                 break;
             }
-            case 6: k_tile<<<dim3(N / 128, M / 64), 256>>>(in, out, M, N); break;
+            case 6: k_tile<64, 128><<<dim3(N / 128, M / 64), 256, 64 * 136 * 2>>>(in, out, M, N); break;
+            case 8: k_tile<32, 256><<<dim3(N / 256, M / 32), 256, 32 * 264 * 2>>>(in, out, M, N); break;
+            case 9: k_tile<16, 512><<<dim3(N / 512, M / 16), 256, 16 * 520 * 2>>>(in, out, M, N); break;
+            case 10: k_tile<8, 1024><<<dim3(N / 1024, M / 8), 256, 8 * 1032 * 2>>>(in, out, M, N); break;
+            case 11: k_tile_ps<64, 128><<<sms * 3, 256, 2 * 64 * 136 * 2>>>(in, out, M, N); break;
+            case 12: k_tile_ps<16, 512><<<sms * 3, 256, 2 * 16 * 520 * 2>>>(in, out, M, N); break;
+            case 13: k_tile_ps<32, 512><<<sms * 3, 256, 2 * 32 * 520 * 2>>>(in, out, M, N); break;
             case 7: k_mma<32, true><<<dim3(N / 32, M / 128), 256>>>(in, out, M, N); break;
             }
             CK(cudaGetLastError());

@@ -66,11 +66,6 @@ int lk_expand(const lk_expand_args *a, const lk_device *dev, void *stream);
    exist only here. lk_expand_lean_fits: whether it would take the call (nothing launched). */
 int lk_expand_lean(const lk_expand_args *a, const lk_device *dev, void *stream, int *done);
 int lk_expand_lean_fits(const lk_expand_args *a, const lk_device *dev);
-/* The plain merges (no DoRA, statistics or split P; everything CT, row-major, 16-byte aligned rows;
-   rank ≤ 64) on expand_direct.cu's kernel, which keeps the base out of shared memory: runs the call
-   and sets *done, or leaves *done 0. Same formulas and roundings as the lean kernel (the 16
-   products of each k-step summed by the tensor core in another lane order). */
-int lk_expand_direct(const lk_expand_args *a, const lk_device *dev, void *stream, int *done);
 /* DoRA merge backward's source on the lean kernel: the statistics launch (Σ V², Σ g·V per-tile
    partials), lk_dora_finish_parts (statistics and ∂L/∂dora_scale), then GV = RN_CT(g·f − γ·V)
    into *gv, an M×N CT matrix this call allocates (row pitch a multiple of 8; the caller frees

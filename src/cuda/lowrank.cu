@@ -644,10 +644,8 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     cudaStream_t s = (cudaStream_t)stream;
     if (!lk_expand_fits(a, dev)) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: expand called outside its limits");
     if (a->M == 0 || a->N == 0) return LYCO_OK;
-    int direct = 0, lean = 0;
-    int st = lk_expand_direct(a, dev, stream, &direct);
-    if (st || direct) return st;
-    st = lk_expand_lean(a, dev, stream, &lean);
+    int lean = 0;
+    const int st = lk_expand_lean(a, dev, stream, &lean);
     if (st || lean) return st;
     if (a->G.p) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: DoRA's backward expand modes run on the lean kernel only");
     switch (a->ct) {
