@@ -14,6 +14,9 @@
  *             tile per block (64×128: the lean kernels' tile)
  *   psRxC     the same, persistent (3 blocks per SM), two stages — the lean kernels' structure
  *   mma32_v   mma32 with 8 warps stacked vertically (a block is 128 rows × 32 columns)
+ *   smem_*    flat, through shared memory by cp.async: each lane stores its own chunk (own), a chunk of
+ *             another lane of its warp (__syncwarp) or of another warp (__syncthreads)
+ *   flatK*    flat with K chunks per thread, through registers or shared memory (+ barrier)
  * Build: nvcc -O3 -arch=sm_90 -o stream_probe tools/stream_probe.cu. Run: ./stream_probe [M N].
  * Every CUDA call's status is checked; the output is verified (every element) after each variant.
  */
@@ -110,6 +113,48 @@ template <int R, int C> __global__ void k_tile_ps(const unsigned short *in, unsi
     }
 }
 
+/* flat global accesses with a shared-memory round trip between: each lane copies its 16-byte chunk by
+   cp.async into shared memory, then stores the chunk of another lane (SCOPE 0: its own, no sync;
+   1: of a lane of the same warp, __syncwarp; 2: of a lane of another warp, __syncthreads) — whether
+   a transposition inside the warp, or across the block, keeps the flat pattern's rate. */
+template <int SCOPE> __global__ void k_flat_smem(const uint4 *in, uint4 *out, long n16) {
+    __shared__ __align__(16) uint4 t[256];
+    const long b = (long)blockIdx.x * 256;
+    const int tid = threadIdx.x;
+    unsigned s = (unsigned)__cvta_generic_to_shared(&t[tid]);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\ncp.async.commit_group;\ncp.async.wait_group 0;\n" ::"r"(s), "l"(in + b + tid));
+    int j = tid;
+    if (SCOPE == 1) { __syncwarp(); j = (tid & ~31) | ((tid * 7) & 31); }
+    if (SCOPE == 2) { __syncthreads(); j = (tid + 96) & 255; }
+    out[b + j] = add1v(t[j]);
+}
+
+/* flat with K chunks per thread (a block covers K·4 KB contiguously): through registers (SM false) or
+   through shared memory by cp.async and a block barrier (SM true) — whether several chunks per
+   thread, not the tile's rows, is what slows the tile kernels. */
+template <int K, bool SM> __global__ void k_flatk(const uint4 *in, uint4 *out, long n16) {
+    __shared__ __align__(16) uint4 t[SM ? 256 * K : 1];
+    const long b = (long)blockIdx.x * 256 * K;
+    const int tid = threadIdx.x;
+    if (SM) {
+#pragma unroll
+        for (int i = 0; i < K; i++) {
+            unsigned s = (unsigned)__cvta_generic_to_shared(&t[tid + 256 * i]);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(in + b + tid + 256 * i));
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < K; i++) out[b + tid + 256 * i] = add1v(t[tid + 256 * i]);
+    } else {
+        uint4 v[K];
+#pragma unroll
+        for (int i = 0; i < K; i++) v[i] = in[b + tid + 256 * i];
+#pragma unroll
+        for (int i = 0; i < K; i++) out[b + tid + 256 * i] = add1v(v[i]);
+    }
+}
+
 static float median(float *v, int n) {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
@@ -134,10 +179,12 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e1));
     const long n16 = (long)(bytes / 16);
     const char *names[] = {"memcpy", "flat", "flat_gs", "mma32", "mma64", "mma32_gs", "tile64x128", "mma32_v",
-                           "tile32x256", "tile16x512", "tile8x1024", "ps64x128", "ps16x512", "ps32x512"};
+                           "tile32x256", "tile16x512", "tile8x1024", "ps64x128", "ps16x512", "ps32x512",
+                           "smem_own", "smem_warp", "smem_block", "tile16x128", "tile4x512", "tile2x1024",
+                           "flat4reg", "flat4smem", "flat2smem"};
     CK(cudaFuncSetAttribute(k_tile_ps<32, 512>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 32 * 520 * 2));
     printf("M %d N %d (%.1f MB each way), %d SMs\n", M, N, bytes / 1e6, sms);
-    for (int v = 0; v < 14; v++) {
+    for (int v = 0; v < 23; v++) {
         float t[20];
         CK(cudaMemset(out, 0, bytes));
         for (int it = 0; it < 23; it++) {
@@ -160,6 +207,15 @@ int main(int argc, char **argv) {
             case 11: k_tile_ps<64, 128><<<sms * 3, 256, 2 * 64 * 136 * 2>>>(in, out, M, N); break;
             case 12: k_tile_ps<16, 512><<<sms * 3, 256, 2 * 16 * 520 * 2>>>(in, out, M, N); break;
             case 13: k_tile_ps<32, 512><<<sms * 3, 256, 2 * 32 * 520 * 2>>>(in, out, M, N); break;
+            case 14: k_flat_smem<0><<<(unsigned)(n16 / 256), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 15: k_flat_smem<1><<<(unsigned)(n16 / 256), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 16: k_flat_smem<2><<<(unsigned)(n16 / 256), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 17: k_tile<16, 128><<<dim3(N / 128, M / 16), 256, 16 * 136 * 2>>>(in, out, M, N); break;
+            case 18: k_tile<4, 512><<<dim3(N / 512, M / 4), 256, 4 * 520 * 2>>>(in, out, M, N); break;
+            case 19: k_tile<2, 1024><<<dim3(N / 1024, M / 2), 256, 2 * 1032 * 2>>>(in, out, M, N); break;
+            case 20: k_flatk<4, false><<<(unsigned)(n16 / 1024), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 21: k_flatk<4, true><<<(unsigned)(n16 / 1024), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 22: k_flatk<2, true><<<(unsigned)(n16 / 512), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
             case 7: k_mma<32, true><<<dim3(N / 32, M / 128), 256>>>(in, out, M, N); break;
             }
             CK(cudaGetLastError());
