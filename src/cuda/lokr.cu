@@ -105,6 +105,62 @@ __global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk
     }
 }
 
+/* The common case of the merge forward on its own kernel: W (if any) and out in the 16-bit compute
+   dtype CT, row-major with 16-byte aligned rows, d·K a multiple of 8 (a chunk of 8 columns never
+   crosses a W1 column p), no DoRA. Block (x, o): chunks x·NT + t of row o, no grid stride and no
+   division per chunk beyond one (p, n) split; W2f's 8 values as two 16-byte loads; the same
+   arithmetic as k_lokr_merge_fwd (dw = σ'·(RN_f32(ρ_o·W1[i,p])·W2f[j,n]), merge_elem, RN_CT).
+   Why: k_lokr_merge_fwd (generic views, dtype, DoRA and 8-column p walks in the loop) streamed the
+   4096² rows at 1.7 TB/s (38.5 µs, docs/kernels.md "twelfth session"); a flat 16-byte pattern with
+   consecutive threads on consecutive chunks of one row is the pattern tools/stream_probe.cu
+   measured at the copy rate (docs/kernels.md "seventeenth session"). LYCO_CUDA_LOKR_MF_VEC=0 keeps
+   the generic kernel (A/B). */
+template <typename CT> __device__ __forceinline__ void lokr_unpack8(float (&w)[8], uint4 u) {
+    const unsigned v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        w[2 * e] = bits16_to_f(v[e] & 0xffffu, ct_of<CT>::dt);
+        w[2 * e + 1] = bits16_to_f(v[e] >> 16, ct_of<CT>::dt);
+    }
+}
+template <typename CT>
+__global__ __launch_bounds__(NT) void k_lokr_merge_fwd_vec(lokr_dev A, lk_view W, lk_view out, int mode) {
+    const int nch = (int)(A.IK / 8), ch = (int)blockIdx.x * NT + (int)threadIdx.x;
+    if (ch >= nch) return;
+    const i64 o = blockIdx.y;
+    const int dK = (int)A.dK, c0 = ch * 8, p = c0 / dK, n = c0 - p * dK;
+    const i64 i = o / A.b, jr = o - i * A.b;
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
+    const float w1s = (float)(lokr_rho(A, o) * A.W1d[i * A.c + p]);
+    const float4 *w2 = (const float4 *)(A.W2f + jr * dK + n);
+    const float4 v0 = w2[0], v1 = w2[1];
+    const float w2v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    float w[8];
+    if (W.p) lokr_unpack8<CT>(w, *(const uint4 *)((const char *)W.p + (o * W.s0 + c0) * 2));
+    else
+#pragma unroll
+        for (int e = 0; e < 8; e++) w[e] = 0.0f;
+    unsigned r[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float a0 = merge_elem(w[2 * e], sig * (w1s * w2v[2 * e]), mode, mf, false, NULL);
+        const float a1 = merge_elem(w[2 * e + 1], sig * (w1s * w2v[2 * e + 1]), mode, mf, false, NULL);
+        r[e] = f_to_bits(a0, ct_of<CT>::dt) | (f_to_bits(a1, ct_of<CT>::dt) << 16);
+    }
+    *(uint4 *)((char *)out.p + (o * out.s0 + c0) * 2) = make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
+    const char *v = getenv("LYCO_CUDA_LOKR_MF_VEC");
+    if (v && v[0] == '0') return false;
+    const int ct = a->ct;
+    const bool vec_out = a->out.dt == ct && (a->out.flags & LK_VEC) && a->out.s1 == 1;
+    const bool vec_w = !a->W.p || (a->W.dt == ct && (a->W.flags & LK_VEC) && a->W.s1 == 1);
+    const i64 dK = a->d * a->K;
+    return (ct == DT_BF16 || ct == DT_F16) && vec_out && vec_w && !a->dora.on && dK % 8 == 0 && a->O <= 65535 &&
+           a->I * a->K / 8 < 2147483647LL / NT && a->mode >= 0 && a->mode <= 2;
+}
+
 /* =============================================================================================
  * merge backward
  * =========================================================================================== */
@@ -361,6 +417,13 @@ static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *
         lk_view none;
         memset(&none, 0, sizeof none);
         if ((rc = dora_stats_any(A, a->dora, a->W, none, ws, &st, s))) return rc;
+    }
+    if (lokr_mf_vec_ok(a)) {
+        const dim3 g((unsigned)cdiv(a->I * a->K / 8, NT), (unsigned)a->O);
+        if (a->ct == DT_BF16) k_lokr_merge_fwd_vec<bf16_t><<<g, NT, 0, s>>>(A, a->W, a->out, a->mode);
+        else k_lokr_merge_fwd_vec<f16_t><<<g, NT, 0, s>>>(A, a->W, a->out, a->mode);
+        LK_LAUNCHED("lokr_merge_fwd_vec");
+        return LYCO_OK;
     }
     const i64 total = a->O * cdiv(a->I * a->K, 8);
     i64 grid = cdiv(total, NT), cap = (i64)dev->sms * 16;
