@@ -164,21 +164,7 @@ __global__ __launch_bounds__(NT) void k_lokr_halves_fwd(lk_lokr_args a, double *
         acc = (double)round_to(vload(first ? a.w1 : a.w2, i, j), ct);
     } else {
         const lk_view &A = first ? a.w1a : a.w2a, &B = first ? a.w1b : a.w2b;
-        /* the loads of four steps issued before their products (the sum stays in k order): one
-           step at a time, each thread waited on two dependent L2 round trips per k (16.2 µs for
-           the bench's 512×512 W2 at rank 16 on the H200) */
-        i64 k = 0;
-        for (; k + 4 <= a.r; k += 4) {
-            float x[4], y[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                x[u] = vload(A, i, k + u);
-                y[u] = vload(B, k + u, j);
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) acc += (double)round_to(x[u], ct) * (double)round_to(y[u], ct);
-        }
-        for (; k < a.r; k++) acc += (double)round_to(vload(A, i, k), ct) * (double)round_to(vload(B, k, j), ct);
+        for (i64 k = 0; k < a.r; k++) acc += (double)round_to(vload(A, i, k), ct) * (double)round_to(vload(B, k, j), ct);
     }
     if (first) {
         W1d[e] = acc;
