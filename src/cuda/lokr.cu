@@ -409,7 +409,7 @@ static int dora_stats_any(const lokr_dev &A, const lk_dora &dr, const lk_view &W
 static int merge_fwd_body(const lk_lokr_args *a, lk_carve &cv, const lk_device *dev, cudaStream_t s) {
     lokr_halves h;
     float *ws = (float *)carve_take(cv, (size_t)lokr_dora_ws_floats(a) * 4);
-    int rc = lokr_halves_build_fwd(a, cv, &h, s);
+    int rc = lokr_halves_build(a, cv, &h, false, s);
     if (rc || !cv.base) return rc;
     const lokr_dev A = lokr_dev_of(a, &h, true);
     float *st = NULL;

@@ -82,8 +82,6 @@ __device__ __forceinline__ float lokr_sigma(const lk_view &sg, int ct) { return 
 int lokr_halves_build(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, bool bypass, cudaStream_t s);
 /* W1 only (W1d, W1s, the w1 factor copies; the W2 fields stay NULL): what lokr_tc.cu and
    lokr_chain_w1 read */
-/* The merge forward's halves only (W1d, W2d, W2f; one launch unless Tucker). */
-int lokr_halves_build_fwd(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, cudaStream_t s);
 int lokr_halves_build_w1(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, cudaStream_t s);
 lokr_dev lokr_dev_of(const lk_lokr_args *a, const lokr_halves *h, bool merge);
 void lokr_grads_carve(const lk_lokr_args *a, lk_carve &cv, lokr_grads *g);

@@ -147,33 +147,6 @@ __global__ __launch_bounds__(NT) void k_lokr_sum(const double *parts, i64 n, lk_
     }
 }
 
-/* The merge forward's halves in one launch (not Tucker): thread idx < a·c forms W1d[idx] (w1, or
-   Σ_k RN_CT(w1_a[i,k])·RN_CT(w1_b[k,p]) in fp64, k ascending), the rest W2d and W2f = RN_f32(W2d)
-   (w2, or w2_a·w2_b likewise) — what k_lokr_load / k_lokr_dmm / k_lokr_w2f compute in 4–6
-   launches (the same values; only k_lokr_dmm_warp's order, used from rank 64 on, differs). The
-   factors are read from their views, not copied (the forward never needs the copies). */
-__global__ __launch_bounds__(NT) void k_lokr_halves_fwd(lk_lokr_args a, double *W1d, double *W2d, float *W2f) {
-    const i64 idx = (i64)blockIdx.x * NT + threadIdx.x, n1 = a.a * a.c, dK = a.d * a.K;
-    if (idx >= n1 + a.b * dK) return;
-    const int ct = a.ct;
-    const bool first = idx < n1;
-    const i64 e = first ? idx : idx - n1, cols = first ? a.c : dK, i = e / cols, j = e % cols;
-    const bool full = first ? a.w1_full != 0 : a.w2_full != 0;
-    double acc = 0.0;
-    if (full) {
-        acc = (double)round_to(vload(first ? a.w1 : a.w2, i, j), ct);
-    } else {
-        const lk_view &A = first ? a.w1a : a.w2a, &B = first ? a.w1b : a.w2b;
-        for (i64 k = 0; k < a.r; k++) acc += (double)round_to(vload(A, i, k), ct) * (double)round_to(vload(B, k, j), ct);
-    }
-    if (first) {
-        W1d[e] = acc;
-    } else {
-        W2d[e] = acc;
-        W2f[e] = (float)acc;
-    }
-}
-
 /* ---- host ---- */
 static int load_d(const lk_view &v, i64 rows, i64 cols, int ct, double *dst, cudaStream_t s) {
     k_lokr_load<<<blocks_for(rows * cols), NT, 0, s>>>(v, rows, cols, ct, dst);
@@ -372,21 +345,5 @@ int lokr_chain(const lk_lokr_args *a, const lokr_halves *h, const lokr_grads *g,
 int lokr_sum_store(const double *parts, i64 n, const lk_view &out, double scale, cudaStream_t s) {
     k_lokr_sum<<<1, NT, 0, s>>>(parts, n, out, scale);
     LK_LAUNCHED("lokr_sum");
-    return LYCO_OK;
-}
-
-/* The merge forward's halves: W1d, W2d, W2f in one launch (k_lokr_halves_fwd) unless Tucker (or
-   LYCO_CUDA_LOKR_HALVES_FUSED=0: the general build, A/B); the factor copies stay NULL. */
-int lokr_halves_build_fwd(const lk_lokr_args *a, lk_carve &cv, lokr_halves *h, cudaStream_t s) {
-    const char *v = getenv("LYCO_CUDA_LOKR_HALVES_FUSED");
-    if (a->tucker || (v && v[0] == '0')) return lokr_halves_build(a, cv, h, false, s);
-    const i64 n1 = a->a * a->c, n2 = a->b * a->d * a->K;
-    memset(h, 0, sizeof *h);
-    h->W1d = take_d(cv, n1);
-    h->W2d = take_d(cv, n2);
-    h->W2f = take_f(cv, n2);
-    if (!cv.base) return LYCO_OK;
-    k_lokr_halves_fwd<<<blocks_for(n1 + n2), NT, 0, s>>>(*a, h->W1d, h->W2d, h->W2f);
-    LK_LAUNCHED("lokr_halves_fwd");
     return LYCO_OK;
 }
