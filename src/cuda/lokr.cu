@@ -17,7 +17,8 @@
  * ΔW itself is never built: each element is produced in registers where it is consumed.
  *
  * merge forward: one pass over W/out, 8 columns per thread (16-byte vector loads/stores where
- *   the views allow), grid-stride; DoRA: merge_ep.cuh's two-pass statistics with the LoKr
+ *   the views allow), grid-stride; the common case (16-bit views, d·K % 8 == 0, no DoRA) on the
+ *   flat k_lokr_merge_fwd_vec (one chunk per thread, no grid stride); DoRA: merge_ep.cuh's two-pass statistics with the LoKr
  *   producer (lokr_delta: the dW tile written into shared memory), then the same pass.
  * merge backward (Γ = m·RN_CT(G), or DoRA's ∂L/∂V; H = σs·Γ):
  *   G_W1[i,p] = Σ_{j,n} ρ_o·H[o, p·dK+n]·W2[j,n]    block per (i,p) × a split of the j range,
@@ -113,8 +114,9 @@ __global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk
    Why: k_lokr_merge_fwd (generic views, dtype, DoRA and 8-column p walks in the loop) streamed the
    4096² rows at 1.7 TB/s (38.5 µs, docs/kernels.md "twelfth session"); a flat 16-byte pattern with
    consecutive threads on consecutive chunks of one row is the pattern tools/stream_probe.cu
-   measured at the copy rate (docs/kernels.md "seventeenth session"). LYCO_CUDA_LOKR_MF_VEC=0 keeps
-   the generic kernel (A/B). */
+   measured at the copy rate (docs/kernels.md "seventeenth session"). H200, the bench's 4096² rows
+   (ncu, same binary): 47.5 µs → 18.9 µs (3.55 TB/s, 51 % of DRAM peak); results bitwise the
+   generic kernel's (check --hash). LYCO_CUDA_LOKR_MF_VEC=0 keeps the generic kernel (A/B). */
 template <typename CT> __device__ __forceinline__ void lokr_unpack8(float (&w)[8], uint4 u) {
     const unsigned v[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
