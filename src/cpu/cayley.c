@@ -21,6 +21,7 @@
 
 #include "cayley.h"
 #include "isa.h"
+#include "rot.h"
 
 #define CAYLEY_PAR_WORK 65536 /* Σ n³ over the blocks below which the loops stay single-threaded */
 #define CAYLEY_NORM_BLK 4     /* blocks whose ‖Q0_k‖² sums run interleaved */
@@ -227,6 +228,10 @@ void cpu_oft_load(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int6
         break;
     }
     default:
+        if (io->v.fast) {   /* register transposes (rot.h) */
+            cpu_rot_tr_in(io->v.base + (j0 * io->v.rs + o0) * (int64_t)io->v.es, io->v.rs, io->v.dt, T, w, nr, X, w);
+            break;
+        }
         for (int64_t t = 0; t < w; t++) {
             cpu_load(&io->v, j0 + t, o0, nr, T, tmp);
             for (int64_t r = 0; r < nr; r++) X[r * w + t] = tmp[r];
@@ -246,6 +251,10 @@ void cpu_oft_store(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int
         break;
     }
     default:
+        if (io->v.fast) {
+            cpu_rot_tr_out(X, w, w, nr, io->v.base + (j0 * io->v.rs + o0) * (int64_t)io->v.es, io->v.rs, io->v.dt);
+            break;
+        }
         for (int64_t t = 0; t < w; t++) {
             for (int64_t r = 0; r < nr; r++) tmp[r] = X[r * w + t];
             cpu_store(&io->v, j0 + t, o0, nr, tmp);

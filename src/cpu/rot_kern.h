@@ -14,6 +14,8 @@
  * token; per k one vector of Op's row k feeds one FMA per token with x[t, k] broadcast from the
  * fp32 tile. Register counts and row counts are constants per instantiation (switches on the
  * count), so the accumulators stay in registers.
+ * Tile transposes (rot_tr_in / rot_tr_out): RK_N × RK_N blocks, each row a vin / vout of the
+ * tensor's dtype (the conversions of cpu_load / cpu_store), transposed in registers.
  * Expects from rot.c: KN, CK_AI, rot.h, <immintrin.h> on x86-64; fp-contract off.
  */
 
@@ -222,6 +224,94 @@ static void KN(rot_tokens)(const cpu_rot_tok *q, int64_t w) {
                 }
             }
         }
+}
+
+/* ---- token-major <-> channel-major tiles (the linear bypass's tile I/O: cayley.c) ---- */
+
+#ifdef CK_V4
+/* r[i] ← column i of the 16×16 matrix whose rows are r[0..15] */
+CK_AI void KN(rk_tr)(__m512 *r) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);      /* rows i, i+1: lanes 0,0',1,1' per 128 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  /* 2,2',3,3' */
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + 2 + h]);
+            u[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));      /* column 4q + 2h of rows i..i+3 */
+            u[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));  /* column 4q + 2h + 1 */
+        }
+    /* u[4g + c] holds, per 128-bit lane q, column 4q + c of rows 4g..4g+3 */
+    for (int c = 0; c < 4; c++) {
+        __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(a0, b0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xdd);
+    }
+}
+#elif defined(CK_V3)
+CK_AI void KN(rk_tr)(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+#else
+CK_AI void KN(rk_tr)(KN(rk_v) *r) {
+    for (int i = 0; i < RK_N; i++)
+        for (int j = i + 1; j < RK_N; j++) {
+            float x = r[i][j];
+            r[i][j] = r[j][i];
+            r[j][i] = x;
+        }
+}
+#endif
+
+/* X[c·ldx + t] = RN_T(src[t·ld + c]), t < nt, c < nc: RK_N × RK_N blocks through registers (the
+   element-by-element transpose wrote X a column at a time, w floats apart: half a bypass) */
+static void KN(rot_tr_in)(const char *src, int64_t ld, lyco_dtype sdt, lyco_dtype T, int64_t nt, int64_t nc, float *X, int64_t ldx) {
+    int64_t es = KN(rk_es)(sdt);
+    for (int64_t c0 = 0; c0 < nc; c0 += RK_N) {
+        int64_t mc = nc - c0 < RK_N ? nc - c0 : RK_N;
+        for (int64_t t0 = 0; t0 < nt; t0 += RK_N) {
+            int64_t mt = nt - t0 < RK_N ? nt - t0 : RK_N;
+            KN(rk_v) r[RK_N];
+            for (int i = 0; i < RK_N; i++)
+                r[i] = i < mt ? KN(rk_ld)(src + ((t0 + i) * ld + c0) * es, sdt, T, mc) : KN(rk_zero)();
+            KN(rk_tr)(r);
+            for (int c = 0; c < mc; c++) KN(rk_st)(X + (c0 + c) * ldx + t0, LYCO_F32, r[c], mt);
+        }
+    }
+}
+
+/* dst[t·ld + c] = X[c·ldx + t] as odt, t < nt, c < nc */
+static void KN(rot_tr_out)(const float *X, int64_t ldx, int64_t nt, int64_t nc, char *dst, int64_t ld, lyco_dtype odt) {
+    int64_t es = KN(rk_es)(odt);
+    for (int64_t c0 = 0; c0 < nc; c0 += RK_N) {
+        int64_t mc = nc - c0 < RK_N ? nc - c0 : RK_N;
+        for (int64_t t0 = 0; t0 < nt; t0 += RK_N) {
+            int64_t mt = nt - t0 < RK_N ? nt - t0 : RK_N;
+            KN(rk_v) r[RK_N];
+            for (int i = 0; i < RK_N; i++)
+                r[i] = i < mc ? KN(rk_ld)(X + (c0 + i) * ldx + t0, LYCO_F32, LYCO_F32, mt) : KN(rk_zero)();
+            KN(rk_tr)(r);
+            for (int t = 0; t < mt; t++) KN(rk_st)(dst + ((t0 + t) * ld + c0) * es, odt, r[t], mc);
+        }
+    }
 }
 
 static int64_t KN(rot_rows_max)(void) { return RK_RB; }
