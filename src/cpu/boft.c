@@ -24,13 +24,15 @@
  * one image for conv); all M stages run on the tile in cache, then it is stored once (in place is
  * fine). The backward keeps the M + 1 stage inputs of its ONE tile instead of replaying the
  * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
- * 512K floats (2 MB), at most 256 columns (wide enough for the small GEMMs to run at speed:
- * 8 columns made the backward 3.6× slower). Tiles are spread over threads; the gradients of N
+ * 512K floats (2 MB) forward, 2M floats (8 MB, L3) backward, at most 256 columns, rounded down
+ * to a multiple of 32 from 64 on: wide enough for the small G_N products to run at speed (8
+ * columns made the backward 3.6× slower; O = 1280, M = 8 at 2 MB gave 37 columns and twice the
+ * time of 128). Tiles are spread over threads; the gradients of N
  * and ρ go to partials per fixed run of tiles (≤ CPU_RUNS_BIG runs, from the shape only), added in
  * run order: the same bits at any thread count.
  *
  * Extra memory: Cayley state, N − I and its transposed blocks (5·M·nb·b² floats), the index table (M·O), ρ (O); per
- * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats, and 3·b
+ * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats (≤ 8 MB + 2·b·tw), and 3·b
  * row pointers; backward, per run the partials (M·nb·b² + O floats, ≤ CPU_RUNS_BIG runs and
  * ≤ CPU_RUN_FLOATS floats in all) and the gradients once more.
  */
@@ -40,7 +42,9 @@
 #include "cayley.h"
 #include "rot.h"
 
-#define TILE_FLOATS 524288
+#define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
+#define TILE_FLOATS_BWD 2097152  /* backward: 8 MB (narrower tiles ran the per-block G_N products and
+                                    gathers at K = 37 columns for O = 1280, M = 8: 2x the time) */
 
 typedef struct {
     const lyco_call *c;
@@ -116,10 +120,12 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
         s->grho = calloc((size_t)s->O + 1, sizeof(float));
         if (!s->gN || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
     }
-    /* tile width: the buffers of one tile (forward 2·O, backward (M+3)·O rows) in 2 MB */
+    /* tile width: the buffers of one tile (forward 2·O rows in 2 MB, backward (M+3)·O rows in
+       8 MB), at most 256 columns, a multiple of 32 from 64 on (rot.h's two-vector steps) */
     int64_t rows = grads ? (s->M + 3) * s->O : 2 * s->O;
-    s->tw = TILE_FLOATS / rows;
+    s->tw = (grads ? TILE_FLOATS_BWD : TILE_FLOATS) / rows;
     if (s->tw > 256) s->tw = 256;
+    if (s->tw >= 64) s->tw &= ~(int64_t)31;
     if (s->tw < 4) s->tw = 4;
     s->wsz = rows * s->tw + 2 * s->b * s->tw + s->O;
     s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
