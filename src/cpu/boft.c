@@ -24,13 +24,15 @@
  * one image for conv); all M stages run on the tile in cache, then it is stored once (in place is
  * fine). The backward keeps the M + 1 stage inputs of its ONE tile instead of replaying the
  * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
- * 512K floats (2 MB), at most 256 columns (wide enough for the small GEMMs to run at speed:
- * 8 columns made the backward 3.6× slower). Tiles are spread over threads; the gradients of N
+ * 512K floats (2 MB) forward, 2M floats (8 MB, L3) backward, at most 256 columns, rounded down
+ * to a multiple of 32 from 64 on: wide enough for the small G_N products to run at speed (8
+ * columns made the backward 3.6× slower; O = 1280, M = 8 at 2 MB gave 37 columns and twice the
+ * time of 128). Tiles are spread over threads; the gradients of N
  * and ρ go to partials per fixed run of tiles (≤ CPU_RUNS_BIG runs, from the shape only), added in
  * run order: the same bits at any thread count.
  *
  * Extra memory: Cayley state, N − I and its transposed blocks (5·M·nb·b² floats), the index table (M·O), ρ (O); per
- * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats, and 3·b
+ * thread, forward 2·O·tw + 2·b·tw floats, backward (M + 3)·O·tw + 2·b·tw floats (≤ 8 MB + 2·b·tw), and 4·b
  * row pointers; backward, per run the partials (M·nb·b² + O floats, ≤ CPU_RUNS_BIG runs and
  * ≤ CPU_RUN_FLOATS floats in all) and the gradients once more.
  */
@@ -40,7 +42,9 @@
 #include "cayley.h"
 #include "rot.h"
 
-#define TILE_FLOATS 524288
+#define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
+#define TILE_FLOATS_BWD 2097152  /* backward: 8 MB (narrower tiles ran the per-block G_N products and
+                                    gathers at K = 37 columns for O = 1280, M = 8: 2x the time) */
 
 typedef struct {
     const lyco_call *c;
@@ -55,7 +59,7 @@ typedef struct {
     int64_t tw;
     float *work;
     int64_t wsz;
-    char **ptr;         /* per-thread row pointers of rot.h's calls (3·b) */
+    char **ptr;         /* per-thread row pointers of rot.h's calls (4·b) */
 } boft_t;
 
 static void boft_free(boft_t *s) {
@@ -116,21 +120,25 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
         s->grho = calloc((size_t)s->O + 1, sizeof(float));
         if (!s->gN || !s->grho) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for gradient partials");
     }
-    /* tile width: the buffers of one tile (forward 2·O, backward (M+3)·O rows) in 2 MB */
+    /* tile width: the buffers of one tile (forward 2·O rows in 2 MB, backward (M+3)·O rows in
+       8 MB), at most 256 columns, a multiple of 32 from 64 on (rot.h's two-vector steps) */
     int64_t rows = grads ? (s->M + 3) * s->O : 2 * s->O;
-    s->tw = TILE_FLOATS / rows;
+    s->tw = (grads ? TILE_FLOATS_BWD : TILE_FLOATS) / rows;
     if (s->tw > 256) s->tw = 256;
+    if (s->tw >= 64) s->tw &= ~(int64_t)31;
     if (s->tw < 4) s->tw = 4;
     s->wsz = rows * s->tw + 2 * s->b * s->tw + s->O;
     s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
-    s->ptr = malloc(sizeof(char *) * (size_t)(3 * s->nt * s->b + 1));
+    s->ptr = malloc(sizeof(char *) * (size_t)(4 * s->nt * s->b + 1));
     if (!s->work || !s->ptr) return lyco_fail(LYCO_ERR_NOMEM, "cpu boft: out of memory for tile buffers");
     return LYCO_OK;
 }
 
 static float rho_at(const boft_t *s, int64_t o) { return s->rho ? s->rho[o] : 1.0f; }
 
-/* Gathers rows t of (A [+ B]) (each w wide) into V (b × w). */
+/* Gathers rows t of (A [+ B]) (each w wide) into V (b × w). (CPU_HOT: the ISA clones; as a
+   baseline SSE loop the backward's gathers were ~15 % of its time) */
+CPU_HOT
 static void gather(const int64_t *t, int64_t b, int64_t w, const float *A, const float *B, float *V) {
     for (int64_t n = 0; n < b; n++) {
         const float *a = A + t[n] * w;
@@ -144,23 +152,26 @@ static void gather(const int64_t *t, int64_t b, int64_t w, const float *A, const
     }
 }
 
-/* Rows t of D (each w wide) += Pᵀ·(rows t of S [+ rows t of D]) (rot.h, ADD) for a b×b block P:
-   NmT's for N − I, Nm's for (N − I)ᵀ (the scalars of one output row then lie along P's column). With add (BOFT's X0 + Δ read from the rows it
+/* Rows t of D (each w wide) = rows t of Bs + Pᵀ·(rows t of S [+ rows t of D]) (rot.h, ADD) for a
+   b×b block P: NmT's for N − I, Nm's for (N − I)ᵀ (the scalars of one output row then lie along
+   P's column). Bs = NULL: D itself (D += …). With add (BOFT's X0 + Δ read from the rows it
    updates) the block runs in place, which needs b ≤ cpu_rot_rows_max(); past it V (b × w) holds
-   the gathered sums. S = NULL: the input rows are V's, gathered by the caller. ptr: 3·b pointers. */
+   the gathered sums. S = NULL: the input rows are V's, gathered by the caller. ptr: 4·b pointers. */
 static void stage_block(const boft_t *s, const float *P, const int64_t *t, int64_t w, const float *S, bool add,
-                        float *D, float *V, char **ptr) {
+                        const float *Bs, float *D, float *V, char **ptr) {
     int64_t b = s->b;
     bool direct = S && (!add || b <= cpu_rot_rows_max());
     if (S && !direct) gather(t, b, w, S, D, V);
+    if (!Bs) Bs = D;
     for (int64_t n = 0; n < b; n++) {
         ptr[n] = (char *)(direct ? S + t[n] * w : V + n * w);
         ptr[b + n] = (char *)(D + t[n] * w);
         ptr[2 * b + n] = (char *)(D + t[n] * w);
+        ptr[3 * b + n] = (char *)(Bs + t[n] * w);
     }
     cpu_rot r = {.bs = b, .A = P, .ai = 1, .ak = b, .src = (const char *const *)ptr,
                  .sdt = LYCO_F32, .T = LYCO_F32, .add = direct && add ? (const float *const *)(ptr + b) : NULL,
-                 .dst = ptr + 2 * b, .odt = LYCO_F32, .base = (const float *const *)(ptr + 2 * b), .mode = CPU_ROT_ADD};
+                 .dst = ptr + 2 * b, .odt = LYCO_F32, .base = (const float *const *)(ptr + 3 * b), .mode = CPU_ROT_ADD};
     cpu_rot_rows(&r, w);
 }
 
@@ -172,17 +183,27 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
     cpu_oft_io_init(&in, c, src);
     cpu_oft_io_init(&out, c, dst);
     int64_t O = s->O, b = s->b, tw = s->tw, total = cpu_oft_ntiles(&in, tw);
+    if (in.kind != CPU_OFT_CONV && total % s->nt) {
+        /* a whole number of tiles per thread (1280 columns: 7 of 192 → 8 of 160); the forward's
+           values do not depend on the tiling (every column's sums are its own) */
+        int64_t want = (total + s->nt - 1) / s->nt * s->nt, w2 = (in.n + want - 1) / want;
+        if (w2 >= 64) w2 = (w2 + 31) & ~(int64_t)31;
+        if (w2 >= 4 && w2 <= tw) {
+            tw = w2;
+            total = cpu_oft_ntiles(&in, tw);
+        }
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t tile = 0; tile < total; tile++) {
         float *X0 = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Dl = X0 + O * tw, *V = Dl + O * tw, *tmp = V + 2 * b * tw;
-        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(3 * b);
+        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(4 * b);
         int64_t j0, w;
         cpu_oft_tile(&in, tw, tile, &j0, &w);
         cpu_oft_load(&in, 0, O, j0, w, T, X0, tmp);
         memset(Dl, 0, sizeof(float) * (size_t)(O * w));
         for (int64_t i = 0; i < s->M; i++)
             for (int64_t k = 0; k < s->nb; k++)
-                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, Dl, V, ptr);
+                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
         for (int64_t o = 0; o < O; o++) {
             float p = rho_at(s, o), p1 = p - 1.0f, *d = Dl + o * w;
             const float *x = X0 + o * w;
@@ -217,7 +238,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
         int tid = cpu_thread_id();
         float *Xs = s->work + (size_t)tid * (size_t)s->wsz;      /* (M+1) stage inputs, O × w each */
         float *GY = Xs + (Mst + 1) * O * tw, *DG = GY + O * tw, *V = DG + O * tw, *U = V + b * tw, *tmp = U + b * tw;
-        char **ptr = s->ptr + (size_t)tid * (size_t)(3 * b);
+        char **ptr = s->ptr + (size_t)tid * (size_t)(4 * b);
         float *gN = part + u * slot, *grho = gN + all;
         int64_t j0, w;
         cpu_oft_tile(&xin, tw, tile, &j0, &w);
@@ -228,9 +249,8 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
             cpu_oft_load(&xin, 0, O, j0, w, T, Xs, tmp);
             for (int64_t i = 0; i < Mst; i++) {
                 float *Xi = Xs + i * Ow, *Xn = Xi + Ow;
-                memcpy(Xn, Xi, sizeof(float) * (size_t)Ow);
-                for (int64_t k = 0; k < s->nb; k++)
-                    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, Xi, false, Xn, V, ptr);
+                for (int64_t k = 0; k < s->nb; k++)   /* Xn[t] = Xi[t] + (N − I)·Xi[t]: every row once */
+                    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, Xi, false, Xi, Xn, V, ptr);
             }
         }
         if (want_rho) {
@@ -255,7 +275,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
                     gather(t, b, w, Xs + i * Ow, NULL, U);        /* Ŵ */
                     cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
                 }
-                stage_block(s, Nm, t, w, NULL, false, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
+                stage_block(s, Nm, t, w, NULL, false, NULL, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
             }
         if (GXt) {
             if (!delta)

@@ -13,17 +13,25 @@
  * at 1280 channels; ~30% of a 640² 1024-token Diag-OFT bypass forward); after it, ~19% of that
  * bypass (perf, 1 thread, docs/bench-cpu.md "session 17"); several rows per pass and the ‖Q0‖²
  * sums of four blocks interleaved took 80 blocks of 16 from ~150 to ~115 µs (session 24).
+ * Blocks of n ≤ CAYLEY_BATCH_N run eight at a time, one per vector lane (cayley_kern.h's
+ * block_fwd8: every operation of the one-block code per lane, so the same bits): BOFT's many
+ * small blocks (448 of 10 for a 640-channel, 7-stage bypass) had ~27 % of its forward at 1 thread
+ * in the one-block code's short loops and scalar tails; now ~18 %.
  * Extra memory: 3·nblk·n² floats (state) + 3·n² floats and 3·n² doubles per thread (forward
- * scratch); backward (nblk + 3·nthreads)·n² doubles.
+ * scratch; eight-block path 5·8·n² floats and 6·4·n² doubles per thread); backward
+ * (nblk + 3·nthreads)·n² doubles.
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "cayley.h"
 #include "isa.h"
+#include "rot.h"
 
 #define CAYLEY_PAR_WORK 65536 /* Σ n³ over the blocks below which the loops stay single-threaded */
 #define CAYLEY_NORM_BLK 4     /* blocks whose ‖Q0_k‖² sums run interleaved */
+#define CAYLEY_BATCH_N 12     /* blocks of n ≤ this run eight at a time, one per vector lane (at 16
+                                 the scratch of eight blocks, 88 KB, left L1: slower than one by one) */
 
 void cpu_cayley_free(cpu_cayley *cy) {
     free(cy->Q0);
@@ -69,6 +77,16 @@ static void block_fwd(int64_t n, const float *Q, float *Ak, float *Rk, float *M,
     block_fwd_base(n, Q, Ak, Rk, M, Tm, dsc);
 }
 
+static void block_fwd8(int64_t n, const lk8f *Q, lk8f *Ak, lk8f *Rk, lk8f *M, lk8f *Tm, lk4d *dsc) {
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        block_fwd8_v3(n, Q, Ak, Rk, M, Tm, dsc);
+        return;
+    }
+#endif
+    block_fwd8_base(n, Q, Ak, Rk, M, Tm, dsc);
+}
+
 static void block_bwd(int64_t n, const float *Ak, const float *Gk, double *Ok, double *T, double *At, double *Gd) {
 #ifdef CPU_V3
     if (cpu_have_v3()) {
@@ -92,6 +110,40 @@ static inline __attribute__((always_inline)) void q0_blocks(int64_t n, int nb, c
                 Q0[i * nn + a * n + b] = q;
                 part[i] += (double)q * (double)q;
             }
+}
+
+/* The blocks eight at a time (block_fwd8: lane l = block 8·g + l; a short last group's spare
+   lanes run Q = 0, discarded): A and R − I bitwise those of block_fwd, per block. Per thread
+   5·n² lk8f and 6·n² lk4d of scratch. */
+static lyco_status cayley_fwd8(cpu_cayley *cy, double sd) {
+    int64_t n = cy->n, nn = n * n, nblk = cy->nblk, ngr = (nblk + 7) / 8;
+    const int nt = cpu_threads();
+    size_t per = sizeof(lk8f) * (size_t)(5 * nn) + sizeof(lk4d) * (size_t)(6 * nn);   /* a multiple of 32 */
+    per = (per + 63) & ~(size_t)63;
+    char *scratch = aligned_alloc(64, per * (size_t)nt);
+    if (!scratch) return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
+#pragma omp parallel for schedule(static) if (nblk * nn * n >= CAYLEY_PAR_WORK)
+    for (int64_t g = 0; g < ngr; g++) {
+        lk4d *dsc = (lk4d *)(void *)(scratch + per * (size_t)cpu_thread_id());
+        lk8f *Q = (lk8f *)(void *)(dsc + 6 * nn), *A = Q + nn, *R = A + nn, *M = R + nn, *Tm = M + nn;
+        int64_t k0 = 8 * g, nl = nblk - k0 < 8 ? nblk - k0 : 8;
+        for (int64_t i = 0; i < nn; i++) {
+            lk8f q = {0};
+            for (int64_t l = 0; l < nl; l++) {
+                float q0 = cy->Q0[(k0 + l) * nn + i];
+                q[l] = cy->active ? (float)((double)q0 * sd) : q0;
+            }
+            Q[i] = q;
+        }
+        block_fwd8(n, Q, A, R, M, Tm, dsc);
+        for (int64_t l = 0; l < nl; l++)
+            for (int64_t i = 0; i < nn; i++) {
+                cy->A[(k0 + l) * nn + i] = A[i][l];
+                cy->Rm1[(k0 + l) * nn + i] = R[i][l];
+            }
+    }
+    free(scratch);
+    return LYCO_OK;
 }
 
 lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t n, double kc) {
@@ -126,6 +178,10 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
     cy->active = kc > 0.0 && nu > kc;
     cy->scale = cy->active ? (float)(kc / nu) : 1.0f;
     const double sd = cy->active ? kc / nu : 1.0;
+    if (n <= CAYLEY_BATCH_N) {
+        free(scratch);
+        return cayley_fwd8(cy, sd);
+    }
 #pragma omp parallel for schedule(static) if (nblk * nn * n >= CAYLEY_PAR_WORK)
     for (int64_t k = 0; k < nblk; k++) {
         float *M = scratch + (size_t)cpu_thread_id() * (size_t)per_all, *Q = M + nn, *Tm = Q + nn;
@@ -227,6 +283,10 @@ void cpu_oft_load(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int6
         break;
     }
     default:
+        if (io->v.fast) {   /* register transposes (rot.h) */
+            cpu_rot_tr_in(io->v.base + (j0 * io->v.rs + o0) * (int64_t)io->v.es, io->v.rs, io->v.dt, T, w, nr, X, w);
+            break;
+        }
         for (int64_t t = 0; t < w; t++) {
             cpu_load(&io->v, j0 + t, o0, nr, T, tmp);
             for (int64_t r = 0; r < nr; r++) X[r * w + t] = tmp[r];
@@ -246,6 +306,10 @@ void cpu_oft_store(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int
         break;
     }
     default:
+        if (io->v.fast) {
+            cpu_rot_tr_out(X, w, w, nr, io->v.base + (j0 * io->v.rs + o0) * (int64_t)io->v.es, io->v.rs, io->v.dt);
+            break;
+        }
         for (int64_t t = 0; t < w; t++) {
             for (int64_t r = 0; r < nr; r++) tmp[r] = X[r * w + t];
             cpu_store(&io->v, j0 + t, o0, nr, tmp);

@@ -41,7 +41,8 @@
  * X = y0 seen as O × (tokens·spatial). A tile is rows [o0, o0+nr) × columns [j0, j0+w), held in
  * fp32 as nr × w (row-major, ld = w). Conv tiles never straddle two images (columns of one image
  * are one contiguous run per channel); linear-bypass tiles are transposed on load/store (tokens
- * hold channels contiguously).
+ * hold channels contiguously): compact views through rot.h's register transposes, others element
+ * by element.
  */
 #ifndef LYCO_CPU_CAYLEY_H
 #define LYCO_CPU_CAYLEY_H

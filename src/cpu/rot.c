@@ -3,6 +3,7 @@
  * (isa.h: x86-64-v4, x86-64-v3, portable). fp-contract is off in every copy, so the epilogue's
  * products and sums round separately (the explicit FMAs of the sums stay): every copy gives the
  * bits of dense.c's GEMM followed by the fp32 epilogue that diag_oft.c and boft.c ran before.
+ * The tile transposes of the linear bypass (cpu_rot_tr_in / _out) are dispatched the same way.
  * No state, no memory.
  */
 #pragma GCC optimize("fp-contract=off")
@@ -59,4 +60,38 @@ void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w) {
     }
 #endif
     rot_tokens_base(q, w);
+}
+
+void cpu_rot_tr_in(const char *src, int64_t ld, lyco_dtype sdt, lyco_dtype T, int64_t nt, int64_t nc, float *X, int64_t ldx) {
+    if (nt <= 0 || nc <= 0) return;
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        rot_tr_in_v4(src, ld, sdt, T, nt, nc, X, ldx);
+        return;
+    }
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        rot_tr_in_v3(src, ld, sdt, T, nt, nc, X, ldx);
+        return;
+    }
+#endif
+    rot_tr_in_base(src, ld, sdt, T, nt, nc, X, ldx);
+}
+
+void cpu_rot_tr_out(const float *X, int64_t ldx, int64_t nt, int64_t nc, char *dst, int64_t ld, lyco_dtype odt) {
+    if (nt <= 0 || nc <= 0) return;
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        rot_tr_out_v4(X, ldx, nt, nc, dst, ld, odt);
+        return;
+    }
+#endif
+#ifdef CPU_V3
+    if (cpu_have_v3()) {
+        rot_tr_out_v3(X, ldx, nt, nc, dst, ld, odt);
+        return;
+    }
+#endif
+    rot_tr_out_base(X, ldx, nt, nc, dst, ld, odt);
 }

@@ -1,7 +1,8 @@
 /*
  * rot.h — the block products of the OFT family on the CPU (Diag-OFT, BOFT: diag_oft.c, boft.c):
  * a bs×bs block applied to bs rows, a small-K GEMM with the block's scalars broadcast and the
- * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h).
+ * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h); and the
+ * register transposes of the linear bypass's channel-row tiles.
  *
  * Channel-major (cpu_rot_rows): bs input rows in_k and bs output rows out_i, each w columns:
  *   acc_i[j] = Σ_{k<bs} A[i·ai + k·ak]·in_k[j]          in_k = src_k (dtype sdt, rounded through
@@ -63,5 +64,14 @@ typedef struct {
 
 /* Tokens [0, w) of q. */
 void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w);
+
+/* Tile transposes of the linear bypass (cayley.c's cpu_oft_load / cpu_oft_store; a token's
+   channels contiguous in the tensor, a channel's tokens contiguous in the fp32 tile), element
+   values as cpu_load / cpu_store give them:
+   cpu_rot_tr_in:  X[c·ldx + t] = RN_T(src[t·ld + c])     (src of dtype sdt, ld in elements)
+   cpu_rot_tr_out: dst[t·ld + c] = X[c·ldx + t] as odt   (RNE)
+   for t < nt, c < nc. */
+void cpu_rot_tr_in(const char *src, int64_t ld, lyco_dtype sdt, lyco_dtype T, int64_t nt, int64_t nc, float *X, int64_t ldx);
+void cpu_rot_tr_out(const float *X, int64_t ldx, int64_t nt, int64_t nc, char *dst, int64_t ld, lyco_dtype odt);
 
 #endif

@@ -23,11 +23,13 @@
 typedef CK_VEC KN(rk_v);
 #ifdef CK_V4
 #define RK_RB 16
+#define RK_RB2 12
 #define RK_RT 12
 CK_AI KN(rk_v) KN(rk_fma)(KN(rk_v) a, KN(rk_v) b, KN(rk_v) c) { return _mm512_fmadd_ps(a, b, c); }
 CK_AI KN(rk_v) KN(rk_set1)(float x) { return _mm512_set1_ps(x); }
 #else
 #define RK_RB 12
+#define RK_RB2 6
 #define RK_RT 8
 CK_AI KN(rk_v) KN(rk_fma)(KN(rk_v) a, KN(rk_v) b, KN(rk_v) c) { return _mm256_fmadd_ps(a, b, c); }
 CK_AI KN(rk_v) KN(rk_set1)(float x) { return _mm256_set1_ps(x); }
@@ -37,6 +39,7 @@ CK_AI void KN(rk_st)(void *p, lyco_dtype dt, KN(rk_v) v, int64_t m) { KN(vout)(p
 #else
 #define RK_N 8
 #define RK_RB 8
+#define RK_RB2 0
 #define RK_RT 4
 typedef float KN(rk_v) __attribute__((vector_size(32)));
 CK_AI KN(rk_v) KN(rk_fma)(KN(rk_v) a, KN(rk_v) b, KN(rk_v) c) { return a * b + c; }
@@ -65,7 +68,7 @@ CK_AI int64_t KN(rk_es)(lyco_dtype dt) { return dt == LYCO_F32 ? 4 : 2; }
 typedef struct {
     lyco_dtype sdt, T;
     bool add;
-    bool inl;   /* the ADD epilogue in registers (BOFT's X0 + Δ form only: keeps the other copies small) */
+    bool inl;   /* the ADD epilogue in registers (BOFT's fp32 forms only: keeps the other copies small) */
 } KN(rk_form);
 
 /* input row k, columns [j, j + m) */
@@ -130,6 +133,38 @@ CK_AI void KN(rk_block)(const int mr, const KN(rk_form) f, const cpu_rot *r, int
     KN(rk_finish)(r, i0, mr, j, m, acc);
 }
 
+/* The in-register ADD form (BOFT) for a whole block of mr = bs ≤ RK_RB2 rows × two full column
+   vectors [j, j + 2·RK_N): each broadcast of A(i, k) feeds two FMAs (one per vector), so a k step
+   is 2 vector inputs, mr broadcasts and 2·mr FMAs (one vector a step was bound by the loads and
+   the address arithmetic of its broadcasts: ~1.2 cycles an FMA). Every sum the same as rk_block's.
+   No software prefetch: BOFT's rows are fp32 tile rows of ≤ 256 columns in cache (with it, the
+   same time). */
+CK_AI void KN(rk_block2)(const int mr, const KN(rk_form) f, const cpu_rot *r, int64_t j) {
+#define RK_DECL(p) KN(rk_v) a##p = KN(rk_zero)(), b##p = KN(rk_zero)();
+    RK_16(RK_DECL)
+#undef RK_DECL
+    const float *a = r->A;
+    const int64_t ak = r->ak;   /* A(i, k) at a[i + k·ak]: ai = 1 (the caller checks) */
+    for (int k = 0; k < mr; k++) {
+        KN(rk_v) x = KN(rk_in)(r, f, k, j, RK_N), y = KN(rk_in)(r, f, k, j + RK_N, RK_N);
+        const float *ap = a + k * ak;
+#define RK_STEP(p) if (mr > p) { KN(rk_v) c = KN(rk_set1)(ap[p]); a##p = KN(rk_fma)(c, x, a##p); b##p = KN(rk_fma)(c, y, b##p); }
+        RK_16(RK_STEP)
+#undef RK_STEP
+    }
+#define RK_ADD(p) if (mr > p) { a##p = KN(rk_ld)(r->base[p] + j, LYCO_F32, LYCO_F32, RK_N) + a##p; \
+                                b##p = KN(rk_ld)(r->base[p] + j + RK_N, LYCO_F32, LYCO_F32, RK_N) + b##p; }
+    RK_16(RK_ADD)
+#undef RK_ADD
+    char *d[16];   /* the row pointers read before the stores (char stores alias r->dst) */
+#define RK_DST(p) if (mr > p) d[p] = r->dst[p] + j * 4;
+    RK_16(RK_DST)
+#undef RK_DST
+#define RK_STORE(p) if (mr > p) { KN(rk_st)(d[p], LYCO_F32, a##p, RK_N); KN(rk_st)(d[p] + RK_N * 4, LYCO_F32, b##p, RK_N); }
+    RK_16(RK_STORE)
+#undef RK_STORE
+}
+
 /* the input and output rows RK_AHEAD columns on, once per cache line of input (the bs rows are as
    many concurrent streams: more than the hardware prefetchers follow) */
 #define RK_AHEAD 512
@@ -143,7 +178,17 @@ CK_AI void KN(rk_prefetch)(const cpu_rot *r, const KN(rk_form) f, int64_t j) {
 }
 
 CK_AI void KN(rk_cols)(const cpu_rot *r, const KN(rk_form) f, int64_t w) {
-    for (int64_t j = 0; j < w; j += RK_N) {
+    int64_t j = 0;
+    if (f.inl && r->mode == CPU_ROT_ADD && r->bs <= RK_RB2 && r->ai == 1)
+        for (; j + 2 * RK_N <= w; j += 2 * RK_N) {
+            switch (r->bs) {
+#define RK_CASE(p) case p + 1: if (p < RK_RB2) KN(rk_block2)(p + 1, f, r, j); break;
+                RK_16(RK_CASE)
+#undef RK_CASE
+            default: break;
+            }
+        }
+    for (; j < w; j += RK_N) {
         int64_t m = w - j < RK_N ? w - j : RK_N;
         KN(rk_prefetch)(r, f, j);
         for (int64_t i0 = 0; i0 < r->bs; i0 += RK_RB) {
@@ -158,7 +203,8 @@ CK_AI void KN(rk_cols)(const cpu_rot *r, const KN(rk_form) f, int64_t w) {
     }
 }
 
-/* the common forms get loops of their own (bf16, fp16, fp32 rows; BOFT's X0 + Δ), the rest the
+/* the common forms get loops of their own (bf16, fp16, fp32 rows; BOFT's X0 + Δ and its backward's
+   fp32 ADD rows, both with the epilogue in registers), the rest the
    general one (the portable copy: one loop) */
 static void KN(rot_rows)(const cpu_rot *r, int64_t w) {
     KN(rk_form) f = {r->sdt, r->T, r->add != NULL, false};
@@ -166,6 +212,7 @@ static void KN(rot_rows)(const cpu_rot *r, int64_t w) {
     if (!f.add && f.sdt == LYCO_BF16) KN(rk_cols)(r, (KN(rk_form)){LYCO_BF16, LYCO_BF16, false, false}, w);
     else if (!f.add && f.sdt == LYCO_F16) KN(rk_cols)(r, (KN(rk_form)){LYCO_F16, LYCO_F16, false, false}, w);
     else if (f.sdt == LYCO_F32 && f.T == LYCO_F32 && f.add) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, true, true}, w);
+    else if (f.sdt == LYCO_F32 && f.T == LYCO_F32 && r->mode == CPU_ROT_ADD) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, false, true}, w);
     else if (f.sdt == LYCO_F32 && f.T == LYCO_F32) KN(rk_cols)(r, (KN(rk_form)){LYCO_F32, LYCO_F32, false, false}, w);
     else KN(rk_cols)(r, f, w);
 #else
@@ -224,10 +271,99 @@ static void KN(rot_tokens)(const cpu_rot_tok *q, int64_t w) {
         }
 }
 
+/* ---- token-major <-> channel-major tiles (the linear bypass's tile I/O: cayley.c) ---- */
+
+#ifdef CK_V4
+/* r[i] ← column i of the 16×16 matrix whose rows are r[0..15] */
+CK_AI void KN(rk_tr)(__m512 *r) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);      /* rows i, i+1: lanes 0,0',1,1' per 128 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  /* 2,2',3,3' */
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + 2 + h]);
+            u[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));      /* column 4q + 2h of rows i..i+3 */
+            u[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));  /* column 4q + 2h + 1 */
+        }
+    /* u[4g + c] holds, per 128-bit lane q, column 4q + c of rows 4g..4g+3 */
+    for (int c = 0; c < 4; c++) {
+        __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(a0, b0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xdd);
+    }
+}
+#elif defined(CK_V3)
+CK_AI void KN(rk_tr)(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+#else
+CK_AI void KN(rk_tr)(KN(rk_v) *r) {
+    for (int i = 0; i < RK_N; i++)
+        for (int j = i + 1; j < RK_N; j++) {
+            float x = r[i][j];
+            r[i][j] = r[j][i];
+            r[j][i] = x;
+        }
+}
+#endif
+
+/* X[c·ldx + t] = RN_T(src[t·ld + c]), t < nt, c < nc: RK_N × RK_N blocks through registers (the
+   element-by-element transpose wrote X a column at a time, w floats apart: half a bypass) */
+static void KN(rot_tr_in)(const char *src, int64_t ld, lyco_dtype sdt, lyco_dtype T, int64_t nt, int64_t nc, float *X, int64_t ldx) {
+    int64_t es = KN(rk_es)(sdt);
+    for (int64_t c0 = 0; c0 < nc; c0 += RK_N) {
+        int64_t mc = nc - c0 < RK_N ? nc - c0 : RK_N;
+        for (int64_t t0 = 0; t0 < nt; t0 += RK_N) {
+            int64_t mt = nt - t0 < RK_N ? nt - t0 : RK_N;
+            KN(rk_v) r[RK_N];
+            for (int i = 0; i < RK_N; i++)
+                r[i] = i < mt ? KN(rk_ld)(src + ((t0 + i) * ld + c0) * es, sdt, T, mc) : KN(rk_zero)();
+            KN(rk_tr)(r);
+            for (int c = 0; c < mc; c++) KN(rk_st)(X + (c0 + c) * ldx + t0, LYCO_F32, r[c], mt);
+        }
+    }
+}
+
+/* dst[t·ld + c] = X[c·ldx + t] as odt, t < nt, c < nc */
+static void KN(rot_tr_out)(const float *X, int64_t ldx, int64_t nt, int64_t nc, char *dst, int64_t ld, lyco_dtype odt) {
+    int64_t es = KN(rk_es)(odt);
+    for (int64_t c0 = 0; c0 < nc; c0 += RK_N) {
+        int64_t mc = nc - c0 < RK_N ? nc - c0 : RK_N;
+        for (int64_t t0 = 0; t0 < nt; t0 += RK_N) {
+            int64_t mt = nt - t0 < RK_N ? nt - t0 : RK_N;
+            KN(rk_v) r[RK_N];
+            for (int i = 0; i < RK_N; i++)
+                r[i] = i < mc ? KN(rk_ld)(X + (c0 + i) * ldx + t0, LYCO_F32, LYCO_F32, mt) : KN(rk_zero)();
+            KN(rk_tr)(r);
+            for (int t = 0; t < mt; t++) KN(rk_st)(dst + ((t0 + t) * ld + c0) * es, odt, r[t], mc);
+        }
+    }
+}
+
 static int64_t KN(rot_rows_max)(void) { return RK_RB; }
 
 #undef RK_16
 #undef RK_N
 #undef RK_RB
+#undef RK_RB2
 #undef RK_RT
 #undef RK_AHEAD
