@@ -262,6 +262,51 @@ NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl
     if (sg) *sg = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
 }
 
+/* ---- DoRA per output row in registers (dora_kern.h; x86-64-v4 / v3) ---- */
+
+/* One row for dora_kern.h: W's row (the tensor's, or the fp32 block a W-reading generator was
+   given), ΔW̄'s row (fp32, replaced by V), G's row (backward; NULL forward). */
+typedef struct {
+    const char *w;
+    float *v;
+    const char *g;
+} dora_row_t;
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#define ISA_EACH_HEADER "dora_kern.h"
+#define ISA_EACH_V4 1
+#include "isa_each.h"
+#pragma GCC pop_options
+
+typedef struct {
+    void (*sums)(int nr, const dora_row_t *rw, lyco_dtype wdt, lyco_dtype gdt, lyco_dtype T, lyco_dtype gT, float sig, int64_t n,
+                 double *ss, double *sg);
+    void (*fwd_row)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out, lyco_dtype odt);
+    void (*bwd_row)(int64_t n, const char *g, lyco_dtype gdt, lyco_dtype gT, const float *v, float coef, float t, float nrm,
+                    lyco_dtype RT, float sig, float *out);
+} dora_kern;
+
+/* this CPU's register kernels; false: the portable row loops below (portable build,
+   LYCO_CPU_ISA=base) */
+static bool dora_kernels(dora_kern *k) {
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) {
+        *k = (dora_kern){dora_sums_v4, dora_fwd_row_v4, dora_bwd_row_v4};
+        return true;
+    }
+    if (isa == 1) {
+        *k = (dora_kern){dora_sums_v3, dora_fwd_row_v3, dora_bwd_row_v3};
+        return true;
+    }
+#endif
+    (void)k;
+    return false;
+}
+
+static const char *view_row(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
+
 /* DoRA per output row, forward, in place on V (row_sums' vout): o_j = V_j·coef, minus w_j for
    DELTA (the per-input loop's expression with V and the row's coefficient hoisted: bitwise the same) */
 NOFMA_HOT static void dora_row_out(float *restrict o, const float *restrict w, float coef, bool delta, int64_t n) {
@@ -343,6 +388,10 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
         dora_column_pass(c, d, &wv, NULL, scr, sig, &dr, partial);
         for (int64_t k = 0; k < dr.kept; k++) dora_coef(c, &dr, k);
     }
+    /* DoRA per output row with rows of contiguous columns: the register kernels (dora_kern.h) read
+       W and write the output rows in place, the block's 4 rows' sums together */
+    dora_kern dk;
+    bool dk_on = dora && c->dims.dora_on_out && Wt && wv.fast && ov.fast && dora_kernels(&dk);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < nblocks; b++) {
         scratch_t *sc = &scr[cpu_thread_id()];
@@ -351,6 +400,21 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
         if (c->dropped) memset(sc->D, 0, sizeof(float) * (size_t)(nr * IK));
         else d->rows(d, o0, nr, sc->W, sc->D);
+        if (dk_on) {
+            dora_row_t rw[RB];
+            lyco_dtype wdt = w_late ? wv.dt : LYCO_F32; /* a generator's W block is fp32, rounded already */
+            for (int64_t r = 0; r < nr; r++)
+                rw[r] = (dora_row_t){w_late ? view_row(&wv, o0 + r) : (const char *)(sc->W + r * IK), sc->D + r * IK, NULL};
+            double ss[RB];
+            dk.sums((int)nr, rw, wdt, wdt, T, T, sig, IK, ss, NULL);
+            for (int64_t r = 0; r < nr; r++) {
+                dr.norm2[o0 + r] = (float)ss[r]; /* per-row state is owned by this thread */
+                dora_coef(c, &dr, o0 + r);
+                dk.fwd_row(IK, rw[r].v, dr.coef[o0 + r], mode == LYCO_MERGE_DELTA ? rw[r].w : NULL, wdt, T,
+                           (char *)view_row(&ov, o0 + r), ov.dt);
+            }
+            continue;
+        }
         for (int64_t r = 0; r < nr; r++) {
             float *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK, *o = dora ? sc->O2 + r * IK : dl;
             if (w_late) cpu_load(&wv, o0 + r, 0, IK, T, w);
@@ -411,6 +475,7 @@ typedef struct {
     int64_t O, IK, rb;
     bool load_w, need_rows, want_sigma;
     float sig, m;
+    const dora_kern *dk;    /* DoRA per output row through dora_kern.h, or NULL */
 } bwd_job;
 
 /* Row block b (rows [b·rb, b·rb + rb) ∩ [0, O)) on thread `tid`'s scratch; `part` indexes the
@@ -429,6 +494,30 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
     if (jb->load_w && !w_late)
         for (int64_t r = 0; r < nr; r++) cpu_load(jb->wv, o0 + r, 0, IK, T, sc->W + r * IK);
     if (jb->need_rows) d->rows(d, o0, nr, sc->W, sc->D);
+    if (jb->dk) { /* DoRA per output row, register kernels: 4 rows' sums at a time, W and G read in place */
+        const dora_kern *dk = jb->dk;
+        lyco_dtype wdt = w_late ? jb->wv->dt : LYCO_F32, gdt = jb->gv->dt, gT = d->g_exact ? LYCO_F32 : T;
+        for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+            int q = nr - r0 < 4 ? (int)(nr - r0) : 4;
+            dora_row_t rw[4];
+            for (int i = 0; i < q; i++)
+                rw[i] = (dora_row_t){w_late ? view_row(jb->wv, o0 + r0 + i) : (const char *)(sc->W + (r0 + i) * IK),
+                                     sc->D + (r0 + i) * IK, view_row(jb->gv, o0 + r0 + i)};
+            double ss[4], sgv[4];
+            dk->sums(q, rw, wdt, gdt, T, gT, sig, IK, ss, sgv);
+            for (int i = 0; i < q; i++) {
+                int64_t o = o0 + r0 + i;
+                dr->norm2[o] = (float)ss[i];
+                dr->S[o] = (float)sgv[i];
+                dora_coef(c, dr, o);
+                float n = dr->norm2[o] + dr->eps;
+                dk->bwd_row(IK, rw[i].g, gdt, gT, rw[i].v, dr->coef[o], (m * dr->d[o] / (n * n)) * dr->S[o], dr->norm2[o], gT, sig,
+                            sc->O2 + (r0 + i) * IK);
+            }
+        }
+        d->rows_bwd(d, o0, nr, sc->W, sc->O2, part);
+        return;
+    }
     for (int64_t r = 0; r < nr; r++) {
         float *g = sc->O2 + r * IK, *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK;
         if (w_late) cpu_load(jb->wv, o0 + r, 0, IK, T, w);
@@ -496,6 +585,9 @@ lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
         goto done;
     }
     jb.scr = scr;
+    /* the register kernels: rows of contiguous columns; σs's own gradient takes the row loops */
+    dora_kern dk;
+    if (dora && c->dims.dora_on_out && Wt && !jb.want_sigma && wv.fast && gv.fast && dora_kernels(&dk)) jb.dk = &dk;
     if (dora && !c->dims.dora_on_out) {
         partial = calloc((size_t)col_groups((O + RB - 1) / RB) * 2 * (size_t)dr.kept, sizeof(float));
         if (!partial) {
