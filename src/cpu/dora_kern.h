@@ -100,22 +100,28 @@ CK_AI void KN(sums_nr)(int nr, const dora_row_t *rw, lyco_dtype wdt, lyco_dtype 
     }
 }
 
-/* The sums of nr ≤ 4 rows (rw[r].g NULL: forward, sg unused); V stored over rw[r].v. W (and G)
-   in one 16-bit dtype or fp32 (the common cases) get loops of their own. */
+/* The sums of nr ≤ 4 rows (rw[r].g NULL: forward, sg unused); V stored over rw[r].v. The dtype
+   combinations of the policy's rows (W, G and the compute dtype T: one 16-bit type, fp32, or fp32
+   tensors rounded to a 16-bit T) get loops of their own, every dtype a constant in them. */
 static void KN(dora_sums)(int nr, const dora_row_t *rw, lyco_dtype wdt, lyco_dtype gdt, lyco_dtype T, lyco_dtype gT, float sig,
                           int64_t n, double *ss, double *sg) {
     bool bwd = rw[0].g != NULL;
-    if (!bwd) {
-        if (wdt == LYCO_BF16) KN(sums_nr)(nr, rw, LYCO_BF16, LYCO_BF16, T, gT, sig, false, n, ss, sg);
-        else if (wdt == LYCO_F32) KN(sums_nr)(nr, rw, LYCO_F32, LYCO_F32, T, gT, sig, false, n, ss, sg);
-        else KN(sums_nr)(nr, rw, wdt, wdt, T, gT, sig, false, n, ss, sg);
-    } else if (wdt == gdt && wdt == LYCO_BF16) {
-        KN(sums_nr)(nr, rw, LYCO_BF16, LYCO_BF16, T, gT, sig, true, n, ss, sg);
-    } else if (wdt == LYCO_F32 && gdt == LYCO_F32) {
-        KN(sums_nr)(nr, rw, LYCO_F32, LYCO_F32, T, gT, sig, true, n, ss, sg);
-    } else {
-        KN(sums_nr)(nr, rw, wdt, gdt, T, gT, sig, true, n, ss, sg);
+    if (!bwd) gdt = wdt, gT = T;
+#define DORA_SUMS_CASE(W_, G_, T_, GT_)                                                                                  \
+    if (wdt == W_ && gdt == G_ && T == T_ && gT == GT_) {                                                                \
+        if (bwd) KN(sums_nr)(nr, rw, W_, G_, T_, GT_, sig, true, n, ss, sg);                                             \
+        else KN(sums_nr)(nr, rw, W_, G_, T_, GT_, sig, false, n, ss, sg);                                                \
+        return;                                                                                                          \
     }
+    DORA_SUMS_CASE(LYCO_BF16, LYCO_BF16, LYCO_BF16, LYCO_BF16)
+    DORA_SUMS_CASE(LYCO_F32, LYCO_F32, LYCO_F32, LYCO_F32)
+    DORA_SUMS_CASE(LYCO_BF16, LYCO_F32, LYCO_BF16, LYCO_BF16)
+    DORA_SUMS_CASE(LYCO_F32, LYCO_F32, LYCO_BF16, LYCO_BF16)
+    DORA_SUMS_CASE(LYCO_F16, LYCO_F16, LYCO_F16, LYCO_F16)
+    DORA_SUMS_CASE(LYCO_F16, LYCO_F32, LYCO_F16, LYCO_F16)
+    DORA_SUMS_CASE(LYCO_F32, LYCO_F32, LYCO_F16, LYCO_F16)
+#undef DORA_SUMS_CASE
+    KN(sums_nr)(nr, rw, wdt, gdt, T, gT, sig, bwd, n, ss, sg);
 }
 
 /* ---- forward: one output row ---- */
@@ -131,10 +137,12 @@ CK_AI void KN(fwd_form)(int64_t n, const float *v, float coef, const char *w, ly
     }
 }
 
-/* out = RN_out(V·coef), minus w (DELTA: w non-NULL) */
+/* out = RN_out(V·coef), minus w (DELTA: w non-NULL); the plain modes' output dtypes get loops
+   of their own */
 static void KN(dora_fwd_row)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out,
                              lyco_dtype odt) {
     if (!w && odt == LYCO_BF16) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_BF16);
+    else if (!w && odt == LYCO_F16) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_F16);
     else if (!w && odt == LYCO_F32) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_F32);
     else KN(fwd_form)(n, v, coef, w, wdt, T, out, odt);
 }
@@ -160,12 +168,22 @@ CK_AI void KN(bwd_form)(int64_t n, const char *g, lyco_dtype gdt, lyco_dtype gT,
     }
 }
 
-/* out = (RN_RT(g·coef − (t·V)/nrm))·σs; RT = fp32: no rounding (exact G); σs = 1: no product */
+/* out = (RN_RT(g·coef − (t·V)/nrm))·σs; RT = fp32: no rounding (exact G); σs = 1: no product.
+   The policy's combinations (G in T, or fp32 rounded to T; or exact) get loops of their own. */
 static void KN(dora_bwd_row)(int64_t n, const char *g, lyco_dtype gdt, lyco_dtype gT, const float *v, float coef, float t, float nrm,
                              lyco_dtype RT, float sig, float *out) {
-    if (gdt == LYCO_BF16 && RT == LYCO_BF16) KN(bwd_form)(n, g, LYCO_BF16, gT, v, coef, t, nrm, LYCO_BF16, sig, out);
-    else if (gdt == LYCO_F32 && RT == LYCO_F32) KN(bwd_form)(n, g, LYCO_F32, gT, v, coef, t, nrm, LYCO_F32, sig, out);
-    else KN(bwd_form)(n, g, gdt, gT, v, coef, t, nrm, RT, sig, out);
+#define DORA_BWD_CASE(G_, GT_, RT_)                                                                                      \
+    if (gdt == G_ && gT == GT_ && RT == RT_) {                                                                           \
+        KN(bwd_form)(n, g, G_, GT_, v, coef, t, nrm, RT_, sig, out);                                                     \
+        return;                                                                                                          \
+    }
+    DORA_BWD_CASE(LYCO_BF16, LYCO_BF16, LYCO_BF16)
+    DORA_BWD_CASE(LYCO_F32, LYCO_F32, LYCO_F32)
+    DORA_BWD_CASE(LYCO_F32, LYCO_BF16, LYCO_BF16)
+    DORA_BWD_CASE(LYCO_F16, LYCO_F16, LYCO_F16)
+    DORA_BWD_CASE(LYCO_F32, LYCO_F16, LYCO_F16)
+#undef DORA_BWD_CASE
+    KN(bwd_form)(n, g, gdt, gT, v, coef, t, nrm, RT, sig, out);
 }
 
 #undef SK_N
