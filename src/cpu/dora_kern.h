@@ -11,6 +11,11 @@
  *   KN(dora_bwd_row)  x_j = g_j·coef − (t·V_j)/nrm, RN_T(x_j) unless G is exact, then ·σs
  *                     unless σs = 1: the fp32 rows ∂L/∂ΔW̄ handed to the generator's rows_bwd
  *
+ * Memory: W and G (and the output) stream from DRAM in 4-row interleaved passes, each row too
+ * short for the hardware prefetcher to follow; the passes prefetch, element for element, the rows
+ * that come next (dora_row_t.pw, .pg: the next 4-row group; KN(dora_fwd_row)'s po: the next
+ * block's output row, for writing). Without it the forward ran ~25 % slower after a cache sweep.
+ *
  * These are merge.c's row_sums / dora_row_out / dora_row_grad / cpu_round operations in the same
  * order (fp-contract off: each product and sum rounds by itself), on rows read straight from the
  * caller's tensors (cvt_lanes.h vin / vout), so no fp32 copy of W or G is staged. The double
@@ -64,6 +69,9 @@ CK_AI double KN(dsum_tree)(const KN(dsum) *s) {
 CK_AI void KN(sums_step)(const int NR, const dora_row_t *rw, lyco_dtype wdt, lyco_dtype gdt, lyco_dtype T, lyco_dtype gT,
                          SK_V s, bool bwd, int64_t j, int64_t m, KN(dsum) *ss, KN(dsum) *sg) {
     for (int r = 0; r < NR; r++) {
+        /* the same columns of the rows that come next (pw, pg: NULL at the end, or W in scratch) */
+        if (rw[r].pw) __builtin_prefetch(rw[r].pw + j * KN(vsize)(wdt), 0, 3);
+        if (bwd && rw[r].pg) __builtin_prefetch(rw[r].pg + j * KN(vsize)(gdt), 0, 3);
         SK_V w = KN(vin)(rw[r].w + j * KN(vsize)(wdt), wdt, T, m);
         SK_V d = KN(vin)((const char *)(rw[r].v + j), LYCO_F32, LYCO_F32, m);
         SK_V v = SK_ADD(w, SK_MUL(s, d));
@@ -127,10 +135,11 @@ static void KN(dora_sums)(int nr, const dora_row_t *rw, lyco_dtype wdt, lyco_dty
 /* ---- forward: one output row ---- */
 
 CK_AI void KN(fwd_form)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out,
-                        lyco_dtype odt) {
+                        lyco_dtype odt, char *po) {
     SK_V c = SK_SET1(coef);
     for (int64_t j = 0; j < n; j += SK_N) {
         int64_t m = n - j < SK_N ? n - j : SK_N;
+        if (po) __builtin_prefetch(po + j * KN(vsize)(odt), 1, 3);
         SK_V o = SK_MUL(KN(vin)((const char *)(v + j), LYCO_F32, LYCO_F32, m), c);
         if (w) o = SK_SUB(o, KN(vin)(w + j * KN(vsize)(wdt), wdt, T, m));
         KN(vout)(out + j * KN(vsize)(odt), odt, o, m);
@@ -140,11 +149,11 @@ CK_AI void KN(fwd_form)(int64_t n, const float *v, float coef, const char *w, ly
 /* out = RN_out(V·coef), minus w (DELTA: w non-NULL); the plain modes' output dtypes get loops
    of their own */
 static void KN(dora_fwd_row)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out,
-                             lyco_dtype odt) {
-    if (!w && odt == LYCO_BF16) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_BF16);
-    else if (!w && odt == LYCO_F16) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_F16);
-    else if (!w && odt == LYCO_F32) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_F32);
-    else KN(fwd_form)(n, v, coef, w, wdt, T, out, odt);
+                             lyco_dtype odt, char *po) {
+    if (!w && odt == LYCO_BF16) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_BF16, po);
+    else if (!w && odt == LYCO_F16) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_F16, po);
+    else if (!w && odt == LYCO_F32) KN(fwd_form)(n, v, coef, NULL, wdt, T, out, LYCO_F32, po);
+    else KN(fwd_form)(n, v, coef, w, wdt, T, out, odt, po);
 }
 
 /* ---- backward: one row of ∂L/∂ΔW̄ ---- */

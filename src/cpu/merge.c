@@ -270,6 +270,7 @@ typedef struct {
     const char *w;
     float *v;
     const char *g;
+    const char *pw, *pg;   /* W's and G's rows to prefetch meanwhile (the next group's), or NULL */
 } dora_row_t;
 
 #pragma GCC push_options
@@ -282,7 +283,8 @@ typedef struct {
 typedef struct {
     void (*sums)(int nr, const dora_row_t *rw, lyco_dtype wdt, lyco_dtype gdt, lyco_dtype T, lyco_dtype gT, float sig, int64_t n,
                  double *ss, double *sg);
-    void (*fwd_row)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out, lyco_dtype odt);
+    void (*fwd_row)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out, lyco_dtype odt,
+                    char *po);
     void (*bwd_row)(int64_t n, const char *g, lyco_dtype gdt, lyco_dtype gT, const float *v, float coef, float t, float nrm,
                     lyco_dtype RT, float sig, float *out);
 } dora_kern;
@@ -404,14 +406,15 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             dora_row_t rw[RB];
             lyco_dtype wdt = w_late ? wv.dt : LYCO_F32; /* a generator's W block is fp32, rounded already */
             for (int64_t r = 0; r < nr; r++)
-                rw[r] = (dora_row_t){w_late ? view_row(&wv, o0 + r) : (const char *)(sc->W + r * IK), sc->D + r * IK, NULL};
+                rw[r] = (dora_row_t){w_late ? view_row(&wv, o0 + r) : (const char *)(sc->W + r * IK), sc->D + r * IK, NULL,
+                                     w_late && o0 + RB + r < O ? view_row(&wv, o0 + RB + r) : NULL, NULL};
             double ss[RB];
             dk.sums((int)nr, rw, wdt, wdt, T, T, sig, IK, ss, NULL);
             for (int64_t r = 0; r < nr; r++) {
                 dr.norm2[o0 + r] = (float)ss[r]; /* per-row state is owned by this thread */
                 dora_coef(c, &dr, o0 + r);
                 dk.fwd_row(IK, rw[r].v, dr.coef[o0 + r], mode == LYCO_MERGE_DELTA ? rw[r].w : NULL, wdt, T,
-                           (char *)view_row(&ov, o0 + r), ov.dt);
+                           (char *)view_row(&ov, o0 + r), ov.dt, o0 + RB + r < O ? (char *)view_row(&ov, o0 + RB + r) : NULL);
             }
             continue;
         }
@@ -500,9 +503,12 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
         for (int64_t r0 = 0; r0 < nr; r0 += 4) {
             int q = nr - r0 < 4 ? (int)(nr - r0) : 4;
             dora_row_t rw[4];
-            for (int i = 0; i < q; i++)
-                rw[i] = (dora_row_t){w_late ? view_row(jb->wv, o0 + r0 + i) : (const char *)(sc->W + (r0 + i) * IK),
-                                     sc->D + (r0 + i) * IK, view_row(jb->gv, o0 + r0 + i)};
+            for (int i = 0; i < q; i++) {
+                int64_t o = o0 + r0 + i, on = o + 4 < o0 + nr ? o + 4 : o + jb->rb;   /* the next group's row */
+                bool pf = on < jb->O;
+                rw[i] = (dora_row_t){w_late ? view_row(jb->wv, o) : (const char *)(sc->W + (r0 + i) * IK), sc->D + (r0 + i) * IK,
+                                     view_row(jb->gv, o), pf && w_late ? view_row(jb->wv, on) : NULL, pf ? view_row(jb->gv, on) : NULL};
+            }
             double ss[4], sgv[4];
             dk->sums(q, rw, wdt, gdt, T, gT, sig, IK, ss, sgv);
             for (int i = 0; i < q; i++) {
