@@ -22,6 +22,10 @@
  * forward, to a per-thread V row backward); the row expressions read it (bitwise the same).
  * Backward: W's rows likewise one at a time next to their use when the generator does not read
  * them (DoRA: the W block was a third 32-row scratch block next to Δ and G, past L2 with P).
+ * DoRA per output row on rows of contiguous columns (x86-64-v4 / v3, no σs gradient): dora_kern.h
+ * instead — W and G read straight from the tensors, the sums of 4 rows at once (one row's add chains
+ * are latency-bound), the output or gradient row in one pass, the next rows prefetched; the same
+ * operations in the same order (bitwise the row loops' results).
  * A generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
  * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
