@@ -24,9 +24,9 @@
  *   calling thread; called outside one with ≥ 4·10⁶ multiply-adds on the blocked path, it splits
  *   N (or M when N is narrower) into contiguous 16-column (6-row) aligned ranges over the OpenMP
  *   threads, each C element computed by one thread as serially.
- * Extra memory: one packing buffer per thread, max(PACK_FLOATS, 16·K) floats (≥ 512 KB), made on
- *   the thread's first blocked GEMM, grown when a larger K needs it, freed at thread exit (pthread
- *   key destructor). No other state. Out of memory: the small path (rounding may then differ).
+ * Extra memory: one packing buffer per thread, max(PACK_FLOATS, 16·K, DOT_JG·K) floats (≥ 512 KB),
+ *   made on the thread's first blocked GEMM (or v4 nt with K ≥ 64: its column pairs), grown when
+ *   a larger K needs it, freed at thread exit (pthread key destructor). No other state. Out of memory: the small path (rounding may then differ).
  *
  * The kernels (gemm_kern.h) are GCC vector types (8 fp32 lanes), compiled twice: for x86-64-v3
  * (AVX2 + FMA, under a target pragma; see gemm_kern.h for why not target_clones) and portable,

@@ -29,7 +29,9 @@
  *                 v3/v4) or scalar (portable). Tiny products, K < 8, M ≤ 4, and the partial last
  *                 GNR columns of the direct path.
  *   dot_nt      : nt as dot products over K (3×4 blocks of 12 accumulators; B rows in groups of
- *                 DOT_JG so they stay in L2 while every A row block passes)
+ *                 DOT_JG so they stay in L2 while every A row block passes); v4, K ≥ 64:
+ *                 dot_nt_packed — each group's rows packed once as column pairs (two outputs'
+ *                 8 k-lanes per zmm), 4-row × 4-pair blocks, the same chains and tree
  *   pack_b_panel: GNR-column k-major panels of a row-major B, zero-padded
  *   micro / tile: the MR×GNR micro-kernel over the whole K (no K blocking: that would move the
  *                 + C_old of an accumulating call), A read in place by broadcasts; column tails
@@ -177,10 +179,117 @@ AI void KN(dot_block2)(const int P, const int H, int64_t K, const float *A, int6
 }
 #endif
 
-/* C[M×N] (+)= A[M×K]·B[N×K]ᵀ as dot products over K (v4: dot_block2's column pairs, then
-   dot_block for an odd last column — the same sums) */
+#if defined(GK_FMA) && VL == 16
+/* Column pairs packed once per group of B rows (dot_nt_packed): pair h's 8-float chunk c of both
+   rows side by side, [B[2h][8c..8c+7], B[2h+1][8c..8c+7]], in tiles of up to 4 pairs — tile t
+   (pairs 4t … 4t+hn−1) is K8/8 chunks of hn·16 floats, one contiguous stream */
+AI float *KN(pair_at)(float *pk, int64_t h, int64_t npair, int64_t K8) {
+    int64_t t = h / 4;
+    (void)npair;
+    return pk + t * 4 * 2 * K8 + (h % 4) * 16;
+}
+AI int64_t KN(pair_tile_n)(int64_t h, int64_t npair) { return npair - h / 4 * 4 < 4 ? npair - h / 4 * 4 : 4; }
+AI void KN(pack_pairs)(int64_t npair, int64_t K8, const float *B, int64_t ldb, float *pk) {
+    for (int64_t h = 0; h < npair; h++) {
+        const float *b0 = B + 2 * h * ldb, *b1 = b0 + ldb;
+        float *d = KN(pair_at)(pk, h, npair, K8);
+        int64_t step = 16 * KN(pair_tile_n)(h, npair);
+        for (int64_t k = 0; k < K8; k += 8, d += step)
+            _mm512_storeu_ps(d, _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(b0 + k)), _mm256_loadu_ps(b1 + k), 1));
+    }
+}
+
+/* lane 0 ← ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7)) and lane 8 ← the same of lanes 8–15: hsum8's tree
+   on both halves (each add pairs the same two values as hsum8's, a + b = b + a) */
+AI __m512 KN(hsum8x2)(__m512 x) {
+    x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xB1));       /* (0+1) (2+3) in lanes 0, 2 */
+    x = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4E));       /* ((0+1)+(2+3)) in lane 0, ((4+5)+(6+7)) in lane 4 */
+    return _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, 0xB1)); /* lane 0 + lane 4; lane 8 + lane 12 */
+}
+
+/* One P×(2H) block from packed pairs (P ≤ 4 rows, H ≤ 4 pairs of one tile; constants after
+   inlining): per 8-float chunk P broadcasts of A and H loads of the tile, P·H FMAs into 16-lane
+   accumulators — each lane dot_block's chain — then hsum8x2, the tail and C as dot_block. */
+AI void KN(dot_packed)(const int P, const int H, int64_t K, const float *A, int64_t lda, const float *pk, int64_t step,
+                       const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    int64_t K8 = K & ~(int64_t)7;
+    __m512 acc[4][4];
+    for (int p = 0; p < 4; p++)
+        for (int h = 0; h < 4; h++) acc[p][h] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K8; k += 8, pk += step) {
+        __m512 a[4];
+        for (int p = 0; p < P; p++) a[p] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A + p * lda + k));
+        for (int h = 0; h < H; h++) {
+            __m512 bb = _mm512_loadu_ps(pk + 16 * h);
+            for (int p = 0; p < P; p++) acc[p][h] = _mm512_fmadd_ps(a[p], bb, acc[p][h]);
+        }
+    }
+    for (int p = 0; p < P; p++)
+        for (int h = 0; h < H; h++) {
+            __m512 t = KN(hsum8x2)(acc[p][h]);
+            float hs[2] = {_mm512_cvtss_f32(t), _mm512_cvtss_f32(_mm512_castps256_ps512(_mm512_extractf32x8_ps(t, 1)))};
+            for (int e = 0; e < 2; e++) {
+                float s = hs[e] + KN(dot_tail)(A + p * lda, B + (2 * h + e) * ldb, K8, K);
+                float *c = C + p * ldc + 2 * h + e;
+                *c = accumulate ? *c + s : s;
+            }
+        }
+}
+
+/* dot_nt with each group's column pairs packed once (this thread's packing buffer) and 4-row ×
+   4-pair blocks: loads per FMA 0.5 against dot_block2's 0.9 (no insert per B chunk). Bitwise
+   dot_block's sums. false: no buffer (out of memory), nothing done. */
+AI bool KN(dot_nt_packed)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                          int64_t ldc, bool accumulate) {
+    int64_t K8 = K & ~(int64_t)7, cap = 0;
+    float *pk = pack_buffer(DOT_JG * K8, &cap);
+    if (!pk) return false;
+    for (int64_t jg = 0; jg < N; jg += DOT_JG) {
+        int64_t je = N - jg < DOT_JG ? N : jg + DOT_JG, npair = (je - jg) / 2;
+        const float *Bg = B + jg * ldb;
+        KN(pack_pairs)(npair, K8, Bg, ldb, pk);
+        for (int64_t i = 0; i < M;) {
+            int64_t P = M - i >= 4 ? 4 : M - i >= 2 ? 2 : 1;
+            const float *a = A + i * lda;
+            float *c = C + i * ldc + jg;
+            for (int64_t h = 0; h < npair;) {
+                int64_t hn = KN(pair_tile_n)(h, npair), step = 16 * hn;
+                const float *p0 = KN(pair_at)(pk, h, npair, K8);
+                const float *b = Bg + 2 * h * ldb;
+                float *cc = c + 2 * h;
+                if (hn == 4) {
+                    if (P == 4) KN(dot_packed)(4, 4, K, a, lda, p0, step, b, ldb, cc, ldc, accumulate);
+                    else if (P == 2) KN(dot_packed)(2, 4, K, a, lda, p0, step, b, ldb, cc, ldc, accumulate);
+                    else KN(dot_packed)(1, 4, K, a, lda, p0, step, b, ldb, cc, ldc, accumulate);
+                    h += 4;
+                } else { /* the last tile's pairs one at a time */
+                    for (int64_t e = 0; e < hn; e++, h++) {
+                        const float *pe = p0 + 16 * e, *be = Bg + 2 * h * ldb;
+                        float *ce = c + 2 * h;
+                        if (P == 4) KN(dot_packed)(4, 1, K, a, lda, pe, step, be, ldb, ce, ldc, accumulate);
+                        else if (P == 2) KN(dot_packed)(2, 1, K, a, lda, pe, step, be, ldb, ce, ldc, accumulate);
+                        else KN(dot_packed)(1, 1, K, a, lda, pe, step, be, ldb, ce, ldc, accumulate);
+                    }
+                }
+            }
+            if ((je - jg) & 1) /* an odd last column */
+                for (int64_t q = 0; q < P; q++)
+                    KN(dot_block)(1, 1, K, a + q * lda, lda, Bg + (je - jg - 1) * ldb, ldb, c + q * ldc + (je - jg - 1), ldc, accumulate);
+            i += P;
+        }
+    }
+    return true;
+}
+#endif
+
+/* C[M×N] (+)= A[M×K]·B[N×K]ᵀ as dot products over K (v4: column pairs packed per group of B rows
+   for K ≥ 64 (dot_nt_packed), else dot_block2's column pairs, then dot_block for an odd last
+   column — the same sums) */
 AI void KN(dot_nt)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                    bool accumulate) {
+#if defined(GK_FMA) && VL == 16
+    if (K >= 64 && N >= 2 && KN(dot_nt_packed)(M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
+#endif
     for (int64_t jg = 0; jg < N; jg += DOT_JG) {
         int64_t je = N - jg < DOT_JG ? N : jg + DOT_JG;
         int64_t i = 0;

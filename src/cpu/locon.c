@@ -162,7 +162,9 @@ static lyco_status locon_prepare(const lyco_call *c, locon_t *s, bool grads) {
         }
         s->nparts = parts_of(units, per);
         s->gU = calloc((size_t)(merge ? 1 : s->nparts) * (size_t)(s->O * s->r) + 1, sizeof(float));
-        s->gP = calloc((size_t)s->nparts * (size_t)(s->r * s->IK) + 1, sizeof(float));
+        /* merge: each run zeroes its own partial at its first block (rows_bwd), in the parallel pass */
+        size_t nP = (size_t)s->nparts * (size_t)(s->r * s->IK) + 1;
+        s->gP = merge ? malloc(sizeof(float) * nP) : calloc(nP, sizeof(float));
         if (!s->gU || !s->gP) return lyco_fail(LYCO_ERR_NOMEM, "cpu locon: out of memory for gradient partials");
     }
     return LYCO_OK;
@@ -182,9 +184,13 @@ static void rows(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, fl
 static void rows_bwd(const cpu_delta *dl, int64_t o0, int64_t nr, const float *W, const float *G, int part) {
     (void)W;
     const locon_t *s = dl->state;
-    /* G_Ū rows are owned by this block; G_P accumulates in its run's partial (the driver's groups) */
+    /* G_Ū rows are owned by this block; G_P accumulates in its run's partial (the driver's groups),
+       zeroed here at the run's first block */
+    int64_t rb = merge_bwd_rows(s->IK);
+    float *gP = s->gP + (size_t)part * (size_t)(s->r * s->IK);
+    if (o0 / rb == cpu_run_start((s->O + rb - 1) / rb, s->nparts, part)) memset(gP, 0, sizeof(float) * (size_t)(s->r * s->IK));
     cpu_gemm_nt(nr, s->r, s->IK, G, s->IK, s->P, s->IK, s->gU + o0 * s->r, s->r, false);
-    cpu_gemm_tn(s->r, s->IK, nr, s->U + o0 * s->r, s->r, G, s->IK, s->gP + (size_t)part * (size_t)(s->r * s->IK), s->IK, true);
+    cpu_gemm_tn(s->r, s->IK, nr, s->U + o0 * s->r, s->r, G, s->IK, gP, s->IK, true);
 }
 
 /* Reduces the G_P partials (thread order), chains G_Ū and G_P to the slots, stores them. */

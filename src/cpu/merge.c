@@ -22,6 +22,10 @@
  * forward, to a per-thread V row backward); the row expressions read it (bitwise the same).
  * Backward: W's rows likewise one at a time next to their use when the generator does not read
  * them (DoRA: the W block was a third 32-row scratch block next to Δ and G, past L2 with P).
+ * DoRA per output row on rows of contiguous columns (x86-64-v4 / v3, no σs gradient): dora_kern.h
+ * instead — W and G read straight from the tensors, the sums of 4 rows at once (one row's add chains
+ * are latency-bound), the output or gradient row in one pass, the next rows prefetched; the same
+ * operations in the same order (bitwise the row loops' results).
  * A generator may ask for larger blocks (cpu_delta.rows_bwd_block) and for `groups`
  * fixed runs of blocks (one thread per run, the run's index passed as rows_bwd's partial index):
  * its partials, the column pass and the σs partials then do not depend on the thread count (LoCon
@@ -114,10 +118,13 @@ static bool scratch_alloc(scratch_t **out, int nt, int64_t rb, int64_t IK, bool 
     scratch_t *s = calloc((size_t)nt, sizeof *s);
     if (!s) return false;
     for (int t = 0; t < nt; t++) {
+        /* W zeroed (a generator that reads W is handed this block even where no W was given); Δ, the
+           output/gradient block and V are written before they are read, so not zeroed (calloc
+           cleared ~2 MB a call at 2 threads for the backward's 32-row blocks, serially) */
         s[t].W = calloc((size_t)(rb * IK + 1), sizeof(float));
-        s[t].D = calloc((size_t)(rb * IK + 1), sizeof(float));
-        s[t].O2 = calloc((size_t)(rb * IK + 1), sizeof(float));
-        s[t].V = v_row ? calloc((size_t)(IK + 1), sizeof(float)) : NULL;
+        s[t].D = malloc(sizeof(float) * (size_t)(rb * IK + 1));
+        s[t].O2 = malloc(sizeof(float) * (size_t)(rb * IK + 1));
+        s[t].V = v_row ? malloc(sizeof(float) * (size_t)(IK + 1)) : NULL;
         if (!s[t].W || !s[t].D || !s[t].O2 || (v_row && !s[t].V)) {
             *out = s;
             return false;
@@ -262,6 +269,53 @@ NOFMA_HOT static void row_sums(const float *restrict w, const float *restrict dl
     if (sg) *sg = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
 }
 
+/* ---- DoRA per output row in registers (dora_kern.h; x86-64-v4 / v3) ---- */
+
+/* One row for dora_kern.h: W's row (the tensor's, or the fp32 block a W-reading generator was
+   given), ΔW̄'s row (fp32, replaced by V), G's row (backward; NULL forward). */
+typedef struct {
+    const char *w;
+    float *v;
+    const char *g;
+    const char *pw, *pg;   /* W's and G's rows to prefetch meanwhile (the next group's), or NULL */
+} dora_row_t;
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#define ISA_EACH_HEADER "dora_kern.h"
+#define ISA_EACH_V4 1
+#include "isa_each.h"
+#pragma GCC pop_options
+
+typedef struct {
+    void (*sums)(int nr, const dora_row_t *rw, lyco_dtype wdt, lyco_dtype gdt, lyco_dtype T, lyco_dtype gT, float sig, int64_t n,
+                 double *ss, double *sg);
+    void (*fwd_row)(int64_t n, const float *v, float coef, const char *w, lyco_dtype wdt, lyco_dtype T, char *out, lyco_dtype odt,
+                    char *po);
+    void (*bwd_row)(int64_t n, const char *g, lyco_dtype gdt, lyco_dtype gT, const float *v, float coef, float t, float nrm,
+                    lyco_dtype RT, float sig, float *out);
+} dora_kern;
+
+/* this CPU's register kernels; false: the portable row loops below (portable build,
+   LYCO_CPU_ISA=base) */
+static bool dora_kernels(dora_kern *k) {
+#ifdef CPU_V3
+    int isa = cpu_isa();
+    if (isa >= 2) {
+        *k = (dora_kern){dora_sums_v4, dora_fwd_row_v4, dora_bwd_row_v4};
+        return true;
+    }
+    if (isa == 1) {
+        *k = (dora_kern){dora_sums_v3, dora_fwd_row_v3, dora_bwd_row_v3};
+        return true;
+    }
+#endif
+    (void)k;
+    return false;
+}
+
+static const char *view_row(const cpu_view *v, int64_t r) { return v->base + r * v->rs * (int64_t)v->es; }
+
 /* DoRA per output row, forward, in place on V (row_sums' vout): o_j = V_j·coef, minus w_j for
    DELTA (the per-input loop's expression with V and the row's coefficient hoisted: bitwise the same) */
 NOFMA_HOT static void dora_row_out(float *restrict o, const float *restrict w, float coef, bool delta, int64_t n) {
@@ -343,6 +397,10 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
         dora_column_pass(c, d, &wv, NULL, scr, sig, &dr, partial);
         for (int64_t k = 0; k < dr.kept; k++) dora_coef(c, &dr, k);
     }
+    /* DoRA per output row with rows of contiguous columns: the register kernels (dora_kern.h) read
+       W and write the output rows in place, the block's 4 rows' sums together */
+    dora_kern dk;
+    bool dk_on = dora && c->dims.dora_on_out && Wt && wv.fast && ov.fast && dora_kernels(&dk);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < nblocks; b++) {
         scratch_t *sc = &scr[cpu_thread_id()];
@@ -351,6 +409,22 @@ lyco_status cpu_merge_fwd(const lyco_call *c, const cpu_delta *d) {
             for (int64_t r = 0; r < nr; r++) cpu_load(&wv, o0 + r, 0, IK, T, sc->W + r * IK);
         if (c->dropped) memset(sc->D, 0, sizeof(float) * (size_t)(nr * IK));
         else d->rows(d, o0, nr, sc->W, sc->D);
+        if (dk_on) {
+            dora_row_t rw[RB];
+            lyco_dtype wdt = w_late ? wv.dt : LYCO_F32; /* a generator's W block is fp32, rounded already */
+            for (int64_t r = 0; r < nr; r++)
+                rw[r] = (dora_row_t){w_late ? view_row(&wv, o0 + r) : (const char *)(sc->W + r * IK), sc->D + r * IK, NULL,
+                                     w_late && o0 + RB + r < O ? view_row(&wv, o0 + RB + r) : NULL, NULL};
+            double ss[RB];
+            dk.sums((int)nr, rw, wdt, wdt, T, T, sig, IK, ss, NULL);
+            for (int64_t r = 0; r < nr; r++) {
+                dr.norm2[o0 + r] = (float)ss[r]; /* per-row state is owned by this thread */
+                dora_coef(c, &dr, o0 + r);
+                dk.fwd_row(IK, rw[r].v, dr.coef[o0 + r], mode == LYCO_MERGE_DELTA ? rw[r].w : NULL, wdt, T,
+                           (char *)view_row(&ov, o0 + r), ov.dt, o0 + RB + r < O ? (char *)view_row(&ov, o0 + RB + r) : NULL);
+            }
+            continue;
+        }
         for (int64_t r = 0; r < nr; r++) {
             float *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK, *o = dora ? sc->O2 + r * IK : dl;
             if (w_late) cpu_load(&wv, o0 + r, 0, IK, T, w);
@@ -411,6 +485,7 @@ typedef struct {
     int64_t O, IK, rb;
     bool load_w, need_rows, want_sigma;
     float sig, m;
+    const dora_kern *dk;    /* DoRA per output row through dora_kern.h, or NULL */
 } bwd_job;
 
 /* Row block b (rows [b·rb, b·rb + rb) ∩ [0, O)) on thread `tid`'s scratch; `part` indexes the
@@ -429,6 +504,33 @@ static void bwd_block(const bwd_job *jb, int64_t b, int tid, int part) {
     if (jb->load_w && !w_late)
         for (int64_t r = 0; r < nr; r++) cpu_load(jb->wv, o0 + r, 0, IK, T, sc->W + r * IK);
     if (jb->need_rows) d->rows(d, o0, nr, sc->W, sc->D);
+    if (jb->dk) { /* DoRA per output row, register kernels: 4 rows' sums at a time, W and G read in place */
+        const dora_kern *dk = jb->dk;
+        lyco_dtype wdt = w_late ? jb->wv->dt : LYCO_F32, gdt = jb->gv->dt, gT = d->g_exact ? LYCO_F32 : T;
+        for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+            int q = nr - r0 < 4 ? (int)(nr - r0) : 4;
+            dora_row_t rw[4];
+            for (int i = 0; i < q; i++) {
+                int64_t o = o0 + r0 + i, on = o + 4 < o0 + nr ? o + 4 : o + jb->rb;   /* the next group's row */
+                bool pf = on < jb->O;
+                rw[i] = (dora_row_t){w_late ? view_row(jb->wv, o) : (const char *)(sc->W + (r0 + i) * IK), sc->D + (r0 + i) * IK,
+                                     view_row(jb->gv, o), pf && w_late ? view_row(jb->wv, on) : NULL, pf ? view_row(jb->gv, on) : NULL};
+            }
+            double ss[4], sgv[4];
+            dk->sums(q, rw, wdt, gdt, T, gT, sig, IK, ss, sgv);
+            for (int i = 0; i < q; i++) {
+                int64_t o = o0 + r0 + i;
+                dr->norm2[o] = (float)ss[i];
+                dr->S[o] = (float)sgv[i];
+                dora_coef(c, dr, o);
+                float n = dr->norm2[o] + dr->eps;
+                dk->bwd_row(IK, rw[i].g, gdt, gT, rw[i].v, dr->coef[o], (m * dr->d[o] / (n * n)) * dr->S[o], dr->norm2[o], gT, sig,
+                            sc->O2 + (r0 + i) * IK);
+            }
+        }
+        d->rows_bwd(d, o0, nr, sc->W, sc->O2, part);
+        return;
+    }
     for (int64_t r = 0; r < nr; r++) {
         float *g = sc->O2 + r * IK, *w = sc->W + (w_late ? 0 : r * IK), *dl = sc->D + r * IK;
         if (w_late) cpu_load(jb->wv, o0 + r, 0, IK, T, w);
@@ -496,6 +598,9 @@ lyco_status cpu_merge_bwd(const lyco_call *c, const cpu_delta *d) {
         goto done;
     }
     jb.scr = scr;
+    /* the register kernels: rows of contiguous columns; σs's own gradient takes the row loops */
+    dora_kern dk;
+    if (dora && c->dims.dora_on_out && Wt && !jb.want_sigma && wv.fast && gv.fast && dora_kernels(&dk)) jb.dk = &dk;
     if (dora && !c->dims.dora_on_out) {
         partial = calloc((size_t)col_groups((O + RB - 1) / RB) * 2 * (size_t)dr.kept, sizeof(float));
         if (!partial) {
