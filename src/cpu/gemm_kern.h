@@ -285,10 +285,17 @@ AI bool KN(dot_nt_packed)(int64_t M, int64_t N, int64_t K, const float *A, int64
 /* C[M×N] (+)= A[M×K]·B[N×K]ᵀ as dot products over K (v4: column pairs packed per group of B rows
    for K ≥ 64 (dot_nt_packed), else dot_block2's column pairs, then dot_block for an odd last
    column — the same sums) */
+/* The packed path packs N·K floats per call and reuses them over the M rows: below 16 rows the
+   packing outweighed the saving (session 25, 2 threads: LoHa merge_bwd 1.50–1.62 → 1.34–1.36 and
+   GLoRA merge_bwd 1.59–1.78 → 1.44–1.47 t/fl with this bound, DoRA rows and the bypass forwards'
+   gains unchanged; docs/bench-cpu.md). Either path gives the same bits. */
+#ifndef GK_NT_PACKED_MIN_M
+#define GK_NT_PACKED_MIN_M 16 /* the file is included once per ISA */
+#endif
 AI void KN(dot_nt)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                    bool accumulate) {
 #if defined(GK_FMA) && VL == 16
-    if (K >= 64 && N >= 2 && KN(dot_nt_packed)(M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
+    if (K >= 64 && N >= 2 && M >= GK_NT_PACKED_MIN_M && KN(dot_nt_packed)(M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
 #endif
     for (int64_t jg = 0; jg < N; jg += DOT_JG) {
         int64_t je = N - jg < DOT_JG ? N : jg + DOT_JG;
