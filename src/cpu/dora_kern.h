@@ -195,10 +195,4 @@ static void KN(dora_bwd_row)(int64_t n, const char *g, lyco_dtype gdt, lyco_dtyp
     KN(bwd_form)(n, g, gdt, gT, v, coef, t, nrm, RT, sig, out);
 }
 
-#undef SK_N
-#undef SK_V
-#undef SK_SET1
-#undef SK_ZERO
-#undef SK_MUL
-#undef SK_ADD
-#undef SK_SUB
+#include "lane_io_end.h"

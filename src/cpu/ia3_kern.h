@@ -87,10 +87,4 @@ static void KN(ia3_dot)(const char *g, lyco_dtype gdt, const char *w, lyco_dtype
     else KN(dot_form)(g, gdt, w, wdt, T, m, n, acc);
 }
 
-#undef SK_N
-#undef SK_V
-#undef SK_SET1
-#undef SK_ZERO
-#undef SK_MUL
-#undef SK_ADD
-#undef SK_SUB
+#include "lane_io_end.h"

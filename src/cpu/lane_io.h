@@ -5,7 +5,7 @@
  * (no FMA: the includers compile with fp-contract off, so a product and a sum stay two roundings).
  * Loads and stores of any dtype are cvt_lanes.h's KN(vin) / KN(vout) (whole vectors or the first
  * m lanes). Included after cvt_lanes.h under the includer's `#pragma GCC target`; the includer
- * #undefs the SK_ macros at its end. Not a public header; no include guard; no memory.
+ * includes lane_io_end.h (which #undefs the SK_ macros) at its end. Not a public header; no include guard; no memory.
  */
 
 #ifdef CK_V4

@@ -221,10 +221,4 @@ CK_AI void KN(nk_dispatch)(const norm_row_t *r, int nr, bool fwd) {
 static void KN(norm_fwd_row)(const norm_row_t *r, int nr) { KN(nk_dispatch)(r, nr, true); }
 static void KN(norm_bwd_row)(const norm_row_t *r, int nr) { KN(nk_dispatch)(r, nr, false); }
 
-#undef SK_N
-#undef SK_V
-#undef SK_SET1
-#undef SK_ZERO
-#undef SK_MUL
-#undef SK_ADD
-#undef SK_SUB
+#include "lane_io_end.h"

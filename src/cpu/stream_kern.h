@@ -92,10 +92,4 @@ static void KN(seg)(const seg_t *g, int64_t n) {
     KN(sk_row)(g, n, f);
 }
 
-#undef SK_N
-#undef SK_V
-#undef SK_SET1
-#undef SK_ZERO
-#undef SK_MUL
-#undef SK_ADD
-#undef SK_SUB
+#include "lane_io_end.h"
