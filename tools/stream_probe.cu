@@ -113,6 +113,51 @@ template <int R, int C> __global__ void k_tile_ps(const unsigned short *in, unsi
     }
 }
 
+
+/* A column strip of C columns walked down by a persistent block in R-row stages through an S-deep
+   cp.async ring (the shape an expand whose block keeps Q's fragments in registers would stream):
+   grid (N/C, gy); block (x, y) takes row groups y, y + gy, …; stage = R×C, one chunk per thread at
+   16×128. ROWWALK: the transpose — a block owns R rows and walks the columns C at a time (the row
+   reductions' shape), grid (M/R / gy… ) as gy persistent row groups. */
+template <int R, int C, int S, bool ROWWALK>
+__global__ void k_strip(const unsigned short *in, unsigned short *out, int M, int N, int gy) {
+    extern __shared__ __align__(16) unsigned short t[];
+    const int steps_total = ROWWALK ? N / C : M / R;
+    const int owners = ROWWALK ? M / R : N / C;
+    for (int own = ROWWALK ? blockIdx.x : blockIdx.x; own < owners; own += gridDim.x) {
+        /* ROWWALK: owner = row group, steps = column tiles; else owner = column strip, steps = row groups (strided by gy) */
+        const int s0 = ROWWALK ? 0 : blockIdx.y, ds = ROWWALK ? 1 : gy;
+        int issued = 0, done = 0;
+        const int nsteps = (steps_total - s0 + ds - 1) / ds;
+        for (; issued < S - 1 && issued < nsteps; issued++) {
+            const int st = s0 + issued * ds;
+            tile_issue<R, C>(t + (issued % S) * R * (C + 8), in, ROWWALK ? (long)own * R : (long)st * R, ROWWALK ? (long)st * C : (long)own * C, N);
+        }
+        for (; done < nsteps; done++) {
+            if (issued < nsteps) {
+                const int st = s0 + issued * ds;
+                tile_issue<R, C>(t + (issued % S) * R * (C + 8), in, ROWWALK ? (long)own * R : (long)st * R, ROWWALK ? (long)st * C : (long)own * C, N);
+                issued++;
+            } else asm volatile("cp.async.commit_group;\n" ::);
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1));
+            __syncthreads();
+            const int st = s0 + done * ds;
+            tile_store<R, C>(t + (done % S) * R * (C + 8), out, ROWWALK ? (long)own * R : (long)st * R, ROWWALK ? (long)st * C : (long)own * C, N);
+            __syncthreads();
+        }
+        if (!ROWWALK) break;
+    }
+}
+/* R×C tile one chunk per thread straight through registers (no shared memory): the 2-D tile's
+   addresses without cp.async */
+template <int R, int C> __global__ void k_tile_reg(const unsigned short *in, unsigned short *out, int M, int N) {
+    const long r0 = (long)blockIdx.y * R, c0 = (long)blockIdx.x * C;
+    for (int q = threadIdx.x; q < R * C / 8; q += 256) {
+        const int rr = q / (C / 8), cc = (q % (C / 8)) * 8;
+        *(uint4 *)(out + (r0 + rr) * N + c0 + cc) = add1v(*(const uint4 *)(in + (r0 + rr) * N + c0 + cc));
+    }
+}
+
 /* flat global accesses with a shared-memory round trip between: each lane copies its 16-byte chunk by
    cp.async into shared memory, then stores the chunk of another lane (SCOPE 0: its own, no sync;
    1: of a lane of the same warp, __syncwarp; 2: of a lane of another warp, __syncthreads) — whether
@@ -181,10 +226,14 @@ int main(int argc, char **argv) {
     const char *names[] = {"memcpy", "flat", "flat_gs", "mma32", "mma64", "mma32_gs", "tile64x128", "mma32_v",
                            "tile32x256", "tile16x512", "tile8x1024", "ps64x128", "ps16x512", "ps32x512",
                            "smem_own", "smem_warp", "smem_block", "tile16x128", "tile4x512", "tile2x1024",
-                           "flat4reg", "flat4smem", "flat2smem"};
+                           "flat4reg", "flat4smem", "flat2smem", "cs16x128s2", "cs16x128s4", "cs16x128s4b8",
+                           "cs32x128s3", "rw16x128s4", "rw16x256s4", "rw32x256s3", "tile16x128r", "tile2x1024r"};
     CK(cudaFuncSetAttribute(k_tile_ps<32, 512>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 32 * 520 * 2));
+    CK(cudaFuncSetAttribute(k_strip<32, 128, 3, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32 * 136 * 2));
+    CK(cudaFuncSetAttribute(k_strip<16, 256, 4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * 16 * 264 * 2));
+    CK(cudaFuncSetAttribute(k_strip<32, 256, 3, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32 * 264 * 2));
     printf("M %d N %d (%.1f MB each way), %d SMs\n", M, N, bytes / 1e6, sms);
-    for (int v = 0; v < 23; v++) {
+    for (int v = 0; v < 32; v++) {
         float t[20];
         CK(cudaMemset(out, 0, bytes));
         for (int it = 0; it < 23; it++) {
@@ -216,6 +265,19 @@ int main(int argc, char **argv) {
             case 20: k_flatk<4, false><<<(unsigned)(n16 / 1024), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
             case 21: k_flatk<4, true><<<(unsigned)(n16 / 1024), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
             case 22: k_flatk<2, true><<<(unsigned)(n16 / 512), 256>>>((const uint4 *)in, (uint4 *)out, n16); break;
+            case 23: case 24: case 25: case 26: {
+                const int per_sm = v == 25 ? 8 : 4, strips = N / 128;
+                const int gy = sms * per_sm / strips > 0 ? sms * per_sm / strips : 1;
+                if (v == 23) k_strip<16, 128, 2, false><<<dim3(strips, gy), 256, 2 * 16 * 136 * 2>>>(in, out, M, N, gy);
+                else if (v == 26) k_strip<32, 128, 3, false><<<dim3(strips, gy), 256, 3 * 32 * 136 * 2>>>(in, out, M, N, gy);
+                else k_strip<16, 128, 4, false><<<dim3(strips, gy), 256, 4 * 16 * 136 * 2>>>(in, out, M, N, gy);
+                break;
+            }
+            case 27: k_strip<16, 128, 4, true><<<sms * 4, 256, 4 * 16 * 136 * 2>>>(in, out, M, N, 1); break;
+            case 28: k_strip<16, 256, 4, true><<<sms * 4, 256, 4 * 16 * 264 * 2>>>(in, out, M, N, 1); break;
+            case 29: k_strip<32, 256, 3, true><<<sms * 2, 256, 3 * 32 * 264 * 2>>>(in, out, M, N, 1); break;
+            case 30: k_tile_reg<16, 128><<<dim3(N / 128, M / 16), 256>>>(in, out, M, N); break;
+            case 31: k_tile_reg<2, 1024><<<dim3(N / 1024, M / 2), 256>>>(in, out, M, N); break;
             case 7: k_mma<32, true><<<dim3(N / 32, M / 128), 256>>>(in, out, M, N); break;
             }
             CK(cudaGetLastError());

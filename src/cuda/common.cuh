@@ -184,6 +184,23 @@ __device__ __forceinline__ float vget(const lk_view &v, i64 i, float dflt) {
 /* True when chunks along columns are better mapped with rows fastest (column-major storage). */
 __device__ __forceinline__ bool v_colmajor(const lk_view &v) { return v.rows > 1 && v.s0 == 1 && v.s1 != 1; }
 
+/* A 16-byte chunk of eight 16-bit values (dtype dt, element 0 in the low half of .x) as fp32, and
+   back (each value rounded once to dt). */
+__device__ __forceinline__ void unpack8_16(float (&o)[8], uint4 u, int dt) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        o[2 * i] = bits16_to_f(w[i] & 0xffffu, dt);
+        o[2 * i + 1] = bits16_to_f(w[i] >> 16, dt);
+    }
+}
+__device__ __forceinline__ uint4 pack8_16(const float (&x)[8], int dt) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = f_to_bits(x[2 * i], dt) | (f_to_bits(x[2 * i + 1], dt) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* 8 consecutive elements (r, c..c+7) as fp32; zero outside the matrix. */
 __device__ __forceinline__ void vload8(float (&o)[8], const lk_view &v, i64 r, i64 c) {
     if (r < v.rows && c + 8 <= v.cols && (v.flags & LK_VEC)) {
@@ -193,13 +210,7 @@ __device__ __forceinline__ void vload8(float (&o)[8], const lk_view &v, i64 r, i
             o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
             o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
         } else {
-            uint4 u = *(const uint4 *)p;
-            unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                o[2 * i] = bits16_to_f(w[i] & 0xffffu, v.dt);
-                o[2 * i + 1] = bits16_to_f(w[i] >> 16, v.dt);
-            }
+            unpack8_16(o, *(const uint4 *)p, v.dt);
         }
         return;
     }
@@ -216,10 +227,7 @@ __device__ __forceinline__ void vstore8(const lk_view &v, i64 r, i64 c, const fl
             *(float4 *)p = make_float4(x[0], x[1], x[2], x[3]);
             *(float4 *)(p + 16) = make_float4(x[4], x[5], x[6], x[7]);
         } else {
-            unsigned w[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) w[i] = f_to_bits(x[2 * i], v.dt) | (f_to_bits(x[2 * i + 1], v.dt) << 16);
-            *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+            *(uint4 *)p = pack8_16(x, v.dt);
         }
         return;
     }
@@ -387,6 +395,50 @@ template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, co
             const int bytes = in ? (cols_in - cc >= 8 ? 16 : (cols_in - cc) * 2) : 0;
             cp_async16(dst + (rr * (C + 8) + cc) * 2, in ? base + rr * pitch + cc * 2 : (const char *)v.p, bytes);
         }
+    }
+}
+
+/* lean_issue's tile through registers instead: lean_fetch loads the thread's chunks of the R×C tile
+   (R·C/8 a multiple of NT: chunk q = thread + k·NT) by plain 16-byte global loads, the part outside
+   the view zero (a chunk across the right edge: its in-range elements one by one); lean_put writes
+   them into the stage (row pitch C + 8). The same bytes land where lean_issue puts them. Why: the
+   H200 streams a 2-D tile at the copy rate through registers but ~15–30 % slower by cp.async
+   (tools/stream_probe.cu, 16×128 tiles, 8192–11008 × 4096: 3.56–3.72 against 2.97–3.11 TB/s;
+   docs/kernels.md, eighteenth session), so a kernel's big streamed operand is fetched a tile ahead
+   into registers and put into shared memory when its stage is free. */
+template <int R, int C> struct lean_chunks {
+    static const int N = R * C / 8 / NT;
+};
+template <int R, int C>
+__device__ __forceinline__ void lean_fetch(uint4 (&reg)[lean_chunks<R, C>::N], const lk_view &v, i64 r0, i64 c0) {
+    static_assert(R * C / 8 % NT == 0, "lean_fetch: whole chunks per thread");
+    const int cpr = C / 8;
+    const i64 rl = v.rows - r0, cl = v.cols - c0;
+    const int rows_in = rl < R ? (int)rl : R, cols_in = cl < C ? (int)cl : C;
+    const char *base = (const char *)v.p + (r0 * v.s0 + c0) * 2;
+    const i64 pitch = v.s0 * 2;
+#pragma unroll
+    for (int k = 0; k < lean_chunks<R, C>::N; k++) {
+        const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
+        const char *src = base + rr * pitch + cc * 2;
+        if (rr < rows_in && cc + 8 <= cols_in) {
+            reg[k] = *(const uint4 *)src;
+        } else {
+            unsigned w[4] = {0u, 0u, 0u, 0u};
+            const int n = rr < rows_in ? cols_in - cc : 0;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (e < n) w[e >> 1] |= (unsigned)((const unsigned short *)src)[e] << (16 * (e & 1));
+            reg[k] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+template <int R, int C> __device__ __forceinline__ void lean_put(char *dst, const uint4 (&reg)[lean_chunks<R, C>::N]) {
+    const int cpr = C / 8;
+#pragma unroll
+    for (int k = 0; k < lean_chunks<R, C>::N; k++) {
+        const int q = (int)threadIdx.x + k * NT, rr = q / cpr, cc = (q % cpr) * 8;
+        *(uint4 *)(dst + (rr * (C + 8) + cc) * 2) = reg[k];
     }
 }
 

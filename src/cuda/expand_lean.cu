@@ -26,6 +26,12 @@
  * fit, from the occupancy calculator × SMs) and, with two stages, issues tile i+1's loads before
  * it multiplies, merges and stores tile i — twice the bytes in flight per block.
  *
+ * The base tile does not take cp.async: each thread fetches its four 16-byte base chunks of the
+ * block's next tile into registers (lean_fetch, common.cuh) while this tile is multiplied, merged
+ * and stored, and puts them into the stage when it is free (lean_put) — the stream probe measured
+ * a 2-D tile through registers at the copy rate and by cp.async 15–30 % slower (docs/kernels.md,
+ * eighteenth session). DoRA's backward modes (a g tile beside the base) keep cp.async for both.
+ *
  * Shared memory (dynamic), one stage: base/out tile 64×136 CT (17 KB), P 64×(RP+8), Q RP×136 or
  * 128×(RP+8), with the Hadamard pair P2, Q2 again: RP 32 → 31 KB (45 KB with the pair), RP 128 →
  * 68 KB; two stages when one is ≤ 48 KB (3 blocks per SM at RP 32), else one. No other memory.
@@ -74,6 +80,7 @@ template <int EPI> struct lean_epi {
     static const bool GT = EPI >= 5;                                  /* g tile loaded */
     static const bool BASE = EPI == 0 || EPI >= 3;                   /* base tile loaded */
     static const bool STATS = EPI == 4 || EPI == 5;                  /* no output, partials */
+    static const bool BREG = BASE && !GT; /* base fetched a tile ahead through registers (lean_fetch) */
 };
 template <int EPI> __device__ __forceinline__ float lean_merge(float w, float dw, float mf) {
     return EPI == 0 ? fmaf(mf, dw, w) : EPI == 1 ? fmaf(mf, dw, 0.0f) : mf * dw;
@@ -119,7 +126,7 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int
         lean_issue<LM, RP>(st + L::P2, a.P2, mb, 0);
         lean_issue<RP, LN>(st + L::Q2, a.Q2, 0, nb);
     }
-    if (lean_epi<EPI>::BASE) lean_issue<LM, LN>(st, a.base, mb, nb);
+    if (lean_epi<EPI>::BASE && !lean_epi<EPI>::BREG) lean_issue<LM, LN>(st, a.base, mb, nb);
     if (lean_epi<EPI>::GT) lean_issue<LM, LN>(st + L::G, a.G, mb, nb);
 }
 
@@ -142,16 +149,22 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
     const int kk = (int)((a.r + 15) / 16 * 16), kk2 = HD ? (int)((a.r2 + 15) / 16 * 16) : 0;
 
+    uint4 bnext[lean_chunks<LM, LN>::N]; /* BREG: the base chunks of this thread's next tile */
     int t = (int)blockIdx.x;
+    if constexpr (lean_epi<EPI>::BREG)
+        if (t < tiles) lean_fetch<LM, LN>(bnext, a.base, (i64)(t / tiles_n) * LM, (i64)(t % tiles_n) * LN);
     if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI>(a, dsm, t / tiles_n, t % tiles_n);
     cp_commit();
     for (int i = 0; t < tiles; t += G, i++) {
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
         const int tm = t / tiles_n, tn = t % tiles_n;
         const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
+        if constexpr (lean_epi<EPI>::BREG) lean_put<LM, LN>(st, bnext); /* the stage is free (barrier at the end of the last tile) */
         if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
         else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
+        if constexpr (lean_epi<EPI>::BREG)
+            if (t + G < tiles) lean_fetch<LM, LN>(bnext, a.base, (i64)((t + G) / tiles_n) * LM, (i64)((t + G) % tiles_n) * LN);
         if (threadIdx.x < LM) {
             const i64 m = mb + threadIdx.x;
             rowc[threadIdx.x] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;

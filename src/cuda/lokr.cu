@@ -117,14 +117,6 @@ __global__ __launch_bounds__(NT) void k_lokr_merge_fwd(lokr_dev A, lk_view W, lk
    measured at the copy rate (docs/kernels.md "seventeenth session"). H200, the bench's 4096² rows
    (ncu, same binary): 47.5 µs → 18.9 µs (3.55 TB/s, 51 % of DRAM peak); results bitwise the
    generic kernel's (check --hash). LYCO_CUDA_LOKR_MF_VEC=0 keeps the generic kernel (A/B). */
-template <typename CT> __device__ __forceinline__ void lokr_unpack8(float (&w)[8], uint4 u) {
-    const unsigned v[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        w[2 * e] = bits16_to_f(v[e] & 0xffffu, ct_of<CT>::dt);
-        w[2 * e + 1] = bits16_to_f(v[e] >> 16, ct_of<CT>::dt);
-    }
-}
 template <typename CT>
 __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_vec(lokr_dev A, lk_view W, lk_view out, int mode) {
     const int nch = (int)(A.IK / 8), ch = (int)blockIdx.x * NT + (int)threadIdx.x;
@@ -138,18 +130,14 @@ __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_vec(lokr_dev A, lk_view W
     const float4 v0 = w2[0], v1 = w2[1];
     const float w2v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     float w[8];
-    if (W.p) lokr_unpack8<CT>(w, *(const uint4 *)((const char *)W.p + (o * W.s0 + c0) * 2));
+    if (W.p) unpack8_16(w, *(const uint4 *)((const char *)W.p + (o * W.s0 + c0) * 2), ct_of<CT>::dt);
     else
 #pragma unroll
         for (int e = 0; e < 8; e++) w[e] = 0.0f;
-    unsigned r[4];
+    float r[8];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const float a0 = merge_elem(w[2 * e], sig * (w1s * w2v[2 * e]), mode, mf, false, NULL);
-        const float a1 = merge_elem(w[2 * e + 1], sig * (w1s * w2v[2 * e + 1]), mode, mf, false, NULL);
-        r[e] = f_to_bits(a0, ct_of<CT>::dt) | (f_to_bits(a1, ct_of<CT>::dt) << 16);
-    }
-    *(uint4 *)((char *)out.p + (o * out.s0 + c0) * 2) = make_uint4(r[0], r[1], r[2], r[3]);
+    for (int e = 0; e < 8; e++) r[e] = merge_elem(w[e], sig * (w1s * w2v[e]), mode, mf, false, NULL);
+    *(uint4 *)((char *)out.p + (o * out.s0 + c0) * 2) = pack8_16(r, ct_of<CT>::dt);
 }
 
 static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
