@@ -158,6 +158,53 @@ template <int R, int C> __global__ void k_tile_reg(const unsigned short *in, uns
     }
 }
 
+
+/* A row walk with the streamed tile fetched D steps ahead into registers (plain 16-byte loads), put
+   into one of two shared-memory buffers at its step, one barrier per step, then stored from there
+   by other threads (the row reductions' shape with lean_fetch instead of cp.async); persistent,
+   grid-stride over row groups of R rows. */
+template <int R, int C, int D> __global__ void k_rowreg(const unsigned short *in, unsigned short *out, int M, int N) {
+    extern __shared__ __align__(16) unsigned short t[];
+    const int CH = R * C / 8 / 256, cpr = C / 8, steps = N / C;
+    for (int own = blockIdx.x; own < M / R; own += gridDim.x) {
+        const long r0 = (long)own * R;
+        uint4 reg[D][CH];
+#pragma unroll
+        for (int d = 0; d < D; d++)
+#pragma unroll
+            for (int k = 0; k < CH; k++) {
+                const int q = threadIdx.x + k * 256, rr = q / cpr, cc = (q % cpr) * 8;
+                if (d < steps) reg[d][k] = *(const uint4 *)(in + (r0 + rr) * N + (long)d * C + cc);
+            }
+        for (int s0 = 0; s0 < steps; s0 += D) {
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                const int s = s0 + d;
+                if (s >= steps) break;
+                unsigned short *buf = t + (s & 1) * R * (C + 8);
+#pragma unroll
+                for (int k = 0; k < CH; k++) {
+                    const int q = threadIdx.x + k * 256, rr = q / cpr, cc = (q % cpr) * 8;
+                    *(uint4 *)(buf + rr * (C + 8) + cc) = reg[d][k];
+                }
+                __syncthreads();
+                if (s + D < steps)
+#pragma unroll
+                    for (int k = 0; k < CH; k++) {
+                        const int q = threadIdx.x + k * 256, rr = q / cpr, cc = (q % cpr) * 8;
+                        reg[d][k] = *(const uint4 *)(in + (r0 + rr) * N + (long)(s + D) * C + cc);
+                    }
+#pragma unroll
+                for (int k = 0; k < CH; k++) { /* a chunk of another thread (as the mma readers would) */
+                    const int q = (threadIdx.x + 96 + k * 256) % (R * cpr), rr = q / cpr, cc = (q % cpr) * 8;
+                    *(uint4 *)(out + (r0 + rr) * N + (long)s * C + cc) = add1v(*(const uint4 *)(buf + rr * (C + 8) + cc));
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
 /* flat global accesses with a shared-memory round trip between: each lane copies its 16-byte chunk by
    cp.async into shared memory, then stores the chunk of another lane (SCOPE 0: its own, no sync;
    1: of a lane of the same warp, __syncwarp; 2: of a lane of another warp, __syncthreads) — whether
@@ -227,13 +274,16 @@ int main(int argc, char **argv) {
                            "tile32x256", "tile16x512", "tile8x1024", "ps64x128", "ps16x512", "ps32x512",
                            "smem_own", "smem_warp", "smem_block", "tile16x128", "tile4x512", "tile2x1024",
                            "flat4reg", "flat4smem", "flat2smem", "cs16x128s2", "cs16x128s4", "cs16x128s4b8",
-                           "cs32x128s3", "rw16x128s4", "rw16x256s4", "rw32x256s3", "tile16x128r", "tile2x1024r"};
+                           "cs32x128s3", "rw16x128s4", "rw16x256s4", "rw32x256s3", "tile16x128r", "tile2x1024r",
+                           "rr32x256d1", "rr32x256d2", "rr16x256d2", "rr16x128d4", "tile64x128r"};
     CK(cudaFuncSetAttribute(k_tile_ps<32, 512>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 32 * 520 * 2));
+    CK(cudaFuncSetAttribute(k_rowreg<32, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 32 * 264 * 2));
+    CK(cudaFuncSetAttribute(k_rowreg<32, 256, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 32 * 264 * 2));
     CK(cudaFuncSetAttribute(k_strip<32, 128, 3, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32 * 136 * 2));
     CK(cudaFuncSetAttribute(k_strip<16, 256, 4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * 16 * 264 * 2));
     CK(cudaFuncSetAttribute(k_strip<32, 256, 3, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32 * 264 * 2));
     printf("M %d N %d (%.1f MB each way), %d SMs\n", M, N, bytes / 1e6, sms);
-    for (int v = 0; v < 32; v++) {
+    for (int v = 0; v < 37; v++) {
         float t[20];
         CK(cudaMemset(out, 0, bytes));
         for (int it = 0; it < 23; it++) {
@@ -278,6 +328,11 @@ int main(int argc, char **argv) {
             case 29: k_strip<32, 256, 3, true><<<sms * 2, 256, 3 * 32 * 264 * 2>>>(in, out, M, N, 1); break;
             case 30: k_tile_reg<16, 128><<<dim3(N / 128, M / 16), 256>>>(in, out, M, N); break;
             case 31: k_tile_reg<2, 1024><<<dim3(N / 1024, M / 2), 256>>>(in, out, M, N); break;
+            case 32: k_rowreg<32, 256, 1><<<sms * 4, 256, 2 * 32 * 264 * 2>>>(in, out, M, N); break;
+            case 33: k_rowreg<32, 256, 2><<<sms * 4, 256, 2 * 32 * 264 * 2>>>(in, out, M, N); break;
+            case 34: k_rowreg<16, 256, 2><<<sms * 6, 256, 2 * 16 * 264 * 2>>>(in, out, M, N); break;
+            case 35: k_rowreg<16, 128, 4><<<sms * 6, 256, 2 * 16 * 136 * 2>>>(in, out, M, N); break;
+            case 36: k_tile_reg<64, 128><<<dim3(N / 128, M / 64), 256>>>(in, out, M, N); break;
             case 7: k_mma<32, true><<<dim3(N / 32, M / 128), 256>>>(in, out, M, N); break;
             }
             CK(cudaGetLastError());
