@@ -26,11 +26,14 @@
  * fit, from the occupancy calculator × SMs) and, with two stages, issues tile i+1's loads before
  * it multiplies, merges and stores tile i — twice the bytes in flight per block.
  *
- * The base tile does not take cp.async: each thread fetches its four 16-byte base chunks of the
- * block's next tile into registers (lean_fetch, common.cuh) while this tile is multiplied, merged
- * and stored, and puts them into the stage when it is free (lean_put) — the stream probe measured
- * a 2-D tile through registers at the copy rate and by cp.async 15–30 % slower (docs/kernels.md,
- * eighteenth session). DoRA's backward modes (a g tile beside the base) keep cp.async for both.
+ * With a base (BREG: every mode but DoRA's backward, whose g tile keeps cp.async) the base tile
+ * does not take cp.async and the kernel is not persistent: a block per tile, one stage; each
+ * thread loads its four 16-byte base chunks into registers (lean_fetch_tile) before the operands'
+ * cp.async and puts them into the stage (lean_put) before the product, and the other resident
+ * blocks cover the wait. The stream probe measured a 64×128 tile through registers, a block per
+ * tile, at 3.43–3.57 TB/s (8192–11008 × 4096) against 2.63–2.66 for the persistent two-stage
+ * cp.async pattern (docs/kernels.md, eighteenth session). A persistent version fetching the next
+ * tile into registers during this one needed 123 registers (2 blocks per SM) and was slower.
  *
  * Shared memory (dynamic), one stage: base/out tile 64×136 CT (17 KB), P 64×(RP+8), Q RP×136 or
  * 128×(RP+8), with the Hadamard pair P2, Q2 again: RP 32 → 31 KB (45 KB with the pair), RP 128 →
@@ -130,13 +133,30 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int
     if (lean_epi<EPI>::GT) lean_issue<LM, LN>(st + L::G, a.G, mb, nb);
 }
 
+/* The base tile's chunks of this thread into registers (lean_fetch, common.cuh): a tile wholly
+   inside the view takes one pointer and a fixed row step (4 loads, few registers: the general
+   path's per-chunk 64-bit addresses and edge tests took the kernel from 64 to 123 registers); a
+   tile across an edge takes lean_fetch. */
+__device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<LM, LN>::N], const lk_view &v, i64 mb, i64 nb) {
+    const int cpr = LN / 8;
+    static_assert(NT % cpr == 0, "lean_fetch_tile: whole rows per pass");
+    if (mb + LM <= v.rows && nb + LN <= v.cols) {
+        const i64 pitch = v.s0 * 2;
+        const char *p = (const char *)v.p + (mb * v.s0 + nb) * 2 + (i64)(threadIdx.x / cpr) * pitch + (threadIdx.x % cpr) * 16;
+#pragma unroll
+        for (int k = 0; k < lean_chunks<LM, LN>::N; k++) reg[k] = *(const uint4 *)(p + k * (NT / cpr) * pitch);
+    } else {
+        lean_fetch<LM, LN>(reg, v, mb, nb);
+    }
+}
+
 /* Persistent: block b takes tiles b, b + G, b + 2G, … (G = gridDim.x; tile t = (t / tiles_n,
    t % tiles_n)); with two stages the next tile's loads fly while this one is multiplied, merged
    and stored. Each tile: wait for its group, product, epilogue in place in its base buffer,
    16-byte stores from there; a barrier before its stage is loaded again. */
 template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
     typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
-    const int S = L::STAGES;
+    const int S = lean_epi<EPI>::BREG ? 1 : L::STAGES;
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[LM];
     __shared__ float sdora[EPI == 3 || EPI == 6 ? 3 : 1][LN]; /* DoRA statistics of the tile (lean_dora_stage) */
@@ -149,22 +169,19 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
     const int kk = (int)((a.r + 15) / 16 * 16), kk2 = HD ? (int)((a.r2 + 15) / 16 * 16) : 0;
 
-    uint4 bnext[lean_chunks<LM, LN>::N]; /* BREG: the base chunks of this thread's next tile */
     int t = (int)blockIdx.x;
-    if constexpr (lean_epi<EPI>::BREG)
-        if (t < tiles) lean_fetch<LM, LN>(bnext, a.base, (i64)(t / tiles_n) * LM, (i64)(t % tiles_n) * LN);
     if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI>(a, dsm, t / tiles_n, t % tiles_n);
     cp_commit();
     for (int i = 0; t < tiles; t += G, i++) {
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
         const int tm = t / tiles_n, tn = t % tiles_n;
         const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
-        if constexpr (lean_epi<EPI>::BREG) lean_put<LM, LN>(st, bnext); /* the stage is free (barrier at the end of the last tile) */
+        uint4 breg[lean_chunks<LM, LN>::N]; /* BREG: this thread's base chunks of the tile */
+        if constexpr (lean_epi<EPI>::BREG) lean_fetch_tile(breg, a.base, mb, nb);
         if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
         else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
-        if constexpr (lean_epi<EPI>::BREG)
-            if (t + G < tiles) lean_fetch<LM, LN>(bnext, a.base, (i64)((t + G) / tiles_n) * LM, (i64)((t + G) % tiles_n) * LN);
+        if constexpr (lean_epi<EPI>::BREG) lean_put<LM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
         if (threadIdx.x < LM) {
             const i64 m = mb + threadIdx.x;
             rowc[threadIdx.x] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;
@@ -244,10 +261,11 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_blocks_per_sm
 
 template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
     typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
-    const int bytes = L::STAGES * L::BYTES;
+    const bool breg = lean_epi<EPI>::BREG;
+    const int bytes = (breg ? 1 : L::STAGES) * L::BYTES;
     LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI>);
     const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)LM) * tiles_n;
-    i64 grid = (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms;
+    i64 grid = breg ? tiles : (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms; /* BREG: a block per tile */
     if (grid > tiles) grid = tiles;
     k_expand_lean<CT, RP, QT, HD, EPI><<<(unsigned)grid, NT, bytes, s>>>(*a, (int)tiles_n, (int)tiles);
     LK_LAUNCHED("expand_lean");
@@ -296,7 +314,8 @@ i64 lean_rank_tile(const lk_expand_args *a, const lk_device *dev) {
     const i64 rp = lk_reduce_rank_tile(hd && a->r2 > a->r ? a->r2 : a->r);
     if (rp == 0 || cdiv(a->M, LM) * cdiv(a->N, LN) > (1LL << 30)) return 0; /* 32-bit tile indices */
     const int stage = lean_bytes((int)rp, a->q_t != 0, hd, gt);
-    if (lean_stages(stage, gt) * stage + 1024 > dev->smem_optin) return 0;
+    const bool breg = a->base.p && !gt; /* lean_epi<EPI>::BREG: one stage */
+    if ((breg ? 1 : lean_stages(stage, gt)) * stage + 1024 > dev->smem_optin) return 0;
     return rp;
 }
 

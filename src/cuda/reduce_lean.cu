@@ -82,56 +82,6 @@ __device__ __forceinline__ void lean_pipeline(char *dsm, int stage_bytes, int S,
     cp_wait(0);
 }
 
-/* lean_pipeline with the streamed operand A through registers (lean_fetch / lean_put, common.cuh):
-   each thread's A chunks of step s are fetched D steps ahead and put into the step's stage just
-   before its barrier; issue(stage, s) keeps cp.async for the rest of the stage (the factor tile).
-   The stage's A part is rewritten at step s, after the barrier of step s − 1 that follows its last
-   reader (step s − S, S ≥ 2). Why: the stream probe's row walk over 32×256 steps ran at 2.75–2.89
-   TB/s by cp.async and ... through registers (docs/kernels.md, eighteenth session). */
-template <int R, int C, int D, class ISSUE, class USE>
-__device__ __forceinline__ void lean_pipeline_reg(char *dsm, int stage_bytes, int S, int nk, const lk_view &A, i64 ra, i64 ca,
-                                                  bool walk_cols, const ISSUE &issue, const USE &use) {
-    uint4 r[D][lean_chunks<R, C>::N];
-    auto at = [&](int s, i64 *rr, i64 *cc) {
-        *rr = walk_cols ? ra : ra + (i64)s * R;
-        *cc = walk_cols ? ca + (i64)s * C : ca;
-    };
-#pragma unroll
-    for (int d = 0; d < D; d++)
-        if (d < nk) {
-            i64 rr, cc;
-            at(d, &rr, &cc);
-            lean_fetch<R, C>(r[d], A, rr, cc);
-        }
-    for (int s = 0; s < S - 1; s++) {
-        if (s < nk) issue(dsm + s * stage_bytes, s);
-        cp_commit();
-    }
-    for (int s0 = 0; s0 < nk; s0 += D) {
-#pragma unroll
-        for (int d = 0; d < D; d++) {
-            const int s = s0 + d;
-            if (s < nk) {
-                char *st = dsm + (s % S) * stage_bytes;
-                lean_put<R, C>(st, r[d]);
-                if (s + D < nk) {
-                    i64 rr, cc;
-                    at(s + D, &rr, &cc);
-                    lean_fetch<R, C>(r[d], A, rr, cc);
-                }
-                cp_wait(S - 2);
-                __syncthreads();
-                const int n = s + S - 1;
-                if (n < nk) issue(dsm + (n % S) * stage_bytes, n);
-                cp_commit();
-                use((const char *)st, s);
-            }
-        }
-    }
-    cp_wait(0);
-}
-const int FETCH_AHEAD = 2; /* steps of A in registers per thread (lean_pipeline_reg's D) */
-
 template <typename CT, int RP, bool KMAJ, bool COPY>
 __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
     typedef rl_layout<RP, KMAJ> L;
@@ -181,6 +131,13 @@ template <int RP, bool KMAJ, int WR> struct rw_layout {
 };
 
 
+template <int RP, bool KMAJ, int WR>
+__device__ __forceinline__ void rw_issue(char *st, const lk_view &A, const lk_view &B, i64 mb, i64 kc) {
+    typedef rw_layout<RP, KMAJ, WR> L;
+    lean_issue<WR, WK>(st, A, mb, kc);
+    if (KMAJ) lean_issue<WK, RP>(st + L::A, B, kc, 0);
+    else lean_issue<RP, WK>(st + L::A, B, 0, kc);
+}
 
 template <typename CT, int RP, bool KMAJ, bool COPY, int WR>
 __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
@@ -194,13 +151,8 @@ __global__ __launch_bounds__(NT) void k_reduce_wide(lk_view A, lk_view B, lk_vie
     const int warp = threadIdx.x >> 5, m0 = (warp % G) * 16, ks = warp / G;
     float acc[1][NI][4];
     acc_zero(acc);
-    lean_pipeline_reg<WR, WK, FETCH_AHEAD>(
-        dsm, L::STAGE, S, nk, A, mb, k0, true,
-        [&](char *st, int s) {
-            const i64 kc = k0 + (i64)s * WK;
-            if (KMAJ) lean_issue<WK, RP>(st + L::A, B, kc, 0);
-            else lean_issue<RP, WK>(st + L::A, B, 0, kc);
-        },
+    lean_pipeline(
+        dsm, L::STAGE, S, nk, [&](char *st, int s) { rw_issue<RP, KMAJ, WR>(st, A, B, mb, k0 + (i64)s * WK); },
         [&](const char *st, int s) {
             if (COPY) lean_store<WR, WK>(st, copyA, mb, k0 + (i64)s * WK); /* dy0 = the staged A tile */
             const CT *As = (const CT *)st + ks * SW;
@@ -239,9 +191,12 @@ __global__ __launch_bounds__(NT) void k_colreduce_lean(lk_view A, lk_view B, i64
     const int warp = threadIdx.x >> 5, m0 = (warp & 3) * (CNT / 4), n0 = (warp >> 2) * (RP / 2);
     float acc[MI][NI][4];
     acc_zero(acc);
-    lean_pipeline_reg<RKT, CNT, FETCH_AHEAD>(
-        dsm, L::STAGE, S, nk, A, k0, nb, false,
-        [&](char *st, int s) { lean_issue<RKT, RP>(st + L::A, B, k0 + (i64)s * RKT, 0); },
+    lean_pipeline(
+        dsm, L::STAGE, S, nk,
+        [&](char *st, int s) {
+            lean_issue<RKT, CNT>(st, A, k0 + (i64)s * RKT, nb);
+            lean_issue<RKT, RP>(st + L::A, B, k0 + (i64)s * RKT, 0);
+        },
         [&](const char *st, int) {
             warp_mma_ldm<CT, MI, NI, true, true>::run(acc, (const CT *)st, CNT + 8, (const CT *)(st + L::A), RP + 8, m0, n0, RKT);
         });
