@@ -26,9 +26,9 @@
  * fit, from the occupancy calculator × SMs) and, with two stages, issues tile i+1's loads before
  * it multiplies, merges and stores tile i — twice the bytes in flight per block.
  *
- * With a base (BREG: every mode but DoRA's backward, whose g tile keeps cp.async) the base tile
- * does not take cp.async and the kernel is not persistent: a block per tile, one stage; each
- * thread loads its four 16-byte base chunks into registers (lean_fetch_tile) before the operands'
+ * In the plain merge of one product (EPI 0 without the Hadamard pair: LoRA / LoCon / DyLoRA merge,
+ * the bypass forward's y0 + h·Uᵀ; lean_breg) the base tile does not take cp.async and the kernel
+ * is not persistent: a block per tile, one stage; each thread loads its four 16-byte base chunks into registers (lean_fetch_tile) before the operands'
  * cp.async and puts them into the stage (lean_put) before the product, and the other resident
  * blocks cover the wait. The stream probe measured a 64×128 tile through registers, a block per
  * tile, at 3.43–3.57 TB/s (8192–11008 × 4096) against 2.63–2.66 for the persistent two-stage
@@ -83,7 +83,12 @@ template <int EPI> struct lean_epi {
     static const bool GT = EPI >= 5;                                  /* g tile loaded */
     static const bool BASE = EPI == 0 || EPI >= 3;                   /* base tile loaded */
     static const bool STATS = EPI == 4 || EPI == 5;                  /* no output, partials */
-    static const bool BREG = BASE && !GT; /* base fetched a tile ahead through registers (lean_fetch) */
+};
+/* The plain merge (EPI 0) of one product: the base through registers, a block per tile (above).
+   Measured slower with the Hadamard pair (LoHa merge 4096² r16: 30.6 → 34.4 µs; 126 registers)
+   and for DoRA's modes (11008×4096: 160–163 → 171–186 µs), so those keep the persistent kernel. */
+template <int EPI, bool HD> struct lean_breg {
+    static const bool ON = EPI == 0 && !HD;
 };
 template <int EPI> __device__ __forceinline__ float lean_merge(float w, float dw, float mf) {
     return EPI == 0 ? fmaf(mf, dw, w) : EPI == 1 ? fmaf(mf, dw, 0.0f) : mf * dw;
@@ -129,7 +134,7 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int
         lean_issue<LM, RP>(st + L::P2, a.P2, mb, 0);
         lean_issue<RP, LN>(st + L::Q2, a.Q2, 0, nb);
     }
-    if (lean_epi<EPI>::BASE && !lean_epi<EPI>::BREG) lean_issue<LM, LN>(st, a.base, mb, nb);
+    if (lean_epi<EPI>::BASE && !lean_breg<EPI, HD>::ON) lean_issue<LM, LN>(st, a.base, mb, nb);
     if (lean_epi<EPI>::GT) lean_issue<LM, LN>(st + L::G, a.G, mb, nb);
 }
 
@@ -156,7 +161,7 @@ __device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<LM, LN>
    16-byte stores from there; a barrier before its stage is loaded again. */
 template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
     typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
-    const int S = lean_epi<EPI>::BREG ? 1 : L::STAGES;
+    const int S = lean_breg<EPI, HD>::ON ? 1 : L::STAGES;
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[LM];
     __shared__ float sdora[EPI == 3 || EPI == 6 ? 3 : 1][LN]; /* DoRA statistics of the tile (lean_dora_stage) */
@@ -176,12 +181,12 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
         const int tm = t / tiles_n, tn = t % tiles_n;
         const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
-        uint4 breg[lean_chunks<LM, LN>::N]; /* BREG: this thread's base chunks of the tile */
-        if constexpr (lean_epi<EPI>::BREG) lean_fetch_tile(breg, a.base, mb, nb);
+        uint4 breg[lean_chunks<LM, LN>::N]; /* lean_breg: this thread's base chunks of the tile */
+        if constexpr (lean_breg<EPI, HD>::ON) lean_fetch_tile(breg, a.base, mb, nb);
         if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
         else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
-        if constexpr (lean_epi<EPI>::BREG) lean_put<LM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
+        if constexpr (lean_breg<EPI, HD>::ON) lean_put<LM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
         if (threadIdx.x < LM) {
             const i64 m = mb + threadIdx.x;
             rowc[threadIdx.x] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;
@@ -261,11 +266,11 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_blocks_per_sm
 
 template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
     typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
-    const bool breg = lean_epi<EPI>::BREG;
+    const bool breg = lean_breg<EPI, HD>::ON;
     const int bytes = (breg ? 1 : L::STAGES) * L::BYTES;
     LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI>);
     const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)LM) * tiles_n;
-    i64 grid = breg ? tiles : (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms; /* BREG: a block per tile */
+    i64 grid = breg ? tiles : (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms; /* lean_breg: a block per tile */
     if (grid > tiles) grid = tiles;
     k_expand_lean<CT, RP, QT, HD, EPI><<<(unsigned)grid, NT, bytes, s>>>(*a, (int)tiles_n, (int)tiles);
     LK_LAUNCHED("expand_lean");
@@ -314,8 +319,7 @@ i64 lean_rank_tile(const lk_expand_args *a, const lk_device *dev) {
     const i64 rp = lk_reduce_rank_tile(hd && a->r2 > a->r ? a->r2 : a->r);
     if (rp == 0 || cdiv(a->M, LM) * cdiv(a->N, LN) > (1LL << 30)) return 0; /* 32-bit tile indices */
     const int stage = lean_bytes((int)rp, a->q_t != 0, hd, gt);
-    const bool breg = a->base.p && !gt; /* lean_epi<EPI>::BREG: one stage */
-    if ((breg ? 1 : lean_stages(stage, gt)) * stage + 1024 > dev->smem_optin) return 0;
+    if (lean_stages(stage, gt) * stage + 1024 > dev->smem_optin) return 0; /* (lean_breg's one stage fits too) */
     return rp;
 }
 
