@@ -404,8 +404,8 @@ template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, co
    them into the stage (row pitch C + 8). The same bytes land where lean_issue puts them. Why: the
    H200 streams a 2-D tile at the copy rate through registers but ~15–30 % slower by cp.async
    (tools/stream_probe.cu, 16×128 tiles, 8192–11008 × 4096: 3.56–3.72 against 2.97–3.11 TB/s;
-   docs/kernels.md, eighteenth session), so a kernel's big streamed operand is fetched a tile ahead
-   into registers and put into shared memory when its stage is free. */
+   docs/kernels.md, eighteenth session). Used by expand_lean.cu's plain merge (a block per tile,
+   the base loaded before the operands' cp.async and put before the product). */
 template <int R, int C> struct lean_chunks {
     static const int N = R * C / 8 / NT;
 };
