@@ -343,12 +343,13 @@ static void tile_bwd_prefetch(const oft_t *s, const bwd_geo *q, int64_t grp, int
     if (x) prefetch_tile(q->xin, o0, nr, j0, w);
 }
 
-/* Z = X·Op per block, for the kb blocks of Op over w tokens of a token-major fp32 tile (ld kb·bs),
-   the sums in chains of kc terms (0: one): rot.h's token kernel with the bits of cpu_gemm_nn called
-   per chunk of kc terms (a chain from 0, then + Z_old after the first). */
-static void tokens_times(const oft_t *s, const float *Op, int64_t kb, const float *X, int64_t w, int64_t kc, float *Z) {
-    cpu_rot_tok r = {.bs = s->bs, .nb = kb, .Op = Op, .X = X, .dst = (char *)Z, .dstride = kb * s->bs * (int64_t)sizeof(float),
-                     .odt = LYCO_F32, .mode = CPU_ROT_SET, .kc = kc};
+/* X·Op per block, for the kb blocks of Op over w tokens of a token-major fp32 tile (ld kb·bs), the
+   sums in chains of kc terms (0: one): rot.h's token kernel with the bits of cpu_gemm_nn called per
+   chunk of kc terms (a chain from 0, then + the chunks before), stored as odt (token t at dst +
+   t·dstride bytes) — an fp32 tile, or the caller's tensor with cpu_store's values. */
+static void tokens_times(const oft_t *s, const float *Op, int64_t kb, const float *X, int64_t w, int64_t kc, char *dst,
+                         int64_t dstride, lyco_dtype odt) {
+    cpu_rot_tok r = {.bs = s->bs, .nb = kb, .Op = Op, .X = X, .dst = dst, .dstride = dstride, .odt = odt, .mode = CPU_ROT_SET, .kc = kc};
     cpu_rot_tokens(&r, w);
 }
 
@@ -376,7 +377,7 @@ static void tile_bwd_tokens(const oft_t *s, const bwd_geo *q, int64_t grp, int64
     load_tokens(&q->gin->v, t0, w, o0, nc, T, GY);
     if (q->want_rho || q->want_b) load_tokens(&q->xin->v, t0, w, o0, nc, T, X);
     if (q->want_rho) {
-        tokens_times(s, s->M + k0 * s->nn, kb, X, w, 0, Z);
+        tokens_times(s, s->M + k0 * s->nn, kb, X, w, 0, (char *)Z, nc * (int64_t)sizeof(float), LYCO_F32);
         /* each channel's sum over the tile's tokens in double, added to the run's partial once:
            one fp32 chain over the tokens cancelled past the fp32 budget (case
            diag_oft_linear_bs16_strided_unaligned_active, fp32, seed 224309689: 38.8 ULP against
@@ -399,11 +400,17 @@ static void tile_bwd_tokens(const oft_t *s, const bwd_geo *q, int64_t grp, int64
            of length bs per element: ~40% of the call at 640², block 16), over k in chunks of 8
            (each a chain from 0, then added: about the accuracy of the nt form's 8 lanes; one
            chain of 32 doubled the fp32 rows' ULP at block 32) */
-        tokens_times(s, q->OpT + k0 * s->nn, kb, G2, w, 8, Z);
+        const cpu_view *gv = &q->gout->v;
+        if (!q->delta && gv->fast) {   /* straight into dy0 */
+            tokens_times(s, q->OpT + k0 * s->nn, kb, G2, w, 8, gv->base + (t0 * gv->rs + o0) * (int64_t)gv->es,
+                         gv->rs * (int64_t)gv->es, gv->dt);
+            return;
+        }
+        tokens_times(s, q->OpT + k0 * s->nn, kb, G2, w, 8, (char *)Z, nc * (int64_t)sizeof(float), LYCO_F32);
         if (q->delta)
             for (int64_t t = 0; t < w; t++)
                 for (int64_t r = 0; r < nc; r++) Z[t * nc + r] += (rho_at(s, o0 + r) - 1.0f) * GY[t * nc + r];
-        for (int64_t t = 0; t < w; t++) cpu_store(&q->gout->v, t0 + t, o0, nc, Z + t * nc);
+        for (int64_t t = 0; t < w; t++) cpu_store(gv, t0 + t, o0, nc, Z + t * nc);
     }
 }
 
