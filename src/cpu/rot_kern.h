@@ -262,6 +262,13 @@ CK_AI void KN(rt_block)(const int mt, const cpu_rot_tok *q, int64_t t0, int64_t 
         RK_16(RK_SUM)
 #undef RK_SUM
     }
+    if (q->mode == CPU_ROT_SET && !q->rho) {   /* the plain form stored from registers */
+        char *d = q->dst + t0 * q->dstride + (kk * bs + c0) * KN(rk_es)(q->odt);
+#define RK_PUT(p) if (mt > p) KN(rk_st)(d + p * q->dstride, q->odt, s##p, m);
+        RK_16(RK_PUT)
+#undef RK_PUT
+        return;
+    }
     KN(rk_v) acc[16];
 #define RK_SAVE(p) if (mt > p) acc[p] = s##p;
     RK_16(RK_SAVE)
