@@ -166,14 +166,15 @@ CK_AI void KN(rk_block2)(const int mr, const KN(rk_form) f, const cpu_rot *r, in
 #undef RK_STORE
 }
 
-/* the input and output rows RK_AHEAD bytes of input on (its columns' output likewise), once per
-   cache line of input (the bs rows are as many concurrent streams: more than the hardware
-   prefetchers follow). Four lines ahead: at 512 columns (1 KB of bf16, 2 KB of fp32) a flushed
-   1280² merge took 0.78 ms at 1 thread, 1.13 ms with fp32 rows; at 256 bytes 0.67 and 0.78 (the
-   lines prefetched far ahead, 16 rows × 2 streams of them, left L1 before their use). */
-#define RK_AHEAD 256
+/* the input and output rows RK_AHEAD columns on, once per cache line of input (the bs rows are as
+   many concurrent streams: more than the hardware prefetchers follow). A cold 1280² Diag-OFT
+   merge, µs: 1 thread, 512 columns (the old distance) ~780 with bf16 rows, ~1130 with fp32; 64
+   columns ~660 and ~780; 2 threads (min), bf16 512 columns 344–348, 64 columns 299–310, fp32 256
+   columns 439–450, 64 columns 374 (the lines fetched far ahead, 16 rows × 2 streams of them, left
+   L1 before their use; 32 columns was too short). */
+#define RK_AHEAD 64
 CK_AI void KN(rk_prefetch)(const cpu_rot *r, const KN(rk_form) f, int64_t j) {
-    int64_t ies = KN(rk_es)(f.sdt), oes = r->mode == CPU_ROT_ADD ? 4 : KN(rk_es)(r->odt), ahead = j + RK_AHEAD / ies;
+    int64_t ies = KN(rk_es)(f.sdt), oes = r->mode == CPU_ROT_ADD ? 4 : KN(rk_es)(r->odt), ahead = j + RK_AHEAD;
     if (r->nk || (j * ies) % 64 >= RK_N * ies) return;   /* nk ≠ 0: short rows in cache (a backward tile) */
     for (int64_t k = 0; k < r->bs; k++) {
         __builtin_prefetch(r->src[k] + ahead * ies, 0, 3);
