@@ -197,18 +197,21 @@ static void token_geometry(const oft_t *s, int64_t *gl, int64_t *tw) {
 /* The forward's token-major tiles (no sums across tiles: any split gives the same bits): whole
    token rows up to TOK_ROW_MAX channels, else groups of about 256 channels of equal size, so the
    tiles are equal units of work for the static schedule (256-channel groups left a 640-channel
-   layer's third group half-size: 24 and 16 tiles' work on 2 threads); tw a multiple of TOK_TW_STEP
-   tokens (whole register groups of the kernel at every ISA level) where it is that large. A tile
-   of whole rows is one contiguous run of the tensor, a stream the prefetchers follow. */
+   layer's third group half-size: 24 and 16 tiles' work on 2 threads); a tile ≤ TOK_FWD_FLOATS
+   (its fp32 copy stays in L1 while the kernel broadcasts from it), tw a multiple of TOK_TW_STEP
+   tokens (the v4 kernel's register group) where it is that large. A tile of whole rows is one
+   contiguous run of the tensor, a stream the prefetchers follow. 640 channels, 1024 tokens, cold,
+   2 threads: 24-token tiles 204–212 µs, 12 172–180, 16 or 18 180–188, 6 or 8 179–185. */
 #define TOK_ROW_MAX 1024
-#define TOK_TW_STEP 24
+#define TOK_FWD_FLOATS 8192
+#define TOK_TW_STEP 12
 static void token_geometry_fwd(const oft_t *s, int64_t *gl, int64_t *tw) {
     int64_t ng = s->nb * s->bs <= TOK_ROW_MAX ? 1 : (s->nb * s->bs + 255) / 256;
     int64_t g = (s->nb + ng - 1) / ng;
     if (g < s->g) g = s->g;
     if (g > s->nb) g = s->nb;
     *gl = g;
-    *tw = TILE_FLOATS / (g * s->bs);
+    *tw = TOK_FWD_FLOATS / (g * s->bs);
     if (*tw >= TOK_TW_STEP) *tw -= *tw % TOK_TW_STEP;
     if (*tw < 1) *tw = 1;
 }
