@@ -18,13 +18,17 @@
  * Tiling: a tile is a group of whole blocks (≥ 16 rows) × a column range (merge: W's columns;
  * bypass: tokens, or positions of one image for conv), ≤ 16K floats per buffer. Each output
  * tile depends only on its own input tile: X is streamed once and Y written once (in place is
- * fine: W → out, y0 → y). Tiles are spread over threads (static). Backward: the gradients of M
- * and ρ are sums over a group's tiles, taken in fixed runs of tiles per group (a function of the
- * shape only), one partial per run, added in run order: independent of the thread count
- * (oft_backward). The linear bypass's dy0 multiplies by the transposed blocks (Mᵀ, built once).
+ * fine: W → out, y0 → y). Forward tiles are spread over threads (static; the linear bypass's are
+ * whole token rows where the layer has ≤ 1024 channels, token_geometry_fwd). Backward: the
+ * gradients of M and ρ are sums over a group's tiles, taken in fixed runs of tiles per group (a
+ * function of the shape only), one partial per run, added in run order: independent of the thread
+ * count (oft_backward; the runs go to whichever thread is free). The linear bypass's dy0
+ * multiplies by the transposed blocks (Mᵀ, built once); its products run in rot.h's kernels with
+ * cpu_gemm_tn's / cpu_gemm_nn's bits. Inputs are prefetched a tile (and a row) ahead: cold rows of
+ * a few KB each were ~40 % of the flushed backward.
  *
  * Extra memory: the Cayley state and M, M − I (5·nb·bs² floats), ρ (O); per thread 4 tile
- * buffers (≤ 64K floats); backward, G_M and G_ρ (nb·bs² + O floats), the run partials
+ * buffers (≤ 64K floats) and 2·bs + tw row pointers; backward, G_M and G_ρ (nb·bs² + O floats), the run partials
  * (runs·gl·(bs² + bs) floats, runs ≤ CPU_RUNS, ≤ CPU_RUNS_BIG·(nb·bs² + O) and ≤ CPU_RUN_FLOATS
  * floats in all; gl blocks per group) and, linear bypass with dy0, the transposed blocks (nb·bs² floats).
  */
