@@ -13,6 +13,9 @@
  * at 1280 channels; ~30% of a 640² 1024-token Diag-OFT bypass forward); after it, ~19% of that
  * bypass (perf, 1 thread, docs/bench-cpu.md "session 17"); several rows per pass and the ‖Q0‖²
  * sums of four blocks interleaved took 80 blocks of 16 from ~150 to ~115 µs (session 24).
+ * An x86-64-v4 copy of the same kernels (the same GCC vector types and order, so the same bits;
+ * 32 vector registers: 8 rows per product pass) took the products of 40 blocks of 16 from ~40 to
+ * ~27 µs at 1 thread (session 26).
  * Blocks of n ≤ CAYLEY_BATCH_N run eight at a time, one per vector lane (cayley_kern.h's
  * block_fwd8: every operation of the one-block code per lane, so the same bits): BOFT's many
  * small blocks (448 of 10 for a 640-channel, 7-stage bypass) had ~27 % of its forward at 1 thread
@@ -40,12 +43,12 @@ void cpu_cayley_free(cpu_cayley *cy) {
     cy->Q0 = cy->A = cy->Rm1 = NULL;
 }
 
-/* ---- the per-block kernels, once per ISA (cayley_kern.h; the v3 copy without FMA contraction,
-   so both copies give the same bits) ---- */
+/* ---- the per-block kernels, once per ISA (cayley_kern.h; the v3 and v4 copies without FMA
+   contraction, so every copy gives the same bits) ---- */
 typedef float lk8f __attribute__((vector_size(32)));
 typedef double lk4d __attribute__((vector_size(32)));
 /* rows per pass of the products (CK_RF fp32, CK_RD fp64): as many as keep the accumulators in
-   registers (v3: 16 ymm; base: the 32-byte vectors are pairs of xmm, 16 in all) */
+   registers (v3: 16 ymm; v4: 32; base: the 32-byte vectors are pairs of xmm, 16 in all) */
 #ifdef CPU_V3
 #define CK_RF 4
 #define CK_RD 4
@@ -53,6 +56,19 @@ typedef double lk4d __attribute__((vector_size(32)));
 #pragma GCC target("arch=x86-64-v3")
 #pragma GCC optimize("fp-contract=off")
 #define KN(name) name##_v3
+#include "cayley_kern.h"
+#undef KN
+#pragma GCC pop_options
+#undef CK_RF
+#undef CK_RD
+#endif
+#ifdef CPU_V4
+#define CK_RF 8
+#define CK_RD 8
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v4")
+#pragma GCC optimize("fp-contract=off")
+#define KN(name) name##_v4
 #include "cayley_kern.h"
 #undef KN
 #pragma GCC pop_options
@@ -68,6 +84,12 @@ typedef double lk4d __attribute__((vector_size(32)));
 #undef CK_RD
 
 static void block_fwd(int64_t n, const float *Q, float *Ak, float *Rk, float *M, float *Tm, double *dsc) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        block_fwd_v4(n, Q, Ak, Rk, M, Tm, dsc);
+        return;
+    }
+#endif
 #ifdef CPU_V3
     if (cpu_have_v3()) {
         block_fwd_v3(n, Q, Ak, Rk, M, Tm, dsc);
@@ -78,6 +100,12 @@ static void block_fwd(int64_t n, const float *Q, float *Ak, float *Rk, float *M,
 }
 
 static void block_fwd8(int64_t n, const lk8f *Q, lk8f *Ak, lk8f *Rk, lk8f *M, lk8f *Tm, lk4d *dsc) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        block_fwd8_v4(n, Q, Ak, Rk, M, Tm, dsc);
+        return;
+    }
+#endif
 #ifdef CPU_V3
     if (cpu_have_v3()) {
         block_fwd8_v3(n, Q, Ak, Rk, M, Tm, dsc);
@@ -88,6 +116,12 @@ static void block_fwd8(int64_t n, const lk8f *Q, lk8f *Ak, lk8f *Rk, lk8f *M, lk
 }
 
 static void block_bwd(int64_t n, const float *Ak, const float *Gk, double *Ok, double *T, double *At, double *Gd) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2) {
+        block_bwd_v4(n, Ak, Gk, Ok, T, At, Gd);
+        return;
+    }
+#endif
 #ifdef CPU_V3
     if (cpu_have_v3()) {
         block_bwd_v3(n, Ak, Gk, Ok, T, At, Gd);

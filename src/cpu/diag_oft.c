@@ -18,13 +18,17 @@
  * Tiling: a tile is a group of whole blocks (≥ 16 rows) × a column range (merge: W's columns;
  * bypass: tokens, or positions of one image for conv), ≤ 16K floats per buffer. Each output
  * tile depends only on its own input tile: X is streamed once and Y written once (in place is
- * fine: W → out, y0 → y). Tiles are spread over threads (static). Backward: the gradients of M
- * and ρ are sums over a group's tiles, taken in fixed runs of tiles per group (a function of the
- * shape only), one partial per run, added in run order: independent of the thread count
- * (oft_backward). The linear bypass's dy0 multiplies by the transposed blocks (Mᵀ, built once).
+ * fine: W → out, y0 → y). Forward tiles are spread over threads (static; the linear bypass's are
+ * whole token rows where the layer has ≤ 1024 channels, token_geometry_fwd). Backward: the
+ * gradients of M and ρ are sums over a group's tiles, taken in fixed runs of tiles per group (a
+ * function of the shape only), one partial per run, added in run order: independent of the thread
+ * count (oft_backward; the runs go to whichever thread is free). The linear bypass's dy0
+ * multiplies by the transposed blocks (Mᵀ, built once); its products run in rot.h's kernels with
+ * cpu_gemm_tn's / cpu_gemm_nn's bits. Inputs are prefetched a tile (and a row) ahead: cold rows of
+ * a few KB each were ~40 % of the flushed backward.
  *
  * Extra memory: the Cayley state and M, M − I (5·nb·bs² floats), ρ (O); per thread 4 tile
- * buffers (≤ 64K floats); backward, G_M and G_ρ (nb·bs² + O floats), the run partials
+ * buffers (≤ 64K floats) and 2·bs + tw row pointers; backward, G_M and G_ρ (nb·bs² + O floats), the run partials
  * (runs·gl·(bs² + bs) floats, runs ≤ CPU_RUNS, ≤ CPU_RUNS_BIG·(nb·bs² + O) and ≤ CPU_RUN_FLOATS
  * floats in all; gl blocks per group) and, linear bypass with dy0, the transposed blocks (nb·bs² floats).
  */
@@ -49,7 +53,8 @@ typedef struct {
     int64_t g, tw;      /* blocks per row group, tile width */
     float *work;        /* per-thread tile buffers */
     int64_t wsz;        /* floats per thread in work */
-    char **ptr;         /* per-thread row pointers of rot.h's calls (2·bs) */
+    char **ptr;         /* per-thread row pointers of rot.h's calls (np each) */
+    int64_t np;         /* 2·bs + the token-major backward tile's tokens */
 } oft_t;
 
 static void oft_free(oft_t *s) {
@@ -63,6 +68,8 @@ static void oft_free(oft_t *s) {
     free(s->work);
     free(s->ptr);
 }
+
+static void token_geometry(const oft_t *s, int64_t *gl, int64_t *tw);
 
 static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
     memset(s, 0, sizeof *s);
@@ -122,21 +129,94 @@ static lyco_status oft_prepare(const lyco_call *c, oft_t *s, bool grads) {
     s->wsz = 4 * nr * s->tw + nr;
     if (s->wsz < 4 * TILE_FLOATS) s->wsz = 4 * TILE_FLOATS;   /* the token-major tiles (linear bypass) */
     s->work = malloc(sizeof(float) * (size_t)s->nt * (size_t)s->wsz + 1);
-    s->ptr = malloc(sizeof(char *) * (size_t)(2 * s->nt * s->bs + 1));
+    int64_t gl, tw;
+    token_geometry(s, &gl, &tw);
+    s->np = 2 * s->bs + tw;
+    s->ptr = malloc(sizeof(char *) * (size_t)(s->nt * s->np + 1));
     if (!s->work || !s->ptr) return lyco_fail(LYCO_ERR_NOMEM, "cpu diag_oft: out of memory for tile buffers");
     return LYCO_OK;
 }
 
 static float rho_at(const oft_t *s, int64_t o) { return s->rho ? s->rho[o] : 1.0f; }
 
-/* Token-major tiles: groups of gl blocks spanning ≥ 256 channels where the layer has them, tw
-   tokens per tile (≤ TILE_FLOATS floats). */
+/* the calling thread's row pointers (s->np) */
+static char **thread_ptrs(const oft_t *s) { return s->ptr + (size_t)cpu_thread_id() * (size_t)s->np; }
+
+/* Rows [r0, r0 + n) × columns [c0, c0 + nc) of a compact view towards L2, a cache line at a time
+   (the next tile's, while this one is computed). */
+static void prefetch_rows(const cpu_view *v, int64_t r0, int64_t n, int64_t c0, int64_t nc) {
+    if (!v->fast) return;
+    for (int64_t r = r0; r < r0 + n; r++) {
+        const char *p = v->base + (r * v->rs + c0) * (int64_t)v->es, *e = p + nc * (int64_t)v->es;
+        for (; p < e; p += 64) __builtin_prefetch(p, 0, 2);
+    }
+}
+
+/* Channel rows [o0, o0 + nr) × columns [j0, j0 + w) of a merge or conv tensor towards L2 (compact
+   views; the rows' column runs are contiguous). */
+static void prefetch_tile(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int64_t w) {
+    for (int64_t r = o0; r < o0 + nr; r++) {
+        const char *p = cpu_oft_row(io, r, j0);
+        if (!p) return;
+        for (const char *e = p + w * (int64_t)io->v.es; p < e; p += 64) __builtin_prefetch(p, 0, 2);
+    }
+}
+
+/* cpu_oft_load (X = nr channel rows × w columns), and where the rows lie in place the row
+   LOAD_AHEAD on prefetched as each converts: a cold 1280² merge backward, 1 thread, ~1.33 →
+   ~1.0 ms (the rows, 2 KB each, each began with misses the hardware prefetchers took a while to
+   follow; 1 row ahead ~1.05, 2 ~1.0). */
+#define LOAD_AHEAD 2
+static void load_rows(const cpu_oft_io *io, int64_t o0, int64_t nr, int64_t j0, int64_t w, lyco_dtype T, float *X, float *tmp) {
+    if (!cpu_oft_row(io, o0, j0)) {
+        cpu_oft_load(io, o0, nr, j0, w, T, X, tmp);
+        return;
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        if (r + LOAD_AHEAD < nr) prefetch_tile(io, o0 + r + LOAD_AHEAD, 1, j0, w);
+        cpu_oft_load(io, o0 + r, 1, j0, w, T, X + r * w, tmp);
+    }
+}
+
+/* Token rows [t0, t0 + w) × channels [o0, o0 + nc) into X (w × nc, fp32 rounded through T), the
+   token LOAD_AHEAD on prefetched as each converts. */
+static void load_tokens(const cpu_view *v, int64_t t0, int64_t w, int64_t o0, int64_t nc, lyco_dtype T, float *X) {
+    for (int64_t t = 0; t < w; t++) {
+        if (t + LOAD_AHEAD < w) prefetch_rows(v, t0 + t + LOAD_AHEAD, 1, o0, nc);
+        cpu_load(v, t0 + t, o0, nc, T, X + t * nc);
+    }
+}
+
+/* Token-major tiles (the backward's: its gradient sums follow them): groups of gl blocks spanning
+   ≥ 256 channels where the layer has them, tw tokens per tile (≤ TILE_FLOATS floats). */
 static void token_geometry(const oft_t *s, int64_t *gl, int64_t *tw) {
     int64_t g = (256 + s->bs - 1) / s->bs;
     if (g < s->g) g = s->g;
     if (g > s->nb) g = s->nb;
     *gl = g;
     *tw = TILE_FLOATS / (g * s->bs);
+    if (*tw < 1) *tw = 1;
+}
+
+/* The forward's token-major tiles (no sums across tiles: any split gives the same bits): whole
+   token rows up to TOK_ROW_MAX channels, else groups of about 256 channels of equal size, so the
+   tiles are equal units of work for the static schedule (256-channel groups left a 640-channel
+   layer's third group half-size: 24 and 16 tiles' work on 2 threads); a tile ≤ TOK_FWD_FLOATS
+   (its fp32 copy stays in L1 while the kernel broadcasts from it), tw a multiple of TOK_TW_STEP
+   tokens (the v4 kernel's register group) where it is that large. A tile of whole rows is one
+   contiguous run of the tensor, a stream the prefetchers follow. 640 channels, 1024 tokens, cold,
+   2 threads: 24-token tiles 204–212 µs, 12 172–180, 16 or 18 180–188, 6 or 8 179–185. */
+#define TOK_ROW_MAX 1024
+#define TOK_FWD_FLOATS 8192
+#define TOK_TW_STEP 12
+static void token_geometry_fwd(const oft_t *s, int64_t *gl, int64_t *tw) {
+    int64_t ng = s->nb * s->bs <= TOK_ROW_MAX ? 1 : (s->nb * s->bs + 255) / 256;
+    int64_t g = (s->nb + ng - 1) / ng;
+    if (g < s->g) g = s->g;
+    if (g > s->nb) g = s->nb;
+    *gl = g;
+    *tw = TOK_FWD_FLOATS / (g * s->bs);
+    if (*tw >= TOK_TW_STEP) *tw -= *tw % TOK_TW_STEP;
     if (*tw < 1) *tw = 1;
 }
 
@@ -148,7 +228,7 @@ static void token_geometry(const oft_t *s, int64_t *gl, int64_t *tw) {
 static void oft_forward_tokens(oft_t *s, const cpu_oft_io *in, const cpu_oft_io *out, bool delta) {
     lyco_dtype T = s->c->dt.compute;
     int64_t gl, tw;
-    token_geometry(s, &gl, &tw);
+    token_geometry_fwd(s, &gl, &tw);
     int64_t ngroups = (s->nb + gl - 1) / gl, ntt = (in->n + tw - 1) / tw, total = ngroups * ntt;
     const float *Op = delta ? s->Mm : s->M;
 #pragma omp parallel for schedule(static)
@@ -156,7 +236,11 @@ static void oft_forward_tokens(oft_t *s, const cpu_oft_io *in, const cpu_oft_io 
         float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Z = X + TILE_FLOATS;
         int64_t k0 = (b / ntt) * gl, kb = s->nb - k0 < gl ? s->nb - k0 : gl, o0 = k0 * s->bs, nc = kb * s->bs;
         int64_t t0 = (b % ntt) * tw, w = in->n - t0 < tw ? in->n - t0 : tw;
-        for (int64_t t = 0; t < w; t++) cpu_load(&in->v, t0 + t, o0, nc, T, X + t * nc);
+        load_tokens(&in->v, t0, w, o0, nc, T, X);
+        if (b + 1 < total) {   /* the next tile (this thread's, but at the end of its range) */
+            int64_t k1 = ((b + 1) / ntt) * gl, u0 = ((b + 1) % ntt) * tw;
+            prefetch_rows(&in->v, u0, in->n - u0 < tw ? in->n - u0 : tw, k1 * s->bs, (s->nb - k1 < gl ? s->nb - k1 : gl) * s->bs);
+        }
         bool direct = out->v.fast;
         cpu_rot_tok q = {.bs = s->bs, .nb = kb, .Op = Op + k0 * s->nn, .X = X,
                          .dst = direct ? out->v.base + (t0 * out->v.rs + o0) * (int64_t)out->v.es : (char *)Z,
@@ -186,7 +270,7 @@ static void oft_forward_direct(oft_t *s, const cpu_oft_io *in, const cpu_oft_io 
     const float *Op = delta ? s->Mm : s->M;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < total; b++) {
-        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(2 * bs);
+        char **ptr = thread_ptrs(s);
         int64_t k = b / nct, j0, w;
         cpu_oft_tile(in, s->tw, b % nct, &j0, &w);
         for (int64_t i = 0; i < bs; i++) {
@@ -218,7 +302,7 @@ static void oft_forward(oft_t *s, const DLTensor *src, DLTensor *dst, bool delta
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < total; b++) {
         float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *Z = X + s->g * bs * s->tw, *tmp = X + 4 * s->g * bs * s->tw;
-        char **ptr = s->ptr + (size_t)cpu_thread_id() * (size_t)(2 * bs);
+        char **ptr = thread_ptrs(s);
         int64_t k0 = (b / nct) * s->g, kb = s->nb - k0 < s->g ? s->nb - k0 : s->g, o0 = k0 * bs, nr = kb * bs, j0, w;
         cpu_oft_tile(&in, s->tw, b % nct, &j0, &w);
         cpu_oft_load(&in, o0, nr, j0, w, T, X, tmp);
@@ -248,6 +332,47 @@ typedef struct {
     int64_t gl, nct, tw;    /* blocks per group, tiles per group, tile width (columns / tokens) */
 } bwd_geo;
 
+/* The inputs of backward tile (grp, tile) towards L2: issued a tile ahead (the loads of a cold
+   tile were ~40 % of a flushed merge backward, its rows a few KB each, too short for the
+   hardware prefetchers to ramp up). */
+static void tile_bwd_prefetch(const oft_t *s, const bwd_geo *q, int64_t grp, int64_t tile) {
+    int64_t k0 = grp * q->gl, kb = s->nb - k0 < q->gl ? s->nb - k0 : q->gl, o0 = k0 * s->bs, nr = kb * s->bs;
+    bool x = q->want_rho || q->want_b;
+    if (q->token) {
+        int64_t t0 = tile * q->tw, w = q->xin->n - t0 < q->tw ? q->xin->n - t0 : q->tw;
+        prefetch_rows(&q->gin->v, t0, w, o0, nr);
+        if (x) prefetch_rows(&q->xin->v, t0, w, o0, nr);
+        return;
+    }
+    int64_t j0, w;
+    cpu_oft_tile(q->xin, q->tw, tile, &j0, &w);
+    prefetch_tile(q->gin, o0, nr, j0, w);
+    if (x) prefetch_tile(q->xin, o0, nr, j0, w);
+}
+
+/* X·Op per block, for the kb blocks of Op over w tokens of a token-major fp32 tile (ld kb·bs), the
+   sums in chains of kc terms (0: one): rot.h's token kernel with the bits of cpu_gemm_nn called per
+   chunk of kc terms (a chain from 0, then + the chunks before), stored as odt (token t at dst +
+   t·dstride bytes) — an fp32 tile, or the caller's tensor with cpu_store's values. */
+static void tokens_times(const oft_t *s, const float *Op, int64_t kb, const float *X, int64_t w, int64_t kc, char *dst,
+                         int64_t dstride, lyco_dtype odt) {
+    cpu_rot_tok r = {.bs = s->bs, .nb = kb, .Op = Op, .X = X, .dst = dst, .dstride = dstride, .odt = odt, .mode = CPU_ROT_SET, .kc = kc};
+    cpu_rot_tokens(&r, w);
+}
+
+/* C (bs × bs) += X_kᵀ·G_k over w tokens of token-major fp32 tiles (ld floats; X, G at the block's
+   first channel): rot.h's row kernel with one input row per token and A(i, t) = X[t, i] — the
+   sums in registers, cpu_gemm_tn's order and bits (a chain from 0 over the tokens, then + C_old). */
+static void gram_block(const oft_t *s, const float *X, const float *G, int64_t ld, int64_t w, float *C) {
+    int64_t bs = s->bs;
+    char **src = thread_ptrs(s), **dst = src + w;
+    for (int64_t t = 0; t < w; t++) src[t] = (char *)(G + t * ld);
+    for (int64_t i = 0; i < bs; i++) dst[i] = (char *)(C + i * bs);
+    cpu_rot r = {.bs = bs, .nk = w, .A = X, .ai = 1, .ak = ld, .src = (const char *const *)src, .sdt = LYCO_F32,
+                 .T = LYCO_F32, .dst = dst, .odt = LYCO_F32, .base = (const float *const *)dst, .mode = CPU_ROT_ADD};
+    cpu_rot_rows(&r, bs);
+}
+
 /* One token-major tile (w tokens × the group's channels, as they lie): with G'' = ρ ⊙ GY,
    G_ρ[o] += Σ_t GY[t,o]·(x·M)[t,o];  G_M_k += X_kᵀ·G''_k (bs × bs);  dy0_k = G''_k·(M_k)ᵀ
    (delta: the (M_k − I) form plus (ρ − 1) ⊙ GY) — the transposes of the channel-major formulas. */
@@ -256,12 +381,10 @@ static void tile_bwd_tokens(const oft_t *s, const bwd_geo *q, int64_t grp, int64
     float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *GY = X + TILE_FLOATS, *G2 = GY + TILE_FLOATS, *Z = G2 + TILE_FLOATS;
     int64_t bs = s->bs, k0 = grp * q->gl, kb = s->nb - k0 < q->gl ? s->nb - k0 : q->gl, o0 = k0 * bs, nc = kb * bs;
     int64_t t0 = tile * q->tw, w = q->xin->n - t0 < q->tw ? q->xin->n - t0 : q->tw;
-    for (int64_t t = 0; t < w; t++) cpu_load(&q->gin->v, t0 + t, o0, nc, T, GY + t * nc);
-    if (q->want_rho || q->want_b)
-        for (int64_t t = 0; t < w; t++) cpu_load(&q->xin->v, t0 + t, o0, nc, T, X + t * nc);
+    load_tokens(&q->gin->v, t0, w, o0, nc, T, GY);
+    if (q->want_rho || q->want_b) load_tokens(&q->xin->v, t0, w, o0, nc, T, X);
     if (q->want_rho) {
-        for (int64_t kk = 0; kk < kb; kk++)
-            cpu_gemm_nn(w, bs, bs, X + kk * bs, nc, s->M + (k0 + kk) * s->nn, bs, Z + kk * bs, nc, false);
+        tokens_times(s, s->M + k0 * s->nn, kb, X, w, 0, (char *)Z, nc * (int64_t)sizeof(float), LYCO_F32);
         /* each channel's sum over the tile's tokens in double, added to the run's partial once:
            one fp32 chain over the tokens cancelled past the fp32 budget (case
            diag_oft_linear_bs16_strided_unaligned_active, fp32, seed 224309689: 38.8 ULP against
@@ -272,23 +395,29 @@ static void tile_bwd_tokens(const oft_t *s, const bwd_geo *q, int64_t grp, int64
             pR[r] += (float)acc;
         }
     }
-    for (int64_t t = 0; t < w; t++)
-        for (int64_t r = 0; r < nc; r++) G2[t * nc + r] = rho_at(s, o0 + r) * GY[t * nc + r];
+    if (s->rho)
+        for (int64_t t = 0; t < w; t++)
+            for (int64_t r = 0; r < nc; r++) G2[t * nc + r] = s->rho[o0 + r] * GY[t * nc + r];
+    else
+        G2 = GY;   /* ρ = 1: G'' = GY */
     if (q->want_b)
-        for (int64_t kk = 0; kk < kb; kk++) cpu_gemm_tn(bs, bs, w, X + kk * bs, nc, G2 + kk * bs, nc, pM + kk * s->nn, bs, true);
+        for (int64_t kk = 0; kk < kb; kk++) gram_block(s, X + kk * bs, G2 + kk * bs, nc, w, pM + kk * s->nn);
     if (q->gout) {
         /* G''_k·Op_kᵀ as plain products with the transposed blocks (the nt form took dot products
            of length bs per element: ~40% of the call at 640², block 16), over k in chunks of 8
            (each a chain from 0, then added: about the accuracy of the nt form's 8 lanes; one
            chain of 32 doubled the fp32 rows' ULP at block 32) */
-        for (int64_t kk = 0; kk < kb; kk++)
-            for (int64_t k = 0; k < bs; k += 8)
-                cpu_gemm_nn(w, bs, bs - k < 8 ? bs - k : 8, G2 + kk * bs + k, nc, q->OpT + (k0 + kk) * s->nn + k * bs, bs,
-                            Z + kk * bs, nc, k > 0);
+        const cpu_view *gv = &q->gout->v;
+        if (!q->delta && gv->fast) {   /* straight into dy0 */
+            tokens_times(s, q->OpT + k0 * s->nn, kb, G2, w, 8, gv->base + (t0 * gv->rs + o0) * (int64_t)gv->es,
+                         gv->rs * (int64_t)gv->es, gv->dt);
+            return;
+        }
+        tokens_times(s, q->OpT + k0 * s->nn, kb, G2, w, 8, (char *)Z, nc * (int64_t)sizeof(float), LYCO_F32);
         if (q->delta)
             for (int64_t t = 0; t < w; t++)
                 for (int64_t r = 0; r < nc; r++) Z[t * nc + r] += (rho_at(s, o0 + r) - 1.0f) * GY[t * nc + r];
-        for (int64_t t = 0; t < w; t++) cpu_store(&q->gout->v, t0 + t, o0, nc, Z + t * nc);
+        for (int64_t t = 0; t < w; t++) cpu_store(gv, t0 + t, o0, nc, Z + t * nc);
     }
 }
 
@@ -313,17 +442,20 @@ static void tile_bwd_rows(const oft_t *s, const bwd_geo *q, int64_t grp, int64_t
     int64_t tsz = q->gl * bs * q->tw;
     float *X = s->work + (size_t)cpu_thread_id() * (size_t)s->wsz, *GY = X + tsz, *G2 = GY + tsz, *Z = G2 + tsz, *tmp = Z + tsz;
     cpu_oft_tile(q->xin, q->tw, tile, &j0, &w);
-    cpu_oft_load(q->gin, o0, nr, j0, w, T, GY, tmp);
-    if (q->want_rho || q->want_b) cpu_oft_load(q->xin, o0, nr, j0, w, T, X, tmp);
+    load_rows(q->gin, o0, nr, j0, w, T, GY, tmp);
+    if (q->want_rho || q->want_b) load_rows(q->xin, o0, nr, j0, w, T, X, tmp);
     if (q->want_rho) {
         for (int64_t kk = 0; kk < kb; kk++)
             cpu_gemm_tn(bs, w, bs, s->M + (k0 + kk) * s->nn, bs, X + kk * bs * w, w, Z + kk * bs * w, w, false);
         for (int64_t r = 0; r < nr; r++) pR[r] += dot_lanes(GY + r * w, Z + r * w, w);
     }
-    for (int64_t r = 0; r < nr; r++) {
-        float p = rho_at(s, o0 + r);
-        for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
-    }
+    if (s->rho)
+        for (int64_t r = 0; r < nr; r++) {
+            float p = s->rho[o0 + r];
+            for (int64_t j = 0; j < w; j++) G2[r * w + j] = p * GY[r * w + j];
+        }
+    else
+        G2 = GY;   /* ρ = 1: G'' = GY */
     if (q->want_b)
         for (int64_t kk = 0; kk < kb; kk++) cpu_gemm_nt(bs, bs, w, X + kk * bs * w, w, G2 + kk * bs * w, w, pM + kk * s->nn, bs, true);
     if (q->gout) {
@@ -377,11 +509,15 @@ static lyco_status oft_backward(oft_t *s, const DLTensor *Xt, const DLTensor *GY
             for (int64_t a = 0; a < s->bs; a++)
                 for (int64_t b = 0; b < s->bs; b++) OpT[k * s->nn + b * s->bs + a] = q.Op[k * s->nn + a * s->bs + b];
     q.OpT = OpT;
-#pragma omp parallel for schedule(static)
+    /* a unit to whichever thread is free (units differ in size: a layer's last group may be narrower;
+       each unit has its own partial, so the sums do not depend on who runs it) */
+#pragma omp parallel for schedule(dynamic)
     for (int64_t u = 0; u < units; u++) {
-        int64_t grp = u / R, r = u % R;
+        int64_t grp = u / R, r = u % R, tend = cpu_run_start(q.nct, (int)R, (int)r + 1);
         float *pM = part + u * slot, *pR = pM + q.gl * s->nn;
-        for (int64_t t = cpu_run_start(q.nct, (int)R, (int)r); t < cpu_run_start(q.nct, (int)R, (int)r + 1); t++) {
+        for (int64_t t = cpu_run_start(q.nct, (int)R, (int)r); t < tend; t++) {
+            if (t + 1 < tend) tile_bwd_prefetch(s, &q, grp, t + 1);
+            else if (u + 1 < units) tile_bwd_prefetch(s, &q, (u + 1) / R, cpu_run_start(q.nct, (int)R, (int)((u + 1) % R)));
             if (q.token) tile_bwd_tokens(s, &q, grp, t, pM, pR);
             else tile_bwd_rows(s, &q, grp, t, pM, pR);
         }

@@ -4,15 +4,20 @@
  * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h); and the
  * register transposes of the linear bypass's channel-row tiles.
  *
- * Channel-major (cpu_rot_rows): bs input rows in_k and bs output rows out_i, each w columns:
- *   acc_i[j] = Σ_{k<bs} A[i·ai + k·ak]·in_k[j]          in_k = src_k (dtype sdt, rounded through
+ * Channel-major (cpu_rot_rows): nk input rows in_k (nk = bs unless set) and bs output rows out_i,
+ * each w columns:
+ *   acc_i[j] = Σ_{k<nk} A[i·ai + k·ak]·in_k[j]          in_k = src_k (dtype sdt, rounded through
  *                                                       T) [+ add_k, fp32: BOFT's X0 + Δ]
  *   SET    out_i = acc_i, or ρ_i·acc_i                  (stored as odt)
  *   DELTA  out_i = ρ_i·acc_i + (ρ_i − 1)·in_i            (ρ_i = 1 without ρ; Diag-OFT, where the
  *                                                       input rows are the output rows)
  *   ADD    out_i = base_i + acc_i                        (fp32 rows; BOFT's stage updates)
+ * (nk ≠ bs: SET and ADD only — Diag-OFT's linear backward takes G_M_k += X_kᵀ·G''_k this way,
+ * one input row per token, A(i, t) = X[t, i]: cpu_gemm_tn's bits.)
  * Token-major (cpu_rot_tokens, Diag-OFT's linear bypass, channels contiguous in a token row):
- *   out[t, c] = Σ_{k<bs} x[t, k]·Op[k, c] per block, with the same epilogues (ρ per channel).
+ *   out[t, c] = Σ_{k<bs} x[t, k]·Op[k, c] per block, with the same epilogues (ρ per channel);
+ *   with kc set, the sum runs as chains of kc terms, each from 0, each added to the chains before
+ *   (the bits of cpu_gemm_nn called per chunk of kc terms, accumulating after the first).
  *
  * Summation order: acc = 0, then one fused multiply-add per k, k = 0…bs−1 (a product and a sum in
  * the portable copy) — dense.c's nn/tn order, so the results are bitwise those of cpu_gemm_tn/nn
@@ -44,6 +49,7 @@ typedef struct {
     const float *const *base;   /* ADD: bs fp32 rows (may be dst's) */
     const float *rho;           /* SET, DELTA: bs scales, or NULL */
     cpu_rot_mode mode;
+    int64_t nk;                 /* input rows (terms), 0: bs; ≠ bs only with SET or ADD */
 } cpu_rot;
 
 /* The rows of r over columns [0, w). */
@@ -60,6 +66,7 @@ typedef struct {
     lyco_dtype odt;
     const float *rho;           /* nb·bs scales, or NULL */
     cpu_rot_mode mode;          /* SET or DELTA (in = X) */
+    int64_t kc;                 /* terms per chain; 0: one chain of bs */
 } cpu_rot_tok;
 
 /* Tokens [0, w) of q. */
