@@ -116,20 +116,22 @@ static void loha_free(loha_t *s) {
 /* Ā_t (O × r_t) and B̄_t (r_t × IK) of both terms as one block (written whole by the loads in
    loha_prepare, so only the slack floats are zeroed): one kept block per thread instead of four mallocs whose frees
    trimmed the heap and cost ~130 page faults a call (kept.c). */
+static int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
 static bool fac_block(loha_t *s, int64_t r1, int64_t r2) {
     int64_t r[2] = {r1, r2}, n = 0;
-    for (int w = 0; w < 2; w++) n += (s->O + s->IK) * r[w] + 2;
+    for (int w = 0; w < 2; w++) n += pad16(s->O * r[w] + 1) + pad16(r[w] * s->IK + 1);
     s->fac = cpu_kept_get((size_t)n);
     if (!s->fac) return false;
-    float *p = s->fac;
+    float *p = s->fac;   /* each array 64-byte aligned (as the block), then at least one float of slack, zero as alloc_f's */
     for (int w = 0; w < 2; w++) {
         s->t[w].r = r[w];
         s->t[w].A = p;
-        p += s->O * r[w];
-        *p++ = 0.0f;   /* one float of slack after each array, zero as alloc_f's */
+        p[s->O * r[w]] = 0.0f;
+        p += pad16(s->O * r[w] + 1);
         s->t[w].B = p;
-        p += r[w] * s->IK;
-        *p++ = 0.0f;
+        p[r[w] * s->IK] = 0.0f;
+        p += pad16(r[w] * s->IK + 1);
     }
     return true;
 }
