@@ -1,14 +1,15 @@
 /*
  * test_kept.c — the per-thread kept block of the CPU backend (src/cpu/kept.c) and what it is for:
  *   (a) cpu_kept_get / cpu_kept_put: a released block comes back to the next request (same
- *       address, grown when asked for more), a nested request while it is taken gets other memory,
- *       and every block is writable over its whole size;
+ *       address, 64-byte aligned, grown when asked for more), a nested request while it is taken
+ *       gets other memory, and every block is writable over its whole size;
  *   (b) a LoHa merge forward (1280², rank 32, bf16, 2 OpenMP threads) called again and again takes
  *       no page faults after its first calls: its factor copies live in the kept block. Before
  *       kept.c the four copies' frees trimmed glibc's heap every call and the next call faulted
  *       ~129 pages in again (~8–10 % of the call at 2 threads).
  * Prints the counts and exits non-zero on a failure. ~0.2 s.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ static void expect(bool ok, const char *what) {
 static void kept_semantics(void) {
     float *a = cpu_kept_get(1000);
     expect(a != NULL, "first request");
+    expect(((uintptr_t)a & 63) == 0, "the kept block is 64-byte aligned");
     memset(a, 0x7f, 1000 * sizeof(float));
     float *b = cpu_kept_get(500);   /* nested: the block is taken */
     expect(b != NULL && b != a, "a nested request gets other memory");
