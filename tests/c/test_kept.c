@@ -7,7 +7,8 @@
  *       no page faults after its first calls: its factor copies live in the kept block. Before
  *       kept.c the four copies' frees trimmed glibc's heap every call and the next call faulted
  *       ~129 pages in again (~8–10 % of the call at 2 threads).
- * Prints the counts and exits non-zero on a failure. ~0.2 s.
+ * (b) is judged with glibc's malloc only (not under AddressSanitizer, whose allocator quarantines freed
+ * memory and faults fresh pages by design). Prints the counts and exits non-zero on a failure. ~0.2 s.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -78,7 +79,11 @@ static void loha_merge_no_faults(void) {
     for (int i = 0; i < 5; i++) expect(lyco_prepared_invoke(ctx, p) == LYCO_OK, "LoHa merge forward");
     long per = (minor_faults() - f0) / 5;
     printf("LoHa merge forward 1280² r32 (%s), 2 threads: %ld page faults a call after warm-up\n", row->name, per);
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
     expect(per < 8, "LoHa merge forward faults pages in on every call");
+#else
+    printf("(not judged: the fault count is glibc malloc's behaviour; this build's allocator differs)\n");
+#endif
     lyco_ctx_destroy(ctx);
     lyco_prepared_free(p);
 }
