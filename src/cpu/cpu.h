@@ -68,6 +68,13 @@ void cpu_gemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
 void cpu_gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool accumulate);
 
+/* ---- a reusable block per calling thread (kept.c) ---- */
+/* n floats, uninitialised: this thread's kept block when free (64-byte aligned, grown as needed,
+   never handed back to the allocator between calls), else malloc'd; NULL when out of memory. */
+float *cpu_kept_get(size_t n);
+/* Releases what cpu_kept_get returned (NULL: nothing). */
+void cpu_kept_put(float *p);
+
 /* ---- threads ---- */
 int cpu_threads(void);
 int cpu_thread_id(void);

@@ -44,7 +44,8 @@
  * Conv bypass (with or without DoRA) and DoRA in bypass on linear layers: dense_bypass.c, through
  * E = W'' − W built by the merge driver from this file's row generator.
  *
- * Extra memory: Ā_t, B̄_t (O·(r_1+r_2) + (r_1+r_2)·IK floats; Tucker also B_t, T_t), ρ (O);
+ * Extra memory: Ā_t, B̄_t (O·(r_1+r_2) + (r_1+r_2)·IK floats in the calling thread's kept block,
+ * kept.c: held after the call for the thread's next one; Tucker also B_t, T_t), ρ (O);
  * per thread 4·(r_1+r_2) generator doubles; bwd: 3·RMAX·CW floats per thread, G_Ā_t (O·(r_1+r_2))
  * and G_B̄_t partials (max(nt, runs)·(r_1+r_2)·IK); bypass per thread OB·I + TB·(I + OB) (fwd and
  * pass 1), pass 2 O·CB + TB·(O + CB).
@@ -76,6 +77,7 @@ typedef struct {
     const lyco_call *c;
     int64_t O, I, K, IK;
     term_t t[2];
+    float *fac;     /* Ā_t and B̄_t of both terms in one block (cpu_kept_get: reused by the thread's next call) */
     float *rho;     /* O: s'·q_o */
     double *rhod;   /* O: s'·q_o in fp64 */
     float *scr;     /* np × 3·RMAX·CW (merge bwd) */
@@ -85,6 +87,8 @@ typedef struct {
     int runs;       /* merge backward: the driver's fixed runs of row blocks (cpu_delta.groups) */
     int np;         /* gradient partial and scratch slots: max(nt, runs) */
     bool gen32;     /* merge forward into a 16-bit output without DoRA: gen takes the fp32 generator */
+    bool pf;        /* merge forward, W and the output in compact rows: gen prefetches the rows it makes */
+    cpu_view pfw, pfo;   /* their views */
 } loha_t;
 
 static float mask_at(const lyco_call *c, int64_t i) {
@@ -97,17 +101,50 @@ static float *alloc_f(int64_t n) { return calloc((size_t)(n > 0 ? n : 0) + 1, si
 static void loha_free(loha_t *s) {
     for (int w = 0; w < 2; w++) {
         term_t *t = &s->t[w];
-        free(t->A);
-        free(t->B);
         free(t->Braw);
         free(t->T);
         free(t->gA);
         free(t->gB);
     }
+    cpu_kept_put(s->fac);
     free(s->rho);
     free(s->rhod);
     free(s->dscr);
     free(s->scr);
+}
+
+/* Ā_t (O × r_t) and B̄_t (r_t × IK) of both terms as one block (written whole by the loads in
+   loha_prepare, so only the slack floats are zeroed): one kept block per thread instead of four mallocs whose frees
+   trimmed the heap and cost ~130 page faults a call (kept.c). */
+static int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+static bool fac_block(loha_t *s, int64_t r1, int64_t r2) {
+    int64_t r[2] = {r1, r2}, n = 0;
+    for (int w = 0; w < 2; w++) n += pad16(s->O * r[w] + 1) + pad16(r[w] * s->IK + 1);
+    s->fac = cpu_kept_get((size_t)n);
+    if (!s->fac) return false;
+    float *p = s->fac;   /* each array 64-byte aligned (as the block), then at least one float of slack, zero as alloc_f's */
+    for (int w = 0; w < 2; w++) {
+        s->t[w].r = r[w];
+        s->t[w].A = p;
+        p[s->O * r[w]] = 0.0f;
+        p += pad16(s->O * r[w] + 1);
+        s->t[w].B = p;
+        p[r[w] * s->IK] = 0.0f;
+        p += pad16(r[w] * s->IK + 1);
+    }
+    return true;
+}
+
+/* A merge forward's generator prefetches the W and output rows of the block it makes (merge.c's
+   driver reads W and writes the output right after, row by row: 2.5–5 KB rows from DRAM, which
+   stalled the driver's loads — ~25 % of the generator's time at 1280², r32, cache swept). Compact
+   rows only (cpu_view fast); not for DoRA (the driver's kernels prefetch their own). */
+static void prefetch_views(const lyco_call *c, loha_t *s) {
+    if (c->dir != LYCO_DIR_MERGE_FWD || c->dims.dora || !c->merge->weight || !c->out) return;
+    cpu_view_init(&s->pfw, c->merge->weight, 1);
+    cpu_view_init(&s->pfo, c->out, 1);
+    s->pf = s->pfw.fast && s->pfo.fast;
 }
 
 static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
@@ -131,22 +168,20 @@ static lyco_status loha_prepare(const lyco_call *c, loha_t *s, bool grads) {
        against the output's half-ULP of 2^-9 / 2^-12; 2·DL lanes and no conversions: about half the
        fp64 generator's time). fp32 outputs and DoRA (whose norms sum the elements) keep fp64. */
     s->gen32 = c->dir == LYCO_DIR_MERGE_FWD && !d->dora && c->out && lyco_dtype_of(c->out) != LYCO_F32;
+    prefetch_views(c, s);
     s->rho = alloc_f(s->O);
     s->rhod = calloc((size_t)s->O + 1, sizeof(double));
     s->dscr_n = 4 * (d->r + (d->r2 > 0 ? d->r2 : d->r));
     s->dscr = calloc((size_t)s->nt * (size_t)s->dscr_n + 1, sizeof(double));
     s->scr = alloc_f((int64_t)s->np * 3 * RMAX * CW);
     if (!s->rho || !s->rhod || !s->dscr || !s->scr) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
+    if (!fac_block(s, d->r, d->r2 > 0 ? d->r2 : d->r)) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
     for (int w = 0; w < 2; w++) {
         term_t *t = &s->t[w];
-        t->r = w ? (d->r2 > 0 ? d->r2 : d->r) : d->r;
         t->sa = w ? LYCO_HADA_W2_A : LYCO_HADA_W1_A;
         t->sb = w ? LYCO_HADA_W2_B : LYCO_HADA_W1_B;
         t->st = w ? LYCO_HADA_T2 : LYCO_HADA_T1;
         int64_t r = t->r;
-        t->A = alloc_f(s->O * r);
-        t->B = alloc_f(r * s->IK);
-        if (!t->A || !t->B) return lyco_fail(LYCO_ERR_NOMEM, "cpu loha: out of memory");
         if (!d->tucker) {
             cpu_load_all(c->a->tensor[t->sa], T, t->A);
             cpu_load_all(c->a->tensor[t->sb], T, t->B);

@@ -125,6 +125,20 @@ static inline __attribute__((always_inline)) double KN(elem_d)(const loha_t *s, 
     return x1 * x2;
 }
 
+/* Merge forward (s->pf): rows o … o+rb−1 of W and of the output, columns j … j+n−1, prefetched
+   (W to read, the output to write), the lines they overlap; the driver uses them after this call. */
+static inline __attribute__((always_inline)) void KN(pf_cols)(const loha_t *s, int64_t o, int64_t rb, int64_t j, int64_t n) {
+    if (!s->pf) return;
+    const cpu_view *w = &s->pfw, *q = &s->pfo;
+    for (int64_t i = 0; i < rb; i++) {
+        const char *a = w->base + ((o + i) * w->rs + j) * (int64_t)w->es, *e = a + n * (int64_t)w->es;
+        for (uintptr_t l = (uintptr_t)a & ~(uintptr_t)63; l < (uintptr_t)e; l += 64) __builtin_prefetch((const void *)l, 0, 3);
+        a = q->base + ((o + i) * q->rs + j) * (int64_t)q->es;
+        e = a + n * (int64_t)q->es;
+        for (uintptr_t l = (uintptr_t)a & ~(uintptr_t)63; l < (uintptr_t)e; l += 64) __builtin_prefetch((const void *)l, 1, 3);
+    }
+}
+
 /* out[rr·ldo + jj] = rnd(λ·ρ_o·R_1[o,j]·R_2[o,j]) for o = o0+rr < o0+nr, j = j0+jj < j0+nc (trans:
    out[jj·ldo + rr]): the two r-term sums, the Hadamard product and every scale factor in fp64, one
    rounding per element; 4 × DL register blocks. */
@@ -143,6 +157,7 @@ static void KN(gen)(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t
         int64_t jj = 0;
         for (; jj + 2 * DL <= nc; jj += 2 * DL) {
             VD p[8];
+            KN(pf_cols)(s, o0 + r0, rb, j0 + jj, 2 * DL);
             KN(block4x2)(s, j0 + jj, c1, c2, p);
             for (int64_t i = 0; i < rb; i++)
                 for (int h = 0; h < 2; h++)
@@ -255,6 +270,7 @@ static void KN(gen32)(const loha_t *s, int64_t o0, int64_t nr, double lambda, fl
         int64_t j = 0;
         for (; j + 2 * FL <= IK; j += 2 * FL) {
             VF p[8];
+            KN(pf_cols)(s, o0 + r0, rb, j, 2 * FL);
             KN(block4f)(s, j, c1, c2, p);
             for (int64_t i = 0; i < rb; i++) memcpy(out + (r0 + i) * IK + j, &p[2 * i], 2 * sizeof p[0]);
         }

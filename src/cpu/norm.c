@@ -15,7 +15,9 @@
  *   One pass: each group is loaded once (x, y0), normalised in cache and y stored once.
  *   LayerNorm rows with compact views run norm_kern.h (x86-64-v3 and up): the same operations in
  *   the same order with the loads, conversions and stores in registers (bitwise the group loops'
- *   values); GroupNorm, strided views and LYCO_CPU_ISA=base take the group loops.
+ *   values); GroupNorm, strided views and LYCO_CPU_ISA=base take the group loops. The kernel
+ *   software-prefetches the thread's next two rows (x, y0 / dy, and y / dx for writing) while it
+ *   computes the current two: a token row is too short for the hardware prefetchers.
  * backward, per group (h = dy·m·Δγ[c]; the group sums in 8 lanes and a fixed tree, so the order is
  *   set by the shape, not the threads):  dx = rstd·(h − mean(h) − x̂·mean(h·x̂)),
  *   G_w_norm[c] += m·q[c]·Σ dy·x̂,  G_b_norm[c] += m·q[c]·Σ dy  (partials per fixed run of groups,
@@ -256,6 +258,8 @@ typedef struct {
     const float *gam, *bet;       /* m·q·w_norm, m·q·b_norm */
     float *pw, *pb;               /* backward: the run's per-channel sums */
     float *xs, *xh, *gs;          /* scratch, C floats each */
+    const char *pf_x, *pf_g;      /* a later row's x and y0 / dy: prefetched while this row computes (NULL: none) */
+    char *pf_o;                   /* that row's y / dx: prefetched for writing (NULL: none) */
     int64_t C;
     float eps;
 } norm_row_t;
@@ -325,6 +329,11 @@ static lyco_status bypass_fwd(const lyco_call *c, const norm_t *s) {
                 r[q] = (norm_row_t){.x = row_ptr(&xv, k), .xdt = xv.dt, .y = row_ptr(&yv, k), .ydt = yv.dt, .T = T, .gam = gam, .bet = bet,
                                     .xs = x + q * 3 * len, .xh = d + q * 3 * len, .C = C, .eps = eps};
                 if (add) r[q].y0 = row_ptr(&y0v, k), r[q].y0dt = y0v.dt;
+                if (k + 2 < g.ngroups) {   /* the next unit's row: this thread's next (static schedule) */
+                    r[q].pf_x = row_ptr(&xv, k + 2);
+                    r[q].pf_o = row_ptr(&yv, k + 2);
+                    if (add) r[q].pf_g = row_ptr(&y0v, k + 2);
+                }
             }
             kern(r, nr);
             continue;
@@ -506,6 +515,12 @@ static lyco_status bypass_bwd(const lyco_call *c, const norm_t *s) {
                                     .gam = gam, .pw = pw, .pb = pb, .xs = sq, .xh = sq + C, .gs = sq + 2 * C, .C = C, .eps = b.eps};
                 if (c->dx) r[q].dx = row_ptr(&b.dxv, k + q), r[q].dxdt = b.dxv.dt;
                 if (dy0_here) r[q].g0 = row_ptr(&b.dy0v, k + q), r[q].g0dt = b.dy0v.dt;
+                int64_t kn = k + q + 2;   /* the next two rows (past the run's end too: a run's first rows come prefetched) */
+                if (kn < b.g.ngroups) {
+                    r[q].pf_x = row_ptr(&b.xv, kn);
+                    r[q].pf_g = row_ptr(&b.dyv, kn);
+                    if (c->dx) r[q].pf_o = row_ptr(&b.dxv, kn);
+                }
             }
             kern(r, nr);
         }

@@ -8,7 +8,8 @@
  * Σ₈ is norm.c's sum: lane j mod 8, each lane a chain in j order, then the fixed tree8; a row's
  * last C mod 8 elements go to the first lanes one by one (scalar, as norm.c). Every product and
  * sum is norm.c's portable loops' operation in the same order with fp-contract off, so the values
- * are bitwise the portable path's.
+ * are bitwise the portable path's. The stats pass also prefetches the rows the caller names in
+ * pf_x / pf_g / pf_o (the thread's next rows), a line per 64 bytes.
  *
  * Included by norm.c once per ISA through isa_each.h: x86-64-v4 (KN(name) = name_v4, the
  * elementwise passes in 16 lanes) and x86-64-v3 (name_v3, 8 lanes); the sums are 8 lanes in both. norm_row_t (norm.c) must
@@ -67,6 +68,17 @@ CK_AI SK_V KN(nk_load_step)(const KN(nk_in) r, const KN(nk_form) f, int64_t j, i
     return v;
 }
 
+/* Prefetch of a later row (r->pf_x, pf_g, pf_o), element j of it, once per 64-byte line (called at
+   8-element steps): x and y0 / dy for reading, y / dx for writing. A token row (C·2 bytes at bf16)
+   is too short for the hardware prefetchers to run ahead, so without it every row's load pass
+   waited on DRAM. */
+CK_AI void KN(nk_pf)(const char *p, int64_t es, int64_t j, bool write) {
+    int64_t off = j * es;
+    if (!p || (off & 63) >= 8 * es) return;
+    if (write) __builtin_prefetch(p + off, 1, 3);
+    else __builtin_prefetch(p + off, 0, 3);
+}
+
 /* rstd of each row (xs loaded, xh = d = xs − μ) */
 CK_AI void KN(nk_stats)(const norm_row_t *r, int nr, const KN(nk_form) f, float *rstd) {
     int64_t C = r[0].C, C8 = C & ~(int64_t)7, j = 0;
@@ -86,8 +98,12 @@ CK_AI void KN(nk_stats)(const norm_row_t *r, int nr, const KN(nk_form) f, float 
         acc[q] = _mm256_setzero_ps();
     }
     __m256 m[2] = {_mm256_set1_ps(mu[0]), _mm256_set1_ps(nr > 1 ? mu[1] : 0.0f)};
+    int64_t esx = KN(vsize)(f.xdt), esg = KN(vsize)(r[0].g ? f.gdt : f.y0dt), eso = KN(vsize)(f.odt);
     for (j = 0; j < C8; j += 8)
         for (int q = 0; q < nr; q++) {
+            KN(nk_pf)(r[q].pf_x, esx, j, false);
+            KN(nk_pf)(r[q].pf_g, esg, j, false);
+            KN(nk_pf)(r[q].pf_o, eso, j, true);
             __m256 d = _mm256_sub_ps(_mm256_loadu_ps(r[q].xs + j), m[q]);
             _mm256_storeu_ps(r[q].xh + j, d);
             acc[q] = _mm256_add_ps(acc[q], _mm256_mul_ps(d, d));
@@ -150,11 +166,13 @@ CK_AI void KN(nk_bwd)(const norm_row_t *r, int nr, const KN(nk_form) f) {
     const float *gam = r[0].gam;
     __m256 rs[2] = {_mm256_set1_ps(rstd[0]), _mm256_set1_ps(nr > 1 ? rstd[1] : 0.0f)};
     __m256 l0[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, l1[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float *xq[2] = {r[0].xh, r[nr - 1].xh};   /* locals: the stores below may alias r[] */
+    const float *gq[2] = {r[0].gs, r[nr - 1].gs};
     for (int64_t j = 0; j < C8; j += 8) {
         __m256 ga = _mm256_loadu_ps(gam + j), w = _mm256_loadu_ps(pw + j), b = _mm256_loadu_ps(pb + j);
         for (int q = 0; q < nr; q++) {
-            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(r[q].xh + j), rs[q]), g = _mm256_loadu_ps(r[q].gs + j), gh = _mm256_mul_ps(g, ga);
-            _mm256_storeu_ps(r[q].xh + j, h);
+            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(xq[q] + j), rs[q]), g = _mm256_loadu_ps(gq[q] + j), gh = _mm256_mul_ps(g, ga);
+            _mm256_storeu_ps(xq[q] + j, h);
             w = _mm256_add_ps(w, _mm256_mul_ps(g, h));
             b = _mm256_add_ps(b, g);
             l0[q] = _mm256_add_ps(l0[q], gh);
