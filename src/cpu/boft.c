@@ -43,6 +43,9 @@
 #include "rot.h"
 
 #define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
+#ifndef CHUNK_BYTES
+#define CHUNK_BYTES 262144       /* forward: the X0 and Δ rows of the chunked stages (L2) */
+#endif
 #define TILE_FLOATS_BWD 2097152  /* backward: 8 MB (narrower tiles ran the per-block G_N products and
                                     gathers at K = 37 columns for O = 1280, M = 8: 2x the time) */
 
@@ -175,6 +178,64 @@ static void stage_block(const boft_t *s, const float *P, const int64_t *t, int64
     cpu_rot_rows(&r, w);
 }
 
+/* The stages that stay within chunks of rows: stage i's blocks lie in runs of 2^i·b rows, so
+   stages 0…lo−1 can run chunk by chunk over b·2^(lo−1) rows (2^(lo−1) blocks) — a chunk's X0 and Δ
+   rows then stay in L2 across those stages instead of streaming the whole tile per stage. The
+   largest lo whose chunk of both arrays fits CHUNK_BYTES (and whose block count divides nb). */
+static int64_t chunk_stages(const boft_t *s, int64_t w) {
+    int64_t lo = 1;
+    while (lo < s->M && s->nb % ((int64_t)1 << lo) == 0 && (s->b << lo) * w * 2 * (int64_t)sizeof(float) <= CHUNK_BYTES)
+        lo++;
+    return lo;
+}
+
+/* The next tile's rows fetched towards L2 while this tile's stages run (merge and conv tiles: a
+   row's w columns are a short run 2 KB+ from the next, which the hardware prefetchers picked up
+   late — the loads and stores of a tile were ~17 % of a cold merge at 1 thread). A few rows after
+   each block (per = ⌈O / (M·nb)⌉), the input rows for reading, the output rows for writing;
+   linear tiles (one contiguous run) and strided views: nothing. */
+typedef struct {
+    const cpu_oft_io *in, *out;
+    int64_t j0, w, row, per;
+} tile_ahead;
+
+static void ahead_rows(const cpu_oft_io *io, int64_t r0, int64_t r1, int64_t j0, int64_t w, int rw) {
+    for (int64_t r = r0; r < r1; r++) {
+        const char *p = cpu_oft_row(io, r, j0);
+        if (!p) return;
+        for (int64_t off = 0; off < w * (int64_t)io->v.es; off += 64) {
+            if (rw) __builtin_prefetch(p + off, 1, 2);
+            else __builtin_prefetch(p + off, 0, 2);
+        }
+    }
+}
+
+static void ahead_step(tile_ahead *a) {
+    if (!a->in || a->row >= a->in->O) return;
+    int64_t r1 = a->row + a->per < a->in->O ? a->row + a->per : a->in->O;
+    ahead_rows(a->in, a->row, r1, a->j0, a->w, 0);
+    if (a->out) ahead_rows(a->out, a->row, r1, a->j0, a->w, 1);
+    a->row = r1;
+}
+
+/* Δ after all M stages (Δ_{i+1} = Δ_i + (N − I)·(X0 + Δ_i) per block): stages 0…lo−1 chunk by
+   chunk, the rest over the whole tile. Every row's sums are those of the stage-by-stage order
+   (a stage's blocks are independent; a chunk holds all its rows' inputs): the same bits. */
+static void forward_stages(const boft_t *s, const float *X0, float *Dl, int64_t w, float *V, char **ptr, tile_ahead *a) {
+    int64_t O = s->O, b = s->b, lo = chunk_stages(s, w), kc = (int64_t)1 << (lo - 1);
+    for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
+        for (int64_t i = 0; i < lo; i++)
+            for (int64_t k = c0; k < c0 + kc; k++) {
+                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
+                ahead_step(a);
+            }
+    for (int64_t i = lo; i < s->M; i++)
+        for (int64_t k = 0; k < s->nb; k++) {
+            stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
+            ahead_step(a);
+        }
+}
+
 /* dst = rows(src) (delta: rows(src) − src) */
 static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool delta) {
     const lyco_call *c = s->c;
@@ -201,9 +262,12 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
         cpu_oft_tile(&in, tw, tile, &j0, &w);
         cpu_oft_load(&in, 0, O, j0, w, T, X0, tmp);
         memset(Dl, 0, sizeof(float) * (size_t)(O * w));
-        for (int64_t i = 0; i < s->M; i++)
-            for (int64_t k = 0; k < s->nb; k++)
-                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
+        tile_ahead a = {0};
+        if (tile + 1 < total && in.kind != CPU_OFT_LINEAR) {   /* the next tile (static schedule: this thread's, bar its last) */
+            a = (tile_ahead){&in, out.v.base != in.v.base ? &out : NULL, 0, 0, 0, (O + s->M * s->nb - 1) / (s->M * s->nb)};
+            cpu_oft_tile(&in, tw, tile + 1, &a.j0, &a.w);
+        }
+        forward_stages(s, X0, Dl, w, V, ptr, &a);
         for (int64_t o = 0; o < O; o++) {
             float p = rho_at(s, o), p1 = p - 1.0f, *d = Dl + o * w;
             const float *x = X0 + o * w;
