@@ -192,10 +192,11 @@ static int64_t chunk_stages(const boft_t *s, int64_t w) {
 /* The next tile's rows fetched towards L2 while this tile's stages run (merge and conv tiles: a
    row's w columns are a short run 2 KB+ from the next, which the hardware prefetchers picked up
    late — the loads and stores of a tile were ~17 % of a cold merge at 1 thread). A few rows after
-   each block (per = ⌈O / (M·nb)⌉), the input rows for reading, the output rows for writing;
+   each block of the last stage to run (per = ⌈O / nb⌉; spread over all stages instead: the same
+   time), the input rows for reading (two tensors: the backward's), the output rows for writing;
    linear tiles (one contiguous run) and strided views: nothing. */
 typedef struct {
-    const cpu_oft_io *in, *out;
+    const cpu_oft_io *in, *in2, *out;   /* NULL: none */
     int64_t j0, w, row, per;
 } tile_ahead;
 
@@ -214,6 +215,7 @@ static void ahead_step(tile_ahead *a) {
     if (!a->in || a->row >= a->in->O) return;
     int64_t r1 = a->row + a->per < a->in->O ? a->row + a->per : a->in->O;
     ahead_rows(a->in, a->row, r1, a->j0, a->w, 0);
+    if (a->in2) ahead_rows(a->in2, a->row, r1, a->j0, a->w, 0);
     if (a->out) ahead_rows(a->out, a->row, r1, a->j0, a->w, 1);
     a->row = r1;
 }
@@ -227,12 +229,12 @@ static void forward_stages(const boft_t *s, const float *X0, float *Dl, int64_t 
         for (int64_t i = 0; i < lo; i++)
             for (int64_t k = c0; k < c0 + kc; k++) {
                 stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
-                ahead_step(a);
+                if (i == s->M - 1) ahead_step(a);
             }
     for (int64_t i = lo; i < s->M; i++)
         for (int64_t k = 0; k < s->nb; k++) {
             stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
-            ahead_step(a);
+            if (i == s->M - 1) ahead_step(a);
         }
 }
 
@@ -264,7 +266,7 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
         memset(Dl, 0, sizeof(float) * (size_t)(O * w));
         tile_ahead a = {0};
         if (tile + 1 < total && in.kind != CPU_OFT_LINEAR) {   /* the next tile (static schedule: this thread's, bar its last) */
-            a = (tile_ahead){&in, out.v.base != in.v.base ? &out : NULL, 0, 0, 0, (O + s->M * s->nb - 1) / (s->M * s->nb)};
+            a = (tile_ahead){&in, NULL, out.v.base != in.v.base ? &out : NULL, 0, 0, 0, (O + s->nb - 1) / s->nb};
             cpu_oft_tile(&in, tw, tile + 1, &a.j0, &a.w);
         }
         forward_stages(s, X0, Dl, w, V, ptr, &a);
@@ -292,6 +294,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
     /* the gradients' partials per fixed run of tiles (cpu.h: runs from the shape only), added in run
        order: independent of the thread count (per-thread partials were not: 7 rows of the full tier
        differed between 1 and 3 threads at every ISA level) */
+    bool need_x = want_rho || want_b;
     int64_t slot = all + O, cap = CPU_RUN_FLOATS / slot;
     int R = cpu_runs(total, CPU_RUNS_BIG < cap ? CPU_RUNS_BIG : (cap > 0 ? cap : 1));
     float *part = calloc((size_t)(R * slot) + 1, sizeof(float));
@@ -306,9 +309,13 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
         float *gN = part + u * slot, *grho = gN + all;
         int64_t j0, w;
         cpu_oft_tile(&xin, tw, tile, &j0, &w);
+        tile_ahead a = {0};
+        if (tile + 1 < total && xin.kind != CPU_OFT_LINEAR) {   /* the next tile (static over runs: mostly this thread's) */
+            a = (tile_ahead){&gin, need_x ? &xin : NULL, NULL, 0, 0, 0, (O + s->nb - 1) / s->nb};
+            cpu_oft_tile(&xin, tw, tile + 1, &a.j0, &a.w);
+        }
         int64_t Ow = O * w;
         cpu_oft_load(&gin, 0, O, j0, w, T, GY, tmp);
-        bool need_x = want_rho || want_b;
         if (need_x) {
             cpu_oft_load(&xin, 0, O, j0, w, T, Xs, tmp);
             for (int64_t i = 0; i < Mst; i++) {
@@ -340,6 +347,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
                     cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
                 }
                 stage_block(s, Nm, t, w, NULL, false, NULL, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
+                if (i == 0) ahead_step(&a);
             }
         if (GXt) {
             if (!delta)
