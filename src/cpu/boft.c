@@ -47,6 +47,7 @@
 #ifndef CHUNK_BYTES
 #define CHUNK_BYTES 262144       /* forward: the X0 and Δ rows of the chunked stages (L2) */
 #endif
+#define BWD_CHUNK_ARRAYS 6       /* backward chunks: GY, ΔG and X_i of (up to) four stages */
 #define TILE_FLOATS_BWD 2097152  /* backward: 8 MB (narrower tiles ran the per-block G_N products and
                                     gathers at K = 37 columns for O = 1280, M = 8: 2x the time) */
 
@@ -184,12 +185,13 @@ static void stage_block(const boft_t *s, const float *P, const int64_t *t, int64
 }
 
 /* The stages that stay within chunks of rows: stage i's blocks lie in runs of 2^i·b rows, so
-   stages 0…lo−1 can run chunk by chunk over b·2^(lo−1) rows (2^(lo−1) blocks) — a chunk's X0 and Δ
-   rows then stay in L2 across those stages instead of streaming the whole tile per stage. The
-   largest lo whose chunk of both arrays fits CHUNK_BYTES (and whose block count divides nb). */
-static int64_t chunk_stages(const boft_t *s, int64_t w) {
+   stages 0…lo−1 can run chunk by chunk over b·2^(lo−1) rows (2^(lo−1) blocks) — a chunk's rows
+   of the arrays the stages touch (arrays of them: forward X0 and Δ; backward GY, ΔG and X_i of
+   the chunked stages) then stay in L2 across those stages instead of streaming the whole tile per
+   stage. The largest lo whose chunk fits CHUNK_BYTES (and whose block count divides nb). */
+static int64_t chunk_stages(const boft_t *s, int64_t w, int64_t arrays) {
     int64_t lo = 1;
-    while (lo < s->M && s->nb % ((int64_t)1 << lo) == 0 && (s->b << lo) * w * 2 * (int64_t)sizeof(float) <= CHUNK_BYTES)
+    while (lo < s->M && s->nb % ((int64_t)1 << lo) == 0 && (s->b << lo) * w * arrays * (int64_t)sizeof(float) <= CHUNK_BYTES)
         lo++;
     return lo;
 }
@@ -248,7 +250,7 @@ static void ahead_step(tile_ahead *a) {
    chunk, the rest over the whole tile. Every row's sums are those of the stage-by-stage order
    (a stage's blocks are independent; a chunk holds all its rows' inputs): the same bits. */
 static void forward_stages(const boft_t *s, const float *X0, float *Dl, int64_t w, float *V, char **ptr, tile_ahead *a) {
-    int64_t O = s->O, b = s->b, lo = chunk_stages(s, w), kc = (int64_t)1 << (lo - 1);
+    int64_t O = s->O, b = s->b, lo = chunk_stages(s, w, 2), kc = (int64_t)1 << (lo - 1);
     for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
         for (int64_t i = 0; i < lo; i++)
             for (int64_t k = c0; k < c0 + kc; k++) {
@@ -299,6 +301,34 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
     }
 }
 
+/* One backward tile's buffers (boft_backward): the M + 1 stage inputs Xs (O × w each), GY, ΔG,
+   two b × w panels, the run's gN partial, the thread's row pointers. */
+typedef struct {
+    float *Xs, *GY, *DG, *V, *U, *gN;
+    char **ptr;
+    int64_t w;
+    bool want_b;
+} bwd_tile;
+
+/* The replay of stage i's block k: X_{i+1}[t] = X_i[t] + (N − I)·X_i[t] */
+static void replay_block(const boft_t *s, bwd_tile *q, int64_t i, int64_t k) {
+    float *Xi = q->Xs + i * s->O * q->w;
+    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * s->O + k * s->b, q->w, Xi, false, Xi, Xi + s->O * q->w,
+                q->V, q->ptr);
+}
+
+/* Stage i's block k backwards: Ĝ = (GY + ΔG)[t], G_N += Ĝ·X_i[t]ᵀ, ΔG[t] += (N − I)ᵀ·Ĝ */
+static void reverse_block(const boft_t *s, bwd_tile *q, int64_t i, int64_t k) {
+    int64_t b = s->b, w = q->w;
+    const int64_t *t = s->idx + i * s->O + k * b;
+    gather(t, b, w, q->GY, q->DG, q->V);
+    if (q->want_b) {
+        gather(t, b, w, q->Xs + i * s->O * w, NULL, q->U);
+        cpu_gemm_nt(b, b, w, q->V, w, q->U, w, q->gN + i * s->blk + k * s->nn, b, true);
+    }
+    stage_block(s, s->Nm + i * s->blk + k * s->nn, t, w, NULL, false, NULL, q->DG, q->V, q->ptr);
+}
+
 static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *GYt, DLTensor *GXt, bool delta) {
     const lyco_call *c = s->c;
     lyco_dtype T = c->dt.compute;
@@ -333,13 +363,15 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
         }
         int64_t Ow = O * w;
         cpu_oft_load(&gin, 0, O, j0, w, T, GY, tmp);
-        if (need_x) {
+        bwd_tile q = {Xs, GY, DG, V, U, gN, ptr, w, want_b};
+        int64_t lo = chunk_stages(s, w, BWD_CHUNK_ARRAYS), kc = (int64_t)1 << (lo - 1);
+        if (need_x) {   /* stages 0…lo−1 chunk by chunk, then the rest (chunk_stages: the same values) */
             cpu_oft_load(&xin, 0, O, j0, w, T, Xs, tmp);
-            for (int64_t i = 0; i < Mst; i++) {
-                float *Xi = Xs + i * Ow, *Xn = Xi + Ow;
-                for (int64_t k = 0; k < s->nb; k++)   /* Xn[t] = Xi[t] + (N − I)·Xi[t]: every row once */
-                    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, Xi, false, Xi, Xn, V, ptr);
-            }
+            for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
+                for (int64_t i = 0; i < lo; i++)
+                    for (int64_t k = c0; k < c0 + kc; k++) replay_block(s, &q, i, k);
+            for (int64_t i = lo; i < Mst; i++)
+                for (int64_t k = 0; k < s->nb; k++) replay_block(s, &q, i, k);
         }
         if (want_rho) {
             const float *XM = Xs + Mst * Ow;
@@ -354,18 +386,14 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
             float p1 = rho_at(s, o) - 1.0f;
             for (int64_t j = 0; j < w; j++) DG[o * w + j] = p1 * GY[o * w + j];
         }
-        for (int64_t i = Mst - 1; i >= 0; i--)
-            for (int64_t k = 0; k < s->nb; k++) {
-                const int64_t *t = s->idx + i * O + k * b;
-                const float *Nm = s->Nm + i * s->blk + k * s->nn;
-                gather(t, b, w, GY, DG, V);                       /* Ĝ */
-                if (want_b) {
-                    gather(t, b, w, Xs + i * Ow, NULL, U);        /* Ŵ */
-                    cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
+        for (int64_t i = Mst - 1; i >= lo; i--)   /* stages M−1…lo, then lo−1…0 chunk by chunk */
+            for (int64_t k = 0; k < s->nb; k++) reverse_block(s, &q, i, k);
+        for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
+            for (int64_t i = lo - 1; i >= 0; i--)
+                for (int64_t k = c0; k < c0 + kc; k++) {
+                    reverse_block(s, &q, i, k);
+                    if (i == 0) ahead_step(&a);
                 }
-                stage_block(s, Nm, t, w, NULL, false, NULL, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
-                if (i == 0) ahead_step(&a);
-            }
         if (GXt) {
             if (!delta)
                 for (int64_t n = 0; n < Ow; n++) DG[n] += GY[n];
