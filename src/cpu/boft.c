@@ -43,7 +43,6 @@
 #include "rot.h"
 
 #define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
-#define PREP_PAR 32768           /* N − I floats below which its setup stays single-threaded */
 #ifndef CHUNK_BYTES
 #define CHUNK_BYTES 262144       /* forward: the X0 and Δ rows of the chunked stages (L2) */
 #endif
@@ -104,14 +103,10 @@ static lyco_status boft_prepare(const lyco_call *c, boft_t *s, bool grads) {
     free(B);
     if (st) return st;
     float m = (float)c->m;
-#pragma omp parallel for schedule(static) if (all >= PREP_PAR)   /* serial: ~1.5 % of a forward at 1 thread */
-    for (int64_t k = 0; k < s->M * s->nb; k++) {
-        float *Nk = s->Nm + k * s->nn, *Tk = s->NmT + k * s->nn;
-        const float *Rk = s->cy.Rm1 + k * s->nn;
-        for (int64_t i = 0; i < s->nn; i++) Nk[i] = c->m == 1.0 ? Rk[i] : m * Rk[i];
+    for (int64_t i = 0; i < all; i++) s->Nm[i] = c->m == 1.0 ? s->cy.Rm1[i] : m * s->cy.Rm1[i];
+    for (int64_t k = 0; k < s->M * s->nb; k++)
         for (int64_t a = 0; a < s->b; a++)
-            for (int64_t q = 0; q < s->b; q++) Tk[q * s->b + a] = Nk[a * s->b + q];
-    }
+            for (int64_t q = 0; q < s->b; q++) s->NmT[k * s->nn + q * s->b + a] = s->Nm[k * s->nn + a * s->b + q];
     for (int64_t i = 0; i < s->M; i++) {
         int64_t h = ((int64_t)1 << i) * (s->b / 2);
         for (int64_t p = 0; p < s->O; p++) {   /* p = k·b + ν, a position of the permuted vector */

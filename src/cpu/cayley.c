@@ -5,9 +5,8 @@
  * Shapes: nblk blocks of n×n, compact row-major. Work: O(nblk·n³) per call, once per call; the
  * blocks are independent once the all-blocks norm is known, so they are spread over the threads
  * (each block computed by one thread exactly as before: results do not depend on the thread
- * count), when there is enough work to pay for the fork (CAYLEY_PAR_WORK n³-units). The norm (its
- * per-block parts spread over the threads from CAYLEY_PAR_NORM n²-units) and the constraint's dot
- * product stay single-threaded sums in a fixed order. The per-block work is
+ * count), when there is enough work to pay for the fork (CAYLEY_PAR_WORK n³-units). The norm and
+ * the constraint's dot product stay single-threaded sums in a fixed order. The per-block work is
  * in cayley_kern.h (products a few rows per pass in vector registers, an AVX2 copy without FMA
  * contraction: the same bits as the scalar dot-product loops it replaced, on every x86-64).
  * Before that rewrite the forward took 1.1–1.3 ms single-threaded for 80 blocks of 16 (Diag-OFT
@@ -34,7 +33,6 @@
 
 #define CAYLEY_PAR_WORK 65536 /* Σ n³ over the blocks below which the loops stay single-threaded */
 #define CAYLEY_NORM_BLK 4     /* blocks whose ‖Q0_k‖² sums run interleaved */
-#define CAYLEY_PAR_NORM 32768 /* Σ n² over the blocks below which the Q0 pass stays single-threaded */
 #define CAYLEY_BATCH_N 12     /* blocks of n ≤ this run eight at a time, one per vector lane (at 16
                                  the scratch of eight blocks, 88 KB, left L1: slower than one by one) */
 
@@ -199,21 +197,16 @@ lyco_status cpu_cayley_fwd(cpu_cayley *cy, const float *B, int64_t nblk, int64_t
         free(scratch);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
     }
-    /* ‖Q0_k‖² per block (groups of CAYLEY_NORM_BLK over the threads), then their sum in block
-       order, single-threaded: the same sums at any thread count (serial, the Q0 pass was ~2 % of a
-       640-channel BOFT bypass forward at 1 thread) */
-    double ss = 0.0, *pk = malloc(sizeof(double) * (size_t)(nblk + 1));
-    if (!pk) {
-        free(scratch);
-        return lyco_fail(LYCO_ERR_NOMEM, "cpu cayley: out of memory for %lld blocks of %lld×%lld", (long long)nblk, (long long)n, (long long)n);
+    double ss = 0.0, part[CAYLEY_NORM_BLK];
+    int64_t k0 = 0;
+    for (; k0 + CAYLEY_NORM_BLK <= nblk; k0 += CAYLEY_NORM_BLK) {
+        q0_blocks(n, CAYLEY_NORM_BLK, B + k0 * nn, cy->Q0 + k0 * nn, part);
+        for (int i = 0; i < CAYLEY_NORM_BLK; i++) ss += part[i];
     }
-    int64_t ng = nblk / CAYLEY_NORM_BLK;
-#pragma omp parallel for schedule(static) if (nblk * nn >= CAYLEY_PAR_NORM)
-    for (int64_t g = 0; g < ng; g++)
-        q0_blocks(n, CAYLEY_NORM_BLK, B + g * CAYLEY_NORM_BLK * nn, cy->Q0 + g * CAYLEY_NORM_BLK * nn, pk + g * CAYLEY_NORM_BLK);
-    for (int64_t k0 = ng * CAYLEY_NORM_BLK; k0 < nblk; k0++) q0_blocks(n, 1, B + k0 * nn, cy->Q0 + k0 * nn, pk + k0);
-    for (int64_t k = 0; k < nblk; k++) ss += pk[k];
-    free(pk);
+    for (; k0 < nblk; k0++) {
+        q0_blocks(n, 1, B + k0 * nn, cy->Q0 + k0 * nn, part);
+        ss += part[0];
+    }
     cy->q0norm = sqrt(ss);
     double nu = cy->q0norm + 1e-8;
     cy->active = kc > 0.0 && nu > kc;
