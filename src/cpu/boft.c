@@ -43,6 +43,7 @@
 #include "rot.h"
 
 #define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
+#define EPI_ROWS 16              /* forward: rows per group of the ρ epilogue and the store */
 #ifndef CHUNK_BYTES
 #define CHUNK_BYTES 262144       /* forward: the X0 and Δ rows of the chunked stages (L2) */
 #endif
@@ -291,8 +292,11 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
             cpu_oft_tile(&in, tw, tile + 1, &a.j0, &a.w);
         }
         forward_stages(s, X0, Dl, w, V, ptr, &a);
-        rho_rows(s->rho, O, w, X0, Dl, delta);
-        cpu_oft_store(&out, 0, O, j0, w, Dl, tmp);
+        for (int64_t o0 = 0; o0 < O; o0 += EPI_ROWS) {   /* each group stored while in L1 */
+            int64_t nr = O - o0 < EPI_ROWS ? O - o0 : EPI_ROWS;
+            rho_rows(s->rho ? s->rho + o0 : NULL, nr, w, X0 + o0 * w, Dl + o0 * w, delta);
+            cpu_oft_store(&out, o0, nr, j0, w, Dl + o0 * w, tmp);
+        }
     }
 }
 
