@@ -321,9 +321,17 @@ static void reverse_block(const boft_t *s, bwd_tile *q, int64_t i, int64_t k) {
     int64_t b = s->b, w = q->w;
     const int64_t *t = s->idx + i * s->O + k * b;
     gather(t, b, w, q->GY, q->DG, q->V);
-    if (q->want_b) {
-        gather(t, b, w, q->Xs + i * s->O * w, NULL, q->U);
-        cpu_gemm_nt(b, b, w, q->V, w, q->U, w, q->gN + i * s->blk + k * s->nn, b, true);
+    if (q->want_b) {   /* G_N += Ĝ·Ŵᵀ: X_i's rows in place (rot.h), else gathered for cpu_gemm_nt */
+        const float **ar = (const float **)q->ptr, **br = ar + b, *Xi = q->Xs + i * s->O * w;
+        float *gN = q->gN + i * s->blk + k * s->nn;
+        for (int64_t n = 0; n < b; n++) {
+            ar[n] = q->V + n * w;
+            br[n] = Xi + t[n] * w;
+        }
+        if (!cpu_rot_gn(b, ar, br, w, gN)) {
+            gather(t, b, w, Xi, NULL, q->U);
+            cpu_gemm_nt(b, b, w, q->V, w, q->U, w, gN, b, true);
+        }
     }
     stage_block(s, s->Nm + i * s->blk + k * s->nn, t, w, NULL, false, NULL, q->DG, q->V, q->ptr);
 }

@@ -72,6 +72,13 @@ typedef struct {
 /* Tokens [0, w) of q. */
 void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w);
 
+/* BOFT's backward G_N product: C[p·bs + q] += ⟨a_p, b_q⟩ over w columns (p, q < bs; a_p, b_q fp32
+   rows by pointer, C compact bs × bs) — the bits of cpu_gemm_nt accumulating (dense.c: 8 k-lanes
+   chained, the fixed tree, the chained tail, then + C), without gathering the b rows. x86-64-v4
+   and bs even ≤ 12 only: returns false otherwise (nothing done; the caller gathers and calls
+   cpu_gemm_nt). */
+bool cpu_rot_gn(int64_t bs, const float *const *a, const float *const *b, int64_t w, float *C);
+
 /* Tile transposes of the linear bypass (cayley.c's cpu_oft_load / cpu_oft_store; a token's
    channels contiguous in the tensor, a channel's tokens contiguous in the fp32 tile), element
    values as cpu_load / cpu_store give them:
