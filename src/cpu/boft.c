@@ -22,8 +22,10 @@
  *
  * Tiling: a tile is all O rows × tw columns (merge: W's columns; bypass: tokens, or positions of
  * one image for conv); all M stages run on the tile in cache, then it is stored once (in place is
- * fine). The backward keeps the M + 1 stage inputs of its ONE tile instead of replaying the
- * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
+ * fine; stages 0…lo−1 run chunk by chunk over rows that stay in L2, chunk_stages: the same sums).
+ * The backward's G_N products go through rot.h's cpu_rot_gn on x86-64-v4 (X_i's rows read in place,
+ * cpu_gemm_nt's bits), else through a gather and cpu_gemm_nt. The backward keeps the M + 1 stage
+ * inputs of its ONE tile instead of replaying the prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
  * 512K floats (2 MB) forward, 2M floats (8 MB, L3) backward, at most 256 columns, rounded down
  * to a multiple of 32 from 64 on: wide enough for the small G_N products to run at speed (8
  * columns made the backward 3.6× slower; O = 1280, M = 8 at 2 MB gave 37 columns and twice the
@@ -44,9 +46,7 @@
 
 #define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
 #define EPI_ROWS 16              /* forward: rows per group of the ρ epilogue and the store */
-#ifndef CHUNK_BYTES
-#define CHUNK_BYTES 262144       /* forward: the X0 and Δ rows of the chunked stages (L2) */
-#endif
+#define CHUNK_BYTES 262144       /* the rows of a chunk of stages (chunk_stages; L2): 128 KB – 1 MB timed the same */
 #define BWD_CHUNK_ARRAYS 6       /* backward chunks: GY, ΔG and X_i of (up to) four stages */
 #define TILE_FLOATS_BWD 2097152  /* backward: 8 MB (narrower tiles ran the per-block G_N products and
                                     gathers at K = 37 columns for O = 1280, M = 8: 2x the time) */

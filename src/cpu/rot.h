@@ -1,8 +1,9 @@
 /*
  * rot.h — the block products of the OFT family on the CPU (Diag-OFT, BOFT: diag_oft.c, boft.c):
  * a bs×bs block applied to bs rows, a small-K GEMM with the block's scalars broadcast and the
- * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h); and the
- * register transposes of the linear bypass's channel-row tiles.
+ * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h); the
+ * register transposes of the linear bypass's channel-row tiles; and BOFT's backward G_N dot
+ * products (cpu_rot_gn).
  *
  * Channel-major (cpu_rot_rows): nk input rows in_k (nk = bs unless set) and bs output rows out_i,
  * each w columns:

@@ -13,7 +13,8 @@
  * Token-major: per block and 16 (8) channels, per group of ≤ RK_RT tokens, one accumulator per
  * token; per k one vector of Op's row k feeds one FMA per token with x[t, k] broadcast from the
  * fp32 tile. Register counts and row counts are constants per instantiation (switches on the
- * count), so the accumulators stay in registers.
+ * count), so the accumulators stay in registers. G_N (v4 only): dense.c's column-pair dot blocks
+ * on rows by pointer, the lane tree in registers.
  * Expects from rot.c: KN, CK_AI, rot.h, <immintrin.h> on x86-64; fp-contract off.
  */
 
