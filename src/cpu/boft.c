@@ -22,8 +22,10 @@
  *
  * Tiling: a tile is all O rows × tw columns (merge: W's columns; bypass: tokens, or positions of
  * one image for conv); all M stages run on the tile in cache, then it is stored once (in place is
- * fine). The backward keeps the M + 1 stage inputs of its ONE tile instead of replaying the
- * prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
+ * fine; stages 0…lo−1 run chunk by chunk over rows that stay in L2, chunk_stages: the same sums).
+ * The backward's G_N products go through rot.h's cpu_rot_gn on x86-64-v4 (X_i's rows read in place,
+ * cpu_gemm_nt's bits), else through a gather and cpu_gemm_nt. The backward keeps the M + 1 stage
+ * inputs of its ONE tile instead of replaying the prefixes (M·(M−1)/2 extra stage applications). Tile width: the buffers of one tile within
  * 512K floats (2 MB) forward, 2M floats (8 MB, L3) backward, at most 256 columns, rounded down
  * to a multiple of 32 from 64 on: wide enough for the small G_N products to run at speed (8
  * columns made the backward 3.6× slower; O = 1280, M = 8 at 2 MB gave 37 columns and twice the
@@ -43,6 +45,9 @@
 #include "rot.h"
 
 #define TILE_FLOATS 524288       /* forward: 2 MB of tile buffers per thread */
+#define EPI_ROWS 16              /* forward: rows per group of the ρ epilogue and the store */
+#define CHUNK_BYTES 262144       /* the rows of a chunk of stages (chunk_stages; L2): 128 KB – 1 MB timed the same */
+#define BWD_CHUNK_ARRAYS 6       /* backward chunks: GY, ΔG and X_i of (up to) four stages */
 #define TILE_FLOATS_BWD 2097152  /* backward: 8 MB (narrower tiles ran the per-block G_N products and
                                     gathers at K = 37 columns for O = 1280, M = 8: 2x the time) */
 
@@ -175,6 +180,86 @@ static void stage_block(const boft_t *s, const float *P, const int64_t *t, int64
     cpu_rot_rows(&r, w);
 }
 
+/* The stages that stay within chunks of rows: stage i's blocks lie in runs of 2^i·b rows, so
+   stages 0…lo−1 can run chunk by chunk over b·2^(lo−1) rows (2^(lo−1) blocks) — a chunk's rows
+   of the arrays the stages touch (arrays of them: forward X0 and Δ; backward GY, ΔG and X_i of
+   the chunked stages) then stay in L2 across those stages instead of streaming the whole tile per
+   stage. The largest lo whose chunk fits CHUNK_BYTES (and whose block count divides nb). */
+static int64_t chunk_stages(const boft_t *s, int64_t w, int64_t arrays) {
+    int64_t lo = 1;
+    while (lo < s->M && s->nb % ((int64_t)1 << lo) == 0 && (s->b << lo) * w * arrays * (int64_t)sizeof(float) <= CHUNK_BYTES)
+        lo++;
+    return lo;
+}
+
+/* The forward's output rows in place on Δ (O rows of w): ρ·Δ + (ρ − 1)·X0 (delta), else
+   ρ·(X0 + Δ); ρ = 1 without rho. (CPU_HOT: the ISA clones — as a baseline SSE loop it was ~4 % of
+   a merge forward; fp-contract off, so the products and the sum round separately in every clone,
+   as the baseline build, without FMA, always did: the same bits.) */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+CPU_HOT
+static void rho_rows(const float *rho, int64_t O, int64_t w, const float *X0, float *Dl, bool delta) {
+    for (int64_t o = 0; o < O; o++) {
+        float p = rho ? rho[o] : 1.0f, p1 = p - 1.0f, *d = Dl + o * w;
+        const float *x = X0 + o * w;
+        if (delta)
+            for (int64_t j = 0; j < w; j++) d[j] = p * d[j] + p1 * x[j];
+        else
+            for (int64_t j = 0; j < w; j++) d[j] = p * (x[j] + d[j]);
+    }
+}
+#pragma GCC pop_options
+
+/* The next tile's rows fetched towards L2 while this tile's stages run (merge and conv tiles: a
+   row's w columns are a short run 2 KB+ from the next, which the hardware prefetchers picked up
+   late — the loads and stores of a tile were ~17 % of a cold merge at 1 thread). A few rows after
+   each block of the last stage to run (per = ⌈O / nb⌉; spread over all stages instead: the same
+   time), the input rows for reading (two tensors: the backward's), the output rows for writing;
+   linear tiles (one contiguous run) and strided views: nothing. */
+typedef struct {
+    const cpu_oft_io *in, *in2, *out;   /* NULL: none */
+    int64_t j0, w, row, per;
+} tile_ahead;
+
+static void ahead_rows(const cpu_oft_io *io, int64_t r0, int64_t r1, int64_t j0, int64_t w, int rw) {
+    for (int64_t r = r0; r < r1; r++) {
+        const char *p = cpu_oft_row(io, r, j0);
+        if (!p) return;
+        for (int64_t off = 0; off < w * (int64_t)io->v.es; off += 64) {
+            if (rw) __builtin_prefetch(p + off, 1, 2);
+            else __builtin_prefetch(p + off, 0, 2);
+        }
+    }
+}
+
+static void ahead_step(tile_ahead *a) {
+    if (!a->in || a->row >= a->in->O) return;
+    int64_t r1 = a->row + a->per < a->in->O ? a->row + a->per : a->in->O;
+    ahead_rows(a->in, a->row, r1, a->j0, a->w, 0);
+    if (a->in2) ahead_rows(a->in2, a->row, r1, a->j0, a->w, 0);
+    if (a->out) ahead_rows(a->out, a->row, r1, a->j0, a->w, 1);
+    a->row = r1;
+}
+
+/* Δ after all M stages (Δ_{i+1} = Δ_i + (N − I)·(X0 + Δ_i) per block): stages 0…lo−1 chunk by
+   chunk, the rest over the whole tile. Every row's sums are those of the stage-by-stage order
+   (a stage's blocks are independent; a chunk holds all its rows' inputs): the same bits. */
+static void forward_stages(const boft_t *s, const float *X0, float *Dl, int64_t w, float *V, char **ptr, tile_ahead *a) {
+    int64_t O = s->O, b = s->b, lo = chunk_stages(s, w, 2), kc = (int64_t)1 << (lo - 1);
+    for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
+        for (int64_t i = 0; i < lo; i++)
+            for (int64_t k = c0; k < c0 + kc; k++) {
+                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
+                if (i == s->M - 1) ahead_step(a);
+            }
+    for (int64_t i = lo; i < s->M; i++)
+        for (int64_t k = 0; k < s->nb; k++) {
+            stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
+            if (i == s->M - 1) ahead_step(a);
+        }
+}
+
 /* dst = rows(src) (delta: rows(src) − src) */
 static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool delta) {
     const lyco_call *c = s->c;
@@ -201,19 +286,54 @@ static void boft_forward(boft_t *s, const DLTensor *src, DLTensor *dst, bool del
         cpu_oft_tile(&in, tw, tile, &j0, &w);
         cpu_oft_load(&in, 0, O, j0, w, T, X0, tmp);
         memset(Dl, 0, sizeof(float) * (size_t)(O * w));
-        for (int64_t i = 0; i < s->M; i++)
-            for (int64_t k = 0; k < s->nb; k++)
-                stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, X0, true, NULL, Dl, V, ptr);
-        for (int64_t o = 0; o < O; o++) {
-            float p = rho_at(s, o), p1 = p - 1.0f, *d = Dl + o * w;
-            const float *x = X0 + o * w;
-            if (delta)
-                for (int64_t j = 0; j < w; j++) d[j] = p * d[j] + p1 * x[j];
-            else
-                for (int64_t j = 0; j < w; j++) d[j] = p * (x[j] + d[j]);
+        tile_ahead a = {0};
+        if (tile + 1 < total && in.kind != CPU_OFT_LINEAR) {   /* the next tile (static schedule: this thread's, bar its last) */
+            a = (tile_ahead){&in, NULL, out.v.base != in.v.base ? &out : NULL, 0, 0, 0, (O + s->nb - 1) / s->nb};
+            cpu_oft_tile(&in, tw, tile + 1, &a.j0, &a.w);
         }
-        cpu_oft_store(&out, 0, O, j0, w, Dl, tmp);
+        forward_stages(s, X0, Dl, w, V, ptr, &a);
+        for (int64_t o0 = 0; o0 < O; o0 += EPI_ROWS) {   /* each group stored while in L1 */
+            int64_t nr = O - o0 < EPI_ROWS ? O - o0 : EPI_ROWS;
+            rho_rows(s->rho ? s->rho + o0 : NULL, nr, w, X0 + o0 * w, Dl + o0 * w, delta);
+            cpu_oft_store(&out, o0, nr, j0, w, Dl + o0 * w, tmp);
+        }
     }
+}
+
+/* One backward tile's buffers (boft_backward): the M + 1 stage inputs Xs (O × w each), GY, ΔG,
+   two b × w panels, the run's gN partial, the thread's row pointers. */
+typedef struct {
+    float *Xs, *GY, *DG, *V, *U, *gN;
+    char **ptr;
+    int64_t w;
+    bool want_b;
+} bwd_tile;
+
+/* The replay of stage i's block k: X_{i+1}[t] = X_i[t] + (N − I)·X_i[t] */
+static void replay_block(const boft_t *s, bwd_tile *q, int64_t i, int64_t k) {
+    float *Xi = q->Xs + i * s->O * q->w;
+    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * s->O + k * s->b, q->w, Xi, false, Xi, Xi + s->O * q->w,
+                q->V, q->ptr);
+}
+
+/* Stage i's block k backwards: Ĝ = (GY + ΔG)[t], G_N += Ĝ·X_i[t]ᵀ, ΔG[t] += (N − I)ᵀ·Ĝ */
+static void reverse_block(const boft_t *s, bwd_tile *q, int64_t i, int64_t k) {
+    int64_t b = s->b, w = q->w;
+    const int64_t *t = s->idx + i * s->O + k * b;
+    gather(t, b, w, q->GY, q->DG, q->V);
+    if (q->want_b) {   /* G_N += Ĝ·Ŵᵀ: X_i's rows in place (rot.h), else gathered for cpu_gemm_nt */
+        const float **ar = (const float **)q->ptr, **br = ar + b, *Xi = q->Xs + i * s->O * w;
+        float *gN = q->gN + i * s->blk + k * s->nn;
+        for (int64_t n = 0; n < b; n++) {
+            ar[n] = q->V + n * w;
+            br[n] = Xi + t[n] * w;
+        }
+        if (!cpu_rot_gn(b, ar, br, w, gN)) {
+            gather(t, b, w, Xi, NULL, q->U);
+            cpu_gemm_nt(b, b, w, q->V, w, q->U, w, gN, b, true);
+        }
+    }
+    stage_block(s, s->Nm + i * s->blk + k * s->nn, t, w, NULL, false, NULL, q->DG, q->V, q->ptr);
 }
 
 static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *GYt, DLTensor *GXt, bool delta) {
@@ -228,6 +348,7 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
     /* the gradients' partials per fixed run of tiles (cpu.h: runs from the shape only), added in run
        order: independent of the thread count (per-thread partials were not: 7 rows of the full tier
        differed between 1 and 3 threads at every ISA level) */
+    bool need_x = want_rho || want_b;
     int64_t slot = all + O, cap = CPU_RUN_FLOATS / slot;
     int R = cpu_runs(total, CPU_RUNS_BIG < cap ? CPU_RUNS_BIG : (cap > 0 ? cap : 1));
     float *part = calloc((size_t)(R * slot) + 1, sizeof(float));
@@ -242,16 +363,22 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
         float *gN = part + u * slot, *grho = gN + all;
         int64_t j0, w;
         cpu_oft_tile(&xin, tw, tile, &j0, &w);
+        tile_ahead a = {0};
+        if (tile + 1 < total && xin.kind != CPU_OFT_LINEAR) {   /* the next tile (static over runs: mostly this thread's) */
+            a = (tile_ahead){&gin, need_x ? &xin : NULL, NULL, 0, 0, 0, (O + s->nb - 1) / s->nb};
+            cpu_oft_tile(&xin, tw, tile + 1, &a.j0, &a.w);
+        }
         int64_t Ow = O * w;
         cpu_oft_load(&gin, 0, O, j0, w, T, GY, tmp);
-        bool need_x = want_rho || want_b;
-        if (need_x) {
+        bwd_tile q = {Xs, GY, DG, V, U, gN, ptr, w, want_b};
+        int64_t lo = chunk_stages(s, w, BWD_CHUNK_ARRAYS), kc = (int64_t)1 << (lo - 1);
+        if (need_x) {   /* stages 0…lo−1 chunk by chunk, then the rest (chunk_stages: the same values) */
             cpu_oft_load(&xin, 0, O, j0, w, T, Xs, tmp);
-            for (int64_t i = 0; i < Mst; i++) {
-                float *Xi = Xs + i * Ow, *Xn = Xi + Ow;
-                for (int64_t k = 0; k < s->nb; k++)   /* Xn[t] = Xi[t] + (N − I)·Xi[t]: every row once */
-                    stage_block(s, s->NmT + i * s->blk + k * s->nn, s->idx + i * O + k * b, w, Xi, false, Xi, Xn, V, ptr);
-            }
+            for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
+                for (int64_t i = 0; i < lo; i++)
+                    for (int64_t k = c0; k < c0 + kc; k++) replay_block(s, &q, i, k);
+            for (int64_t i = lo; i < Mst; i++)
+                for (int64_t k = 0; k < s->nb; k++) replay_block(s, &q, i, k);
         }
         if (want_rho) {
             const float *XM = Xs + Mst * Ow;
@@ -266,17 +393,14 @@ static lyco_status boft_backward(boft_t *s, const DLTensor *Xt, const DLTensor *
             float p1 = rho_at(s, o) - 1.0f;
             for (int64_t j = 0; j < w; j++) DG[o * w + j] = p1 * GY[o * w + j];
         }
-        for (int64_t i = Mst - 1; i >= 0; i--)
-            for (int64_t k = 0; k < s->nb; k++) {
-                const int64_t *t = s->idx + i * O + k * b;
-                const float *Nm = s->Nm + i * s->blk + k * s->nn;
-                gather(t, b, w, GY, DG, V);                       /* Ĝ */
-                if (want_b) {
-                    gather(t, b, w, Xs + i * Ow, NULL, U);        /* Ŵ */
-                    cpu_gemm_nt(b, b, w, V, w, U, w, gN + i * s->blk + k * s->nn, b, true);
+        for (int64_t i = Mst - 1; i >= lo; i--)   /* stages M−1…lo, then lo−1…0 chunk by chunk */
+            for (int64_t k = 0; k < s->nb; k++) reverse_block(s, &q, i, k);
+        for (int64_t c0 = 0; c0 < s->nb; c0 += kc)
+            for (int64_t i = lo - 1; i >= 0; i--)
+                for (int64_t k = c0; k < c0 + kc; k++) {
+                    reverse_block(s, &q, i, k);
+                    if (i == 0) ahead_step(&a);
                 }
-                stage_block(s, Nm, t, w, NULL, false, NULL, DG, V, ptr);   /* DG[t] += (N − I)ᵀ·Ĝ */
-            }
         if (GXt) {
             if (!delta)
                 for (int64_t n = 0; n < Ow; n++) DG[n] += GY[n];

@@ -35,6 +35,17 @@ void cpu_rot_rows(const cpu_rot *r, int64_t w) {
     rot_rows_base(r, w);
 }
 
+bool cpu_rot_gn(int64_t bs, const float *const *a, const float *const *b, int64_t w, float *C) {
+#ifdef CPU_V4
+    if (cpu_isa() >= 2 && bs % 2 == 0 && bs >= 2 && bs <= 12) {
+        rot_gn_v4(bs, a, b, w, C);
+        return true;
+    }
+#endif
+    (void)bs, (void)a, (void)b, (void)w, (void)C;
+    return false;
+}
+
 int64_t cpu_rot_rows_max(void) {
 #ifdef CPU_V4
     if (cpu_isa() >= 2) return rot_rows_max_v4();

@@ -1,8 +1,9 @@
 /*
  * rot.h — the block products of the OFT family on the CPU (Diag-OFT, BOFT: diag_oft.c, boft.c):
  * a bs×bs block applied to bs rows, a small-K GEMM with the block's scalars broadcast and the
- * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h); and the
- * register transposes of the linear bypass's channel-row tiles.
+ * rows streamed once, conversions and the epilogue in registers (rot.c, rot_kern.h); the
+ * register transposes of the linear bypass's channel-row tiles; and BOFT's backward G_N dot
+ * products (cpu_rot_gn).
  *
  * Channel-major (cpu_rot_rows): nk input rows in_k (nk = bs unless set) and bs output rows out_i,
  * each w columns:
@@ -71,6 +72,13 @@ typedef struct {
 
 /* Tokens [0, w) of q. */
 void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w);
+
+/* BOFT's backward G_N product: C[p·bs + q] += ⟨a_p, b_q⟩ over w columns (p, q < bs; a_p, b_q fp32
+   rows by pointer, C compact bs × bs) — the bits of cpu_gemm_nt accumulating (dense.c: 8 k-lanes
+   chained, the fixed tree, the chained tail, then + C), without gathering the b rows. x86-64-v4
+   and bs even ≤ 12 only: returns false otherwise (nothing done; the caller gathers and calls
+   cpu_gemm_nt). */
+bool cpu_rot_gn(int64_t bs, const float *const *a, const float *const *b, int64_t w, float *C);
 
 /* Tile transposes of the linear bypass (cayley.c's cpu_oft_load / cpu_oft_store; a token's
    channels contiguous in the tensor, a channel's tokens contiguous in the fp32 tile), element

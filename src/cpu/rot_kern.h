@@ -13,7 +13,8 @@
  * Token-major: per block and 16 (8) channels, per group of ≤ RK_RT tokens, one accumulator per
  * token; per k one vector of Op's row k feeds one FMA per token with x[t, k] broadcast from the
  * fp32 tile. Register counts and row counts are constants per instantiation (switches on the
- * count), so the accumulators stay in registers.
+ * count), so the accumulators stay in registers. G_N (v4 only): dense.c's column-pair dot blocks
+ * on rows by pointer, the lane tree in registers.
  * Expects from rot.c: KN, CK_AI, rot.h, <immintrin.h> on x86-64; fp-contract off.
  */
 
@@ -380,6 +381,61 @@ static void KN(rot_tr_out)(const float *X, int64_t ldx, int64_t nt, int64_t nc, 
         }
     }
 }
+
+#ifdef CK_V4
+/* ---- BOFT's G_N products (rot.h cpu_rot_gn) ---- */
+
+/* Σ_{k ≥ k0} a[k]·b[k] as dense.c's chained tail: from 0, one fused multiply-add per k */
+CK_AI float KN(gn_tail)(const float *a, const float *b, int64_t k0, int64_t K) {
+    float t = 0.0f;
+    for (int64_t k = k0; k < K; k++) t = __builtin_fmaf(a[k], b[k], t);
+    return t;
+}
+
+/* rows [p0, p0 + P) × column pairs [0, H) (P ≤ 4, H ≤ 6 constants after inlining): dense.c's
+   dot_block2 per element — lanes 0–7 output (p, 2h)'s 8 k-lanes, 8–15 output (p, 2h+1)'s —, then
+   the tree ((0+1)+(2+3))+((4+5)+(6+7)) of both halves at once in registers (lane i + lane i^1,
+   + lane i^2, + the other 128-bit lane: the same additions, commuted), + the tail, + C */
+CK_AI void KN(gn_block)(const int P, const int H, int64_t K, const float *const *a, const float *const *b, float *C, int64_t ldc) {
+    int64_t K8 = K & ~(int64_t)7;
+    __m512 acc[4][6];
+    for (int p = 0; p < 4; p++)
+        for (int h = 0; h < 6; h++) acc[p][h] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K8; k += 8) {
+        __m512 av[4];
+        for (int p = 0; p < P; p++) av[p] = _mm512_broadcast_f32x8(_mm256_loadu_ps(a[p] + k));
+        for (int h = 0; h < H; h++) {
+            __m512 bb = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(b[2 * h] + k)), _mm256_loadu_ps(b[2 * h + 1] + k), 1);
+            for (int p = 0; p < P; p++) acc[p][h] = _mm512_fmadd_ps(av[p], bb, acc[p][h]);
+        }
+    }
+    for (int p = 0; p < P; p++)
+        for (int h = 0; h < H; h++) {
+            __m512 v = acc[p][h];
+            v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+            v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+            v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+            float s0 = _mm512_cvtss_f32(v), s1 = _mm_cvtss_f32(_mm512_extractf32x4_ps(v, 2));
+            float *c = C + p * ldc + 2 * h;
+            float t0 = s0 + KN(gn_tail)(a[p], b[2 * h], K8, K), t1 = s1 + KN(gn_tail)(a[p], b[2 * h + 1], K8, K);
+            c[0] = c[0] + t0;
+            c[1] = c[1] + t1;
+        }
+}
+
+/* bs even, ≤ 12 (the caller checks) */
+static void KN(rot_gn)(int64_t bs, const float *const *a, const float *const *b, int64_t w, float *C) {
+    const int H = (int)(bs / 2);
+    for (int64_t p0 = 0; p0 < bs; p0 += 4) {
+        int P = bs - p0 < 4 ? (int)(bs - p0) : 4;
+#define RK_GN(PP, HH) if (P == PP && H == HH) KN(gn_block)(PP, HH, w, a + p0, b, C + p0 * bs, bs);
+#define RK_GN_H(PP) RK_GN(PP, 1) RK_GN(PP, 2) RK_GN(PP, 3) RK_GN(PP, 4) RK_GN(PP, 5) RK_GN(PP, 6)
+        RK_GN_H(1) RK_GN_H(2) RK_GN_H(3) RK_GN_H(4)
+#undef RK_GN_H
+#undef RK_GN
+    }
+}
+#endif
 
 static int64_t KN(rot_rows_max)(void) { return RK_RB; }
 
