@@ -84,51 +84,15 @@ typedef double lk4d __attribute__((vector_size(32)));
 #undef CK_RD
 
 static void block_fwd(int64_t n, const float *Q, float *Ak, float *Rk, float *M, float *Tm, double *dsc) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        block_fwd_v4(n, Q, Ak, Rk, M, Tm, dsc);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        block_fwd_v3(n, Q, Ak, Rk, M, Tm, dsc);
-        return;
-    }
-#endif
-    block_fwd_base(n, Q, Ak, Rk, M, Tm, dsc);
+    CPU_DISPATCH(block_fwd, n, Q, Ak, Rk, M, Tm, dsc);
 }
 
 static void block_fwd8(int64_t n, const lk8f *Q, lk8f *Ak, lk8f *Rk, lk8f *M, lk8f *Tm, lk4d *dsc) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        block_fwd8_v4(n, Q, Ak, Rk, M, Tm, dsc);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        block_fwd8_v3(n, Q, Ak, Rk, M, Tm, dsc);
-        return;
-    }
-#endif
-    block_fwd8_base(n, Q, Ak, Rk, M, Tm, dsc);
+    CPU_DISPATCH(block_fwd8, n, Q, Ak, Rk, M, Tm, dsc);
 }
 
 static void block_bwd(int64_t n, const float *Ak, const float *Gk, double *Ok, double *T, double *At, double *Gd) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        block_bwd_v4(n, Ak, Gk, Ok, T, At, Gd);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        block_bwd_v3(n, Ak, Gk, Ok, T, At, Gd);
-        return;
-    }
-#endif
-    block_bwd_base(n, Ak, Gk, Ok, T, At, Gd);
+    CPU_DISPATCH(block_bwd, n, Ak, Gk, Ok, T, At, Gd);
 }
 
 /* Q0_k = B_k − B_kᵀ for nb blocks from B (compact), and part[k] = ‖Q0_k‖² in double, each a sum

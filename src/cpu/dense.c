@@ -157,19 +157,7 @@ static float *pack_buffer(int64_t need, int64_t *cap) {
 
 static void gemm_part(int path, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K, mat A, mat B, float *C, int64_t ldc,
                       bool accumulate, float *buf, int64_t cap) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        gemm_part_v4(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        gemm_part_v3(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
-        return;
-    }
-#endif
-    gemm_part_base(path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
+    CPU_DISPATCH(gemm_part, path, i0, m, j0, n, K, A, B, C, ldc, accumulate, buf, cap);
 }
 
 /* ---- the choice of path and the threads ---- */

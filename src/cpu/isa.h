@@ -70,4 +70,13 @@ static inline int cpu_isa(void) {
 static inline bool cpu_have_v3(void) { return cpu_isa() >= 1; }
 #endif
 
+/* Call the copy of a kernel with _v4, _v3 and _base copies (isa_each.h) that this CPU runs, as a
+   statement: CPU_DISPATCH(kernel, args...); */
+#if defined(CPU_V4)
+#define CPU_DISPATCH(name, ...) \
+    (cpu_isa() >= 2 ? name##_v4(__VA_ARGS__) : cpu_have_v3() ? name##_v3(__VA_ARGS__) : name##_base(__VA_ARGS__))
+#else
+#define CPU_DISPATCH(name, ...) name##_base(__VA_ARGS__)
+#endif
+
 #endif

@@ -273,19 +273,7 @@ typedef float v16f __attribute__((vector_size(64)));
 
 static void gen(const loha_t *s, int64_t o0, int64_t nr, int64_t j0, int64_t nc, double lambda, float *out, int64_t ldo,
                 bool trans) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        gen_v4(s, o0, nr, j0, nc, lambda, out, ldo, trans);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        gen_v3(s, o0, nr, j0, nc, lambda, out, ldo, trans);
-        return;
-    }
-#endif
-    gen_base(s, o0, nr, j0, nc, lambda, out, ldo, trans);
+    CPU_DISPATCH(gen, s, o0, nr, j0, nc, lambda, out, ldo, trans);
 }
 
 static double dot_rows_d(const loha_t *s, int64_t o0, int64_t nr, const float *G) {

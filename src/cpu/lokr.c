@@ -433,19 +433,7 @@ static bool lk_lanes(void) {
 }
 
 static void lk_bwd_rows(const lk_rows *R, int64_t o0, int64_t o1) {
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        lk_bwd_rows_v4(R, o0, o1);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        lk_bwd_rows_v3(R, o0, o1);
-        return;
-    }
-#endif
-    lk_bwd_rows_base(R, o0, o1);
+    CPU_DISPATCH(lk_bwd_rows, R, o0, o1);
 }
 
 /* rows [o0, o1) of G (row o0 at g, `stride` bytes apart, of dtype gdt, loaded through T and

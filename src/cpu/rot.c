@@ -20,19 +20,7 @@
 
 void cpu_rot_rows(const cpu_rot *r, int64_t w) {
     if (w <= 0 || r->bs <= 0) return;
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        rot_rows_v4(r, w);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        rot_rows_v3(r, w);
-        return;
-    }
-#endif
-    rot_rows_base(r, w);
+    CPU_DISPATCH(rot_rows, r, w);
 }
 
 bool cpu_rot_gn(int64_t bs, const float *const *a, const float *const *b, int64_t w, float *C) {
@@ -58,51 +46,15 @@ int64_t cpu_rot_rows_max(void) {
 
 void cpu_rot_tokens(const cpu_rot_tok *q, int64_t w) {
     if (w <= 0 || q->bs <= 0) return;
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        rot_tokens_v4(q, w);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        rot_tokens_v3(q, w);
-        return;
-    }
-#endif
-    rot_tokens_base(q, w);
+    CPU_DISPATCH(rot_tokens, q, w);
 }
 
 void cpu_rot_tr_in(const char *src, int64_t ld, lyco_dtype sdt, lyco_dtype T, int64_t nt, int64_t nc, float *X, int64_t ldx) {
     if (nt <= 0 || nc <= 0) return;
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        rot_tr_in_v4(src, ld, sdt, T, nt, nc, X, ldx);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        rot_tr_in_v3(src, ld, sdt, T, nt, nc, X, ldx);
-        return;
-    }
-#endif
-    rot_tr_in_base(src, ld, sdt, T, nt, nc, X, ldx);
+    CPU_DISPATCH(rot_tr_in, src, ld, sdt, T, nt, nc, X, ldx);
 }
 
 void cpu_rot_tr_out(const float *X, int64_t ldx, int64_t nt, int64_t nc, char *dst, int64_t ld, lyco_dtype odt) {
     if (nt <= 0 || nc <= 0) return;
-#ifdef CPU_V4
-    if (cpu_isa() >= 2) {
-        rot_tr_out_v4(X, ldx, nt, nc, dst, ld, odt);
-        return;
-    }
-#endif
-#ifdef CPU_V3
-    if (cpu_have_v3()) {
-        rot_tr_out_v3(X, ldx, nt, nc, dst, ld, odt);
-        return;
-    }
-#endif
-    rot_tr_out_base(X, ldx, nt, nc, dst, ld, odt);
+    CPU_DISPATCH(rot_tr_out, X, ldx, nt, nc, dst, ld, odt);
 }
