@@ -25,20 +25,14 @@ __global__ __launch_bounds__(NT) void k_dora_finish(lk_dora dr, const float *ss,
             s2 += ss[t * np + k * per + q];
             if (sg) S += sg[t * np + k * per + q];
         }
-    float nrm = sqrtf(s2), n = nrm + (float)dr.eps;
-    float d = round_to(vload(dr.d, 0, k), ct);
-    float f = d / n, fm1 = (d - n) / n;
-    if (!m_is_one) {
-        fm1 = mf * fm1;
-        f = 1.0f + fm1;
-    }
+    const dora_fk q = dora_f_of(dr, s2, k, mf, m_is_one, ct);
     float gam = 0.0f;
     if (sg) {
-        gam = mf * d / (n * n) * S / nrm;
-        if (dr.grad_d.p) vstore(dr.grad_d, 0, k, mf / n * S);
+        gam = mf * q.d / (q.n * q.n) * S / q.nrm;
+        if (dr.grad_d.p) vstore(dr.grad_d, 0, k, mf / q.n * S);
     }
-    st[3 * k] = f;
-    st[3 * k + 1] = fm1;
+    st[3 * k] = q.f;
+    st[3 * k + 1] = q.fm1;
     st[3 * k + 2] = gam;
 }
 

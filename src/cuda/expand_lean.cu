@@ -244,8 +244,6 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     cp_wait(0);
 }
 
-bool lean_view_ok(const lk_view &v, int ct) { return v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }
-
 bool lean_general_forced() {
     const char *v = getenv("LYCO_CUDA_EXPAND_GENERAL");
     return v && *v && *v != '0';
@@ -309,12 +307,12 @@ i64 lean_rank_tile(const lk_expand_args *a, const lk_device *dev) {
     const bool stats = a->stat_part != NULL, gt = a->G.p != NULL;
     if ((a->dora.on || stats) && (!a->base.p || a->q_t || (a->dora.on && !stats && !a->st))) return 0;
     const bool hd = a->P2.p != NULL;
-    if (hd && (a->q_t || a->r2 < 1 || !lean_view_ok(a->P2, ct) || !lean_view_ok(a->Q2, ct))) return 0;
-    if (gt && (hd || !a->dora.on || (stats && !a->stat_part_g) || !lean_view_ok(a->G, ct) || a->G.rows != a->M || a->G.cols != a->N))
+    if (hd && (a->q_t || a->r2 < 1 || !ex_view_lean(a->P2, ct) || !ex_view_lean(a->Q2, ct))) return 0;
+    if (gt && (hd || !a->dora.on || (stats && !a->stat_part_g) || !ex_view_lean(a->G, ct) || a->G.rows != a->M || a->G.cols != a->N))
         return 0;
-    if (a->r < 1 || !lean_view_ok(a->P, ct) || !lean_view_ok(a->Q, ct)) return 0;
-    if (a->base.p && !lean_view_ok(a->base, ct)) return 0;
-    if (!stats && (!lean_view_ok(a->out, ct) || a->out.rows != a->M || a->out.cols != a->N)) return 0;
+    if (a->r < 1 || !ex_view_lean(a->P, ct) || !ex_view_lean(a->Q, ct)) return 0;
+    if (a->base.p && !ex_view_lean(a->base, ct)) return 0;
+    if (!stats && (!ex_view_lean(a->out, ct) || a->out.rows != a->M || a->out.cols != a->N)) return 0;
     if (a->mode < 0 || a->mode > 2) return 0;
     const i64 rp = lk_reduce_rank_tile(hd && a->r2 > a->r ? a->r2 : a->r);
     if (rp == 0 || cdiv(a->M, LM) * cdiv(a->N, LN) > (1LL << 30)) return 0; /* 32-bit tile indices */

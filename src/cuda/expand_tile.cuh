@@ -5,7 +5,9 @@
  *   ex_tile_stats — DoRA's statistics mode: per-tile partial Σ V² per row (one partial per
  *     128-column tile, wd_on_out) or per column (one per 64-row tile), V = w + acc·rowc[row] with
  *     w = RN_CT(base) from the caller's getter (and Σ g·V beside it for the backward);
- *     partials summed across warps in a fixed order.
+ *     partials summed across warps in a fixed order (dora_slab.cu's one-pass merge sums the
+ *     same way in shared memory);
+ *   ex_view_lean — the views the lean kernels take.
  */
 #ifndef LYCO_CUDA_EXPAND_TILE_CUH
 #define LYCO_CUDA_EXPAND_TILE_CUH
@@ -15,6 +17,10 @@
 
 const int EX_M = 64;   /* expand tile rows */
 const int EX_N = 128;  /* expand tile columns */
+
+/* A view the lean kernels read or write with 16-byte chunks: in the compute dtype ct (16-bit),
+   row-major, 16-byte aligned rows (expand_lean.cu, dora_slab.cu). */
+static inline bool ex_view_lean(const lk_view &v, int ct) { return v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }
 
 /* DoRA statistics of tile (tm, tn): Σ V² per row (one partial per column tile) or per column,
    and with WG (DoRA's backward, the lean kernel) Σ g·V beside it into stat_part_g (g from gget,

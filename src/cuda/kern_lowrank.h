@@ -90,6 +90,10 @@ int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int64_t M,
 /* A merge forward (out set, no stat_part): lk_expand, or with DoRA (dora.on; m = mult) the
    statistics launch, the statistics and the merge, with their scratch. */
 int lk_expand_merge(const lk_expand_args *a, const lk_device *dev, void *stream);
+/* DoRA's merge forward in one pass (dora_slab.cu: sm_90+, dora.on_out, the lean expand's views and
+   ranks, no Hadamard pair; st and stat_part unset): runs it and sets *done, or leaves *done 0
+   (nothing launched). Same results as the two-pass form, bit for bit. */
+int lk_dora_slab(const lk_expand_args *a, const lk_device *dev, void *stream, int *done);
 
 /* h = RN_CT(q ⊙ (A·Bᵀ)) into h (M×r view of CT scratch, row pitch rp = the rank tile); A M×K,
    B r×K; mask 1×r or absent. Scratch (partials) is allocated and freed on the stream. */

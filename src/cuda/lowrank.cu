@@ -655,10 +655,14 @@ extern "C" int lk_expand(const lk_expand_args *a, const lk_device *dev, void *st
     }
 }
 
-/* A merge forward through the expand: one launch; with DoRA a statistics launch (per-tile Σ V²
-   partials), lk_dora_finish_parts, then the merge with those statistics. */
+/* A merge forward through the expand: one launch; with DoRA dora_slab.cu's one pass where it
+   takes the call (sm_90+, norm per row, the lean kernel's views), else a statistics launch
+   (per-tile Σ V² partials), lk_dora_finish_parts, then the merge with those statistics. */
 extern "C" int lk_expand_merge(const lk_expand_args *e0, const lk_device *dev, void *stream) {
     if (!e0->dora.on) return lk_expand(e0, dev, stream);
+    int slab = 0;
+    const int rs = lk_dora_slab(e0, dev, stream, &slab); /* one pass on sm_90+ (dora_slab.cu) */
+    if (rs || slab) return rs;
     cudaStream_t s = (cudaStream_t)stream;
     const lk_dora &dr = e0->dora;
     const i64 n = dr.on_out ? e0->M : e0->N, kept = dr.on_out ? e0->M : e0->N / e0->K;

@@ -51,6 +51,26 @@ __device__ __forceinline__ float merge_elem(float w, float dw, int mode, float m
     return fmaf(-mf, dw, w);
 }
 
+/* The statistics of kept index k from s2 = Σ V² (dora.cu's k_dora_finish, dora_slab.cu's one-pass
+   merge): ‖V‖ = sqrt(s2), n = ‖V‖ + ε, d = RN_CT(dora_scale[k]), f = d / n, f − 1 = (d − n) / n,
+   and with m ≠ 1: f − 1 = m·(f − 1), f = 1 + (f − 1). */
+struct dora_fk {
+    float nrm, n, d, f, fm1;
+};
+__device__ __forceinline__ dora_fk dora_f_of(const lk_dora &dr, float s2, i64 k, float mf, int m_is_one, int ct) {
+    dora_fk r;
+    r.nrm = sqrtf(s2);
+    r.n = r.nrm + (float)dr.eps;
+    r.d = round_to(vload(dr.d, 0, k), ct);
+    r.f = r.d / r.n;
+    r.fm1 = (r.d - r.n) / r.n;
+    if (!m_is_one) {
+        r.fm1 = mf * r.fm1;
+        r.f = 1.0f + r.fm1;
+    }
+    return r;
+}
+
 /* ∂L/∂V for one element (g, w already in CT), rounded to the compute dtype ct: the eager chain
    stores this gradient in the storage dtype before its contractions with the factors, and so do
    the fused kernels (NUMERICS.md §1.6; docs/numerics.md lists the rounding points). */
