@@ -65,6 +65,20 @@ const lyco_case lyco_cases_locon[] = {
     {.name = "locon_conv1d_tucker_dora_out", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 1, .O = 6, .I = 5,
      .k = {3, 1, 1}, .stride = K1, .pad = {1, 0, 0}, .dil = K1, .rank = 3, .tokens = 2, .spatial = {9, 1, 1}, .alpha = 2,
      .opts = CASE_TUCKER | CASE_DORA_OUT},
+    /* DoRA's one-pass merge on sm_90+ (dora_slab.cu: 16-byte rows, norm per output row): 77 rows
+       (two 64-row blocks, the second partial), 1160 columns = 10 tiles of 128 (clusters of 5 CTAs
+       × 2 tiles, the last tile 8 wide), rank 7 in a 16-rank tile, rank mask, σs, m ≠ 1; rank 40
+       (64-rank tile) with m = 1; a conv layer (I·K = 144: two CTAs); the bench's 2048 × 4096 r32
+       geometry (clusters of 8 × 4 tiles) in the full tier */
+    {.name = "locon_linear_dora_out_slab", .algo = LYCO_ALGO_LOCON, .O = 77, .I = 1160, .rank = 7, .tokens = 3, .alpha = 3,
+     .multiplier = 0.9, .opts = CASE_DORA_OUT | CASE_RANK_MASK | CASE_SCALAR},
+    {.name = "locon_linear_dora_out_slab_r40", .algo = LYCO_ALGO_LOCON, .O = 70, .I = 256, .rank = 40, .tokens = 3, .alpha = 8,
+     .opts = CASE_DORA_OUT},
+    {.name = "locon_conv2d_dora_out_slab", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 66, .I = 16,
+     .k = {3, 3, 1}, .stride = K1, .pad = {1, 1, 0}, .dil = K1, .rank = 5, .tokens = 2, .spatial = {6, 5, 1}, .alpha = 2,
+     .multiplier = 1.2, .opts = CASE_DORA_OUT},
+    {.name = "locon_linear_dora_out_2048_r32", .algo = LYCO_ALGO_LOCON, .O = 2048, .I = 4096, .rank = 32, .tokens = 16, .alpha = 16,
+     .opts = CASE_DORA_OUT, .tier = 1},
     {.name = "locon_linear_4096_r32", .algo = LYCO_ALGO_LOCON, .O = 4096, .I = 4096, .rank = 32, .tokens = 64, .alpha = 16, .tier = 1},
 };
 const int lyco_cases_locon_count = (int)(sizeof lyco_cases_locon / sizeof lyco_cases_locon[0]);
