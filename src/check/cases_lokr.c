@@ -31,6 +31,13 @@ const lyco_case lyco_cases_lokr[] = {
     /* d·K = 16: the CUDA merge backward's vector form (k_lokr_mb_vec), with σs and a rank mask */
     {.name = "lokr_linear_vec8_mask_scalar", .algo = LYCO_ALGO_LOKR, .O = 24, .I = 32, .extra = {3, 2}, .rank = 2,
      .tokens = 5, .alpha = 2, .multiplier = 0.6, .opts = CASE_W2_LOWRANK | CASE_SCALAR | CASE_RANK_MASK},
+    /* the one-launch merge forward (k_lokr_merge_fwd_fused): both halves low-rank, d·K = 40 (8-thread
+       segments, 3 of them idle), 15 (i, p) pairs over 26 W2 rows, σs, rank mask, m ≠ 1; and a conv
+       layer with W2 full, d·K = 8 (one thread per segment) */
+    {.name = "lokr_linear_fused_w12_mask_scalar", .algo = LYCO_ALGO_LOKR, .O = 130, .I = 120, .extra = {5, 3}, .rank = 3,
+     .tokens = 3, .alpha = 2, .multiplier = 1.3, .opts = W12 | CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "lokr_conv2d_fused_full", .algo = LYCO_ALGO_LOKR, CONV2(2, 1), .O = 12, .I = 8, .stride = {1, 1, 1},
+     .pad = {0, 0, 0}, .dil = K1, .extra = {2, 2}, .tokens = 2, .spatial = {5, 4, 1}, .multiplier = 0.8},
     {.name = "lokr_linear_odd_strided_unaligned", .algo = LYCO_ALGO_LOKR, .O = 15, .I = 21, .extra = {3, 3}, .rank = 2,
      .tokens = 5, .alpha = 1.5, .opts = W12 | CASE_NONCONTIG | CASE_UNALIGNED | CASE_RANK_MASK},
     {.name = "lokr_conv2d_full_flat_s2p1", .algo = LYCO_ALGO_LOKR, CONV2(3, 3), .O = 8, .I = 6, .stride = {2, 2, 1},

@@ -18,7 +18,8 @@
  *
  * merge forward: one pass over W/out, 8 columns per thread (16-byte vector loads/stores where
  *   the views allow), grid-stride; the common case (16-bit views, d·K % 8 == 0, no DoRA) on the
- *   flat k_lokr_merge_fwd_vec (one chunk per thread, no grid stride); DoRA: merge_ep.cuh's two-pass statistics with the LoKr
+ *   flat k_lokr_merge_fwd_vec (one chunk per thread, no grid stride), and without Tucker in one launch
+ *   with the halves formed in the kernel (k_lokr_merge_fwd_fused, no scratch); DoRA: merge_ep.cuh's two-pass statistics with the LoKr
  *   producer (lokr_delta: the dW tile written into shared memory), then the same pass.
  * merge backward (Γ = m·RN_CT(G), or DoRA's ∂L/∂V; H = σs·Γ):
  *   G_W1[i,p] = Σ_{j,n} ρ_o·H[o, p·dK+n]·W2[j,n]    block per (i,p) × a split of the j range,
@@ -149,6 +150,112 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
     const i64 dK = a->d * a->K;
     return (ct == DT_BF16 || ct == DT_F16) && vec_out && vec_w && !a->dora.on && dK % 8 == 0 && a->O <= 65535 &&
            a->I * a->K / 8 < 2147483647LL / NT && a->mode >= 0 && a->mode <= 2;
+}
+
+/* The same common case in ONE launch, without the halves (no scratch, no other kernel): block
+   (x, j, z) takes W2 row j, columns n ∈ [x·8·tps, …) of every W1 column block p, and the (i, p)
+   pairs [z·ppb, …); thread (pair slot, lane) forms its 8 values W2f[j, n..n+7] once — in fp64 in
+   k order from the factors rounded to CT and rounded once to fp32, as lokr_halves_build's
+   k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two 16-bit values are exact in
+   fp64, so FMA or not, the sums are the same) — then walks its pairs: 16-byte loads of W at row
+   o = i·b + j, columns p·dK + n (LU pairs in flight), W1d[i, p] formed the same way, the vector
+   kernel's arithmetic, 16-byte stores. tps (threads per 8·tps-column segment) = the power of two
+   ≥ dK / 8, at most 32: one segment is 16·tps contiguous bytes of a row. Results bitwise the
+   vector kernel's. Why (H200, bench f8 w2 r16, 4096²): the halves took 3–5 launches of 2.6–7.4 µs
+   plus their host gaps beside the 18.9 µs stream (52 µs a call in all). Needs W (if any) and out
+   as the vector kernel does, no Tucker (its P chain stays in lokr_halves.cu), b and the z split
+   within the grid. LYCO_CUDA_LOKR_MF_FUSED=0 keeps the halves and the vector kernel (A/B). */
+struct lokr_fused_args {
+    lokr_dev A; /* sizes, s', m, σs, the row mask (W1d, W2f unused) */
+    lk_view w1, w1a, w1b, w2, w2a, w2b, W, out;
+    i64 r;
+    int32_t w1_full, w2_full, mode, tps, ppb;
+};
+const int LOKR_LU = 4; /* pairs in flight per thread */
+
+__device__ __forceinline__ double lokr_w1d_at(const lokr_fused_args &F, i64 i, i64 p) {
+    const int ct = F.A.ct;
+    if (F.w1_full) return (double)round_to(vload(F.w1, i, p), ct);
+    double acc = 0.0;
+    for (i64 k = 0; k < F.r; k++) acc += (double)round_to(vload(F.w1a, i, k), ct) * (double)round_to(vload(F.w1b, k, p), ct);
+    return acc;
+}
+__device__ __forceinline__ float lokr_w2f_at(const lokr_fused_args &F, i64 j, i64 n) {
+    const int ct = F.A.ct;
+    if (F.w2_full) return (float)(double)round_to(vload(F.w2, j, n), ct);
+    double acc = 0.0;
+    for (i64 k = 0; k < F.r; k++) acc += (double)round_to(vload(F.w2a, j, k), ct) * (double)round_to(vload(F.w2b, k, n), ct);
+    return (float)acc;
+}
+
+template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fused(lokr_fused_args F) {
+    const lokr_dev &A = F.A;
+    const int tps = F.tps, spb = NT / tps, slot = (int)threadIdx.x / tps;
+    const i64 j = blockIdx.y, n = ((i64)blockIdx.x * tps + (int)threadIdx.x % tps) * 8;
+    if (n >= A.dK) return; /* no barrier below; dK % 8 == 0: a chunk is whole */
+    float w2v[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) w2v[e] = lokr_w2f_at(F, j, n + e);
+    const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
+    const i64 npairs = A.a * A.c, q0 = (i64)blockIdx.z * F.ppb, q1 = q0 + F.ppb < npairs ? q0 + F.ppb : npairs;
+    for (i64 qb = q0 + slot; qb < q1; qb += (i64)spb * LOKR_LU) {
+        uint4 wv[LOKR_LU];
+#pragma unroll
+        for (int u = 0; u < LOKR_LU; u++) {
+            const i64 q = qb + (i64)u * spb, i = q / A.c, p = q - i * A.c;
+            wv[u] = make_uint4(0u, 0u, 0u, 0u);
+            if (q < q1 && F.W.p) wv[u] = *(const uint4 *)((const char *)F.W.p + ((i * A.b + j) * F.W.s0 + p * A.dK + n) * 2);
+        }
+#pragma unroll
+        for (int u = 0; u < LOKR_LU; u++) {
+            const i64 q = qb + (i64)u * spb, i = q / A.c, p = q - i * A.c, o = i * A.b + j;
+            if (q >= q1) break;
+            const float w1s = (float)(lokr_rho(A, o) * lokr_w1d_at(F, i, p));
+            float w[8], r[8];
+            unpack8_16(w, wv[u], ct_of<CT>::dt);
+#pragma unroll
+            for (int e = 0; e < 8; e++) r[e] = merge_elem(w[e], sig * (w1s * w2v[e]), F.mode, mf, false, NULL);
+            *(uint4 *)((char *)F.out.p + (o * F.out.s0 + p * A.dK + n) * 2) = pack8_16(r, ct_of<CT>::dt);
+        }
+    }
+}
+
+/* The fused launch's plan: tps, the pair split (≥ ~8 blocks per SM where the pairs allow); false
+   when the call is not its own. */
+static bool lokr_mf_fused_plan(const lk_lokr_args *a, const lk_device *dev, lokr_fused_args *F, dim3 *grid) {
+    const char *v = getenv("LYCO_CUDA_LOKR_MF_FUSED");
+    if ((v && v[0] == '0') || a->legacy || a->tucker || !lokr_mf_vec_ok(a)) return false;
+    const i64 dK = a->d * a->K, npairs = a->a * a->c;
+    if (a->b < 1 || a->b > 65535 || npairs < 1 || dK < 8) return false;
+    int tps = 1;
+    while (tps < 32 && tps * 8 < dK) tps *= 2;
+    const i64 spb = NT / tps, xs = cdiv(dK, 8 * tps);
+    i64 z = cdiv((i64)dev->sms * 8, xs * a->b);
+    if (z > cdiv(npairs, spb)) z = cdiv(npairs, spb);
+    if (z < 1) z = 1;
+    const i64 ppb = cdiv(npairs, z);
+    z = cdiv(npairs, ppb);
+    if (xs > 2147483647LL || z > 65535 || ppb > 2147483647LL) return false;
+    memset(F, 0, sizeof *F);
+    lokr_halves none;
+    memset(&none, 0, sizeof none);
+    F->A = lokr_dev_of(a, &none, true);
+    F->w1 = a->w1;
+    F->w1a = a->w1a;
+    F->w1b = a->w1b;
+    F->w2 = a->w2;
+    F->w2a = a->w2a;
+    F->w2b = a->w2b;
+    F->W = a->W;
+    F->out = a->out;
+    F->r = a->r;
+    F->w1_full = a->w1_full;
+    F->w2_full = a->w2_full;
+    F->mode = a->mode;
+    F->tps = tps;
+    F->ppb = (int32_t)ppb;
+    *grid = dim3((unsigned)xs, (unsigned)a->b, (unsigned)z);
+    return true;
 }
 
 /* =============================================================================================
@@ -548,6 +655,14 @@ static int with_scratch(const lk_lokr_args *a, const lk_device *dev, cudaStream_
 
 extern "C" int lk_lokr_merge_fwd(const lk_lokr_args *a, const lk_device *dev, void *stream) {
     if (a->O == 0 || a->I * a->K == 0) return LYCO_OK;
+    lokr_fused_args F;
+    dim3 g;
+    if (lokr_mf_fused_plan(a, dev, &F, &g)) {
+        if (a->ct == DT_BF16) k_lokr_merge_fwd_fused<bf16_t><<<g, NT, 0, (cudaStream_t)stream>>>(F);
+        else k_lokr_merge_fwd_fused<f16_t><<<g, NT, 0, (cudaStream_t)stream>>>(F);
+        LK_LAUNCHED("lokr_merge_fwd_fused");
+        return LYCO_OK;
+    }
     return with_scratch(a, dev, (cudaStream_t)stream, true);
 }
 
