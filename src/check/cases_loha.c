@@ -21,6 +21,10 @@ const lyco_case lyco_cases_loha[] = {
      .alpha = 3, .multiplier = 0.7, .opts = CASE_SCALAR | CASE_RANK_MASK},
     {.name = "loha_linear_ranks_3_6", .algo = LYCO_ALGO_LOHA, .O = 20, .I = 16, .rank = 3, .extra = {6}, .tokens = 5,
      .alpha = 1.5},
+    /* the lean expand's Hadamard pair (16-byte rows): 77 rows = three 32-row tiles (the last
+       partial), 264 columns = three 128-column tiles (the last 8 wide), σs, rank mask, m ≠ 1 */
+    {.name = "loha_linear_lean_pair_mask_scalar", .algo = LYCO_ALGO_LOHA, .O = 77, .I = 264, .rank = 5, .tokens = 3,
+     .alpha = 3, .multiplier = 0.8, .opts = CASE_SCALAR | CASE_RANK_MASK},
     {.name = "loha_linear_strided_unaligned", .algo = LYCO_ALGO_LOHA, .O = 12, .I = 10, .rank = 3, .tokens = 5,
      .alpha = 2, .opts = CASE_NONCONTIG | CASE_UNALIGNED | CASE_RANK_MASK},
     {.name = "loha_conv2d_3x3_s2p1", .algo = LYCO_ALGO_LOHA, CONV2(3, 3), .O = 8, .I = 6, .stride = {2, 2, 1},
