@@ -148,7 +148,7 @@ static void rows_bwd(ref_adapter *ra, const double *X, const double *GY, int64_t
         apply_blocks(ra, N + i * blk, true, Gh, n, Z);   /* blockdiag(Nᵀ) Ĝ */
         unpermute_rows(ra, i, Z, n, G);                  /* G_i = P_iᵀ (…) */
     }
-    if (ra->g[LYCO_OFT_BLOCKS]) ref_cayley_bwd(&cy, GR, ra->g[LYCO_OFT_BLOCKS]);
+    if (ra->g[LYCO_OFT_BLOCKS]) ref_note_skew_cancel(ra, ref_cayley_bwd(&cy, GR, ra->g[LYCO_OFT_BLOCKS]));
     if (GX) memcpy(GX, G, sizeof(double) * (size_t)On);
 }
 

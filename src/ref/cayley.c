@@ -59,7 +59,7 @@ void ref_cayley_fwd(ref_cayley *cy, double *mem, int64_t nblk, int64_t n, const 
     }
 }
 
-void ref_cayley_bwd(const ref_cayley *cy, const double *GR, double *GB) {
+double ref_cayley_bwd(const ref_cayley *cy, const double *GR, double *GB) {
     int64_t n = cy->n, nn = n * n, all = cy->nblk * nn;
     double *GQ = cy->work, *T = cy->work + all;
 
@@ -89,8 +89,17 @@ void ref_cayley_bwd(const ref_cayley *cy, const double *GR, double *GB) {
         for (int64_t i = 0; i < all; i++) GQ[i] = cy->scale * GQ[i] - c2 * cy->Q0[i];
     }
 
-    /* Q0 = B − Bᵀ */
+    /* Q0 = B − Bᵀ; the off-diagonal differences cancel by sqrt(Σ(|g_ab| + |g_ba|)² / Σ(g_ab − g_ba)²) */
+    double terms_sq = 0.0, diff_sq = 0.0;
     for (int64_t k = 0; k < cy->nblk; k++)
         for (int64_t a = 0; a < n; a++)
-            for (int64_t b = 0; b < n; b++) GB[k * nn + a * n + b] += GQ[k * nn + a * n + b] - GQ[k * nn + b * n + a];
+            for (int64_t b = 0; b < n; b++) {
+                double g_ab = GQ[k * nn + a * n + b], g_ba = GQ[k * nn + b * n + a];
+                GB[k * nn + a * n + b] += g_ab - g_ba;
+                if (a != b) {
+                    terms_sq += (fabs(g_ab) + fabs(g_ba)) * (fabs(g_ab) + fabs(g_ba));
+                    diff_sq += (g_ab - g_ba) * (g_ab - g_ba);
+                }
+            }
+    return diff_sq > 0.0 ? sqrt(terms_sq / diff_sq) : 1.0;
 }

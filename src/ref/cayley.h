@@ -47,7 +47,10 @@ int64_t ref_cayley_size(int64_t nblk, int64_t n);
 /* Fills cy (its arrays carved from mem, ref_cayley_size(nblk, n) doubles) from the blocks B. */
 void ref_cayley_fwd(ref_cayley *cy, double *mem, int64_t nblk, int64_t n, const double *B, double kc);
 
-/* GB += ∂L/∂B given GR = ∂L/∂R (both nblk·n·n). Uses cy->work as scratch. */
-void ref_cayley_bwd(const ref_cayley *cy, const double *GR, double *GB);
+/* GB += ∂L/∂B given GR = ∂L/∂R (both nblk·n·n). Uses cy->work as scratch. Returns the skew
+   projection's cancellation factor sqrt(Σ_{a≠b}(|G_Q0[a,b]| + |G_Q0[b,a]|)² / Σ_{a≠b}(G_B[a,b])²)
+   (≥ 1; ~1.28 for independent entries; 1 when G_B is 0): G_B's rounding error scales with the
+   terms, so its error in ULP of G_B's RMS grows with this factor. */
+double ref_cayley_bwd(const ref_cayley *cy, const double *GR, double *GB);
 
 #endif

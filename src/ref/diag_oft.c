@@ -104,7 +104,7 @@ static void rows_bwd(ref_adapter *ra, const double *X, const double *GY, int64_t
                     int64_t i = k * nn + nu * bs + mu;
                     GR[i] = D ? m * s * D[i] : m * s;
                 }
-        ref_cayley_bwd(&cy, GR, ra->g[LYCO_OFT_BLOCKS]);
+        ref_note_skew_cancel(ra, ref_cayley_bwd(&cy, GR, ra->g[LYCO_OFT_BLOCKS]));
     }
 
     if (GX)   /* GX_k = M_k · G''_k */

@@ -37,6 +37,8 @@ typedef struct {
     double *out[REF_OUT_COUNT];     /* out or y; out_bias; dx; dy0 */
     double *grad[LYCO_SLOT_COUNT];
     double scalar_abs;              /* out: Σ|terms| of σs's gradient (its error scale) */
+    double skew_cancel;             /* out: the largest cancellation factor of a Cayley backward's skew
+                                       projection (ref_cayley_bwd; 0 when none ran) */
 } ref_f64_io;
 
 /* Runs a validated call entirely in fp64 with io's values (NULL entries: from the tensors). */
@@ -58,6 +60,11 @@ typedef struct {
 /* Zeroed scratch of n doubles from the call's arena; NULL on failure (the caller returns at once
    and the verb reports LYCO_ERR_NOMEM). */
 double *ref_alloc(const ref_adapter *ra, int64_t n);
+
+/* Records a Cayley backward's cancellation factor (ref_cayley_bwd) for the check's budget. */
+static inline void ref_note_skew_cancel(const ref_adapter *ra, double factor) {
+    if (ra->io && factor > ra->io->skew_cancel) ra->io->skew_cancel = factor;
+}
 
 /* Mask value helpers: 1 when the mask is absent. */
 static inline double ref_mask(const ref_adapter *ra, lyco_slot s, int64_t i) {
