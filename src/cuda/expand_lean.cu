@@ -26,8 +26,8 @@
  * fit, from the occupancy calculator × SMs) and, with two stages, issues tile i+1's loads before
  * it multiplies, merges and stores tile i — twice the bytes in flight per block.
  *
- * In the plain merge (EPI 0: LoRA / LoCon / DyLoRA merge, the bypass forward's y0 + h·Uᵀ, LoHa's
- * pair on 32-row tiles, lean_tm; lean_breg) the base tile does not take cp.async and the kernel
+ * In the plain merge of one product (EPI 0 without the Hadamard pair: LoRA / LoCon / DyLoRA merge,
+ * the bypass forward's y0 + h·Uᵀ; lean_breg) the base tile does not take cp.async and the kernel
  * is not persistent: a block per tile, one stage; each thread loads its four 16-byte base chunks into registers (lean_fetch_tile) before the operands'
  * cp.async and puts them into the stage (lean_put) before the product, and the other resident
  * blocks cover the wait. The stream probe measured a 64×128 tile through registers, a block per
@@ -47,7 +47,7 @@
 
 namespace {
 
-const int LM = EX_M;      /* tile rows (64; 32 for the Hadamard pair's plain merge: lean_tm) */
+const int LM = EX_M;      /* tile rows (64) */
 const int LN = EX_N;      /* tile columns (128) */
 const int LNP = LN + 8;   /* row pitch of the base/out and r×N tiles (halfwords) */
 
@@ -55,19 +55,19 @@ const int LNP = LN + 8;   /* row pitch of the base/out and r×N tiles (halfwords
    read the same sizes (lean_bytes). Two stages (the next tile's loads in flight during this tile's
    product, epilogue and stores) while that still leaves room for 3 blocks per SM on the H200 (2
    with the g tile); one stage beyond. */
-__host__ __device__ constexpr int lean_off_p(bool gt, int tm = LM) { return tm * LNP * 2 * (gt ? 2 : 1); }
-__host__ __device__ constexpr int lean_bytes(int rp, bool qt, bool hd, bool gt, int tm = LM) {
-    return lean_off_p(gt, tm) + tm * (rp + 8) * 2 + (qt ? LN * (rp + 8) : rp * LNP) * 2 + (hd ? tm * (rp + 8) * 2 + rp * LNP * 2 : 0);
+__host__ __device__ constexpr int lean_off_p(bool gt) { return LM * LNP * 2 * (gt ? 2 : 1); }
+__host__ __device__ constexpr int lean_bytes(int rp, bool qt, bool hd, bool gt) {
+    return lean_off_p(gt) + LM * (rp + 8) * 2 + (qt ? LN * (rp + 8) : rp * LNP) * 2 + (hd ? LM * (rp + 8) * 2 + rp * LNP * 2 : 0);
 }
 __host__ __device__ constexpr int lean_stages(int bytes, bool gt) { return bytes <= (gt ? 56 : 48) * 1024 ? 2 : 1; }
 
-template <int RP, bool QT, bool HD, bool GT, int TM = LM> struct lean_layout {
-    static const int G = TM * LNP * 2; /* after the base tile */
-    static const int P = lean_off_p(GT, TM);
-    static const int Q = P + TM * (RP + 8) * 2;
+template <int RP, bool QT, bool HD, bool GT> struct lean_layout {
+    static const int G = LM * LNP * 2; /* after the base tile */
+    static const int P = lean_off_p(GT);
+    static const int Q = P + LM * (RP + 8) * 2;
     static const int P2 = Q + (QT ? LN * (RP + 8) : RP * LNP) * 2;
-    static const int Q2 = P2 + (HD ? TM * (RP + 8) * 2 : 0);
-    static const int BYTES = lean_bytes(RP, QT, HD, GT, TM);
+    static const int Q2 = P2 + (HD ? LM * (RP + 8) * 2 : 0);
+    static const int BYTES = lean_bytes(RP, QT, HD, GT);
     static const int STAGES = lean_stages(BYTES, GT);
 };
 
@@ -84,18 +84,13 @@ template <int EPI> struct lean_epi {
     static const bool BASE = EPI == 0 || EPI >= 3;                   /* base tile loaded */
     static const bool STATS = EPI == 4 || EPI == 5;                  /* no output, partials */
 };
-/* The plain merge (EPI 0): the base through registers, a block per tile (above). With the Hadamard
-   pair the 64-row tile took 126 registers and was slower (LoHa merge 4096² r16: 30.6 → 34.4 µs),
-   so the pair's plain merge takes 32-row tiles (lean_tm: 8 warps as 2×4 of 16×32, one 16-row
-   fragment per accumulator: half the accumulators); DoRA's modes were slower through registers
-   (11008×4096: 160–163 → 171–186 µs) and keep the persistent kernel (dora_slab.cu takes its
-   merge forward on sm_90+). */
+/* The plain merge (EPI 0) of one product: the base through registers, a block per tile (above).
+   Measured slower with the Hadamard pair (LoHa merge 4096² r16: 30.6 → 34.4 µs; 126 registers;
+   on 32-row tiles, 8 warps as 2×4 of 16×32 with 57 registers, af082c6: 34.1–34.2 µs, H200
+   2026-12-01) and for DoRA's modes (11008×4096: 160–163 → 171–186 µs), so those keep the
+   persistent kernel. */
 template <int EPI, bool HD> struct lean_breg {
-    static const bool ON = EPI == 0;
-};
-template <int EPI, bool HD> struct lean_tm {
-    static const int TM = EPI == 0 && HD ? 32 : LM; /* tile rows */
-    static const int MI = TM / 32;                  /* 16-row fragments per warp (2 warp rows) */
+    static const bool ON = EPI == 0 && !HD;
 };
 template <int EPI> __device__ __forceinline__ float lean_merge(float w, float dw, float mf) {
     return EPI == 0 ? fmaf(mf, dw, w) : EPI == 1 ? fmaf(mf, dw, 0.0f) : mf * dw;
@@ -132,34 +127,33 @@ __device__ __forceinline__ float lean_dora(const lk_expand_args &a, const float 
 /* Issue tile (tm, tn)'s loads into stage st as one cp.async group (operands first, then the base). */
 template <int RP, bool QT, bool HD, int EPI>
 __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int tm, int tn) {
-    const int TM = lean_tm<EPI, HD>::TM;
-    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
-    const i64 mb = (i64)tm * TM, nb = (i64)tn * LN;
-    lean_issue<TM, RP>(st + L::P, a.P, mb, 0);
+    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
+    const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
+    lean_issue<LM, RP>(st + L::P, a.P, mb, 0);
     if (QT) lean_issue<LN, RP>(st + L::Q, a.Q, nb, 0);
     else lean_issue<RP, LN>(st + L::Q, a.Q, 0, nb);
     if (HD) {
-        lean_issue<TM, RP>(st + L::P2, a.P2, mb, 0);
+        lean_issue<LM, RP>(st + L::P2, a.P2, mb, 0);
         lean_issue<RP, LN>(st + L::Q2, a.Q2, 0, nb);
     }
-    if (lean_epi<EPI>::BASE && !lean_breg<EPI, HD>::ON) lean_issue<TM, LN>(st, a.base, mb, nb);
-    if (lean_epi<EPI>::GT) lean_issue<TM, LN>(st + L::G, a.G, mb, nb);
+    if (lean_epi<EPI>::BASE && !lean_breg<EPI, HD>::ON) lean_issue<LM, LN>(st, a.base, mb, nb);
+    if (lean_epi<EPI>::GT) lean_issue<LM, LN>(st + L::G, a.G, mb, nb);
 }
 
 /* The base tile's chunks of this thread into registers (lean_fetch, common.cuh): a tile wholly
    inside the view takes one pointer and a fixed row step (4 loads, few registers: the general
    path's per-chunk 64-bit addresses and edge tests took the kernel from 64 to 123 registers); a
    tile across an edge takes lean_fetch. */
-template <int TM> __device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<TM, LN>::N], const lk_view &v, i64 mb, i64 nb) {
+__device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<LM, LN>::N], const lk_view &v, i64 mb, i64 nb) {
     const int cpr = LN / 8;
     static_assert(NT % cpr == 0, "lean_fetch_tile: whole rows per pass");
-    if (mb + TM <= v.rows && nb + LN <= v.cols) {
+    if (mb + LM <= v.rows && nb + LN <= v.cols) {
         const i64 pitch = v.s0 * 2;
         const char *p = (const char *)v.p + (mb * v.s0 + nb) * 2 + (i64)(threadIdx.x / cpr) * pitch + (threadIdx.x % cpr) * 16;
 #pragma unroll
-        for (int k = 0; k < lean_chunks<TM, LN>::N; k++) reg[k] = *(const uint4 *)(p + k * (NT / cpr) * pitch);
+        for (int k = 0; k < lean_chunks<LM, LN>::N; k++) reg[k] = *(const uint4 *)(p + k * (NT / cpr) * pitch);
     } else {
-        lean_fetch<TM, LN>(reg, v, mb, nb);
+        lean_fetch<LM, LN>(reg, v, mb, nb);
     }
 }
 
@@ -168,8 +162,7 @@ template <int TM> __device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[l
    and stored. Each tile: wait for its group, product, epilogue in place in its base buffer,
    16-byte stores from there; a barrier before its stage is loaded again. */
 template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
-    const int TM = lean_tm<EPI, HD>::TM, MI = lean_tm<EPI, HD>::MI;
-    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
+    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
     const int S = lean_breg<EPI, HD>::ON ? 1 : L::STAGES;
     extern __shared__ __align__(16) char dsm[];
     __shared__ float rowc[LM];
@@ -180,7 +173,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const float rs = (float)a.row_scale * (a.sig_in_row ? sig : 1.0f);
     const float mf0 = (float)a.mult * (a.sig_in_mult ? sig : 1.0f), mf = a.mode == 2 ? -mf0 : mf0;
     const int dt = ct_of<CT>::dt;
-    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * (TM / 2), n0 = (warp >> 1) * 32;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
     const int kk = (int)((a.r + 15) / 16 * 16), kk2 = HD ? (int)((a.r2 + 15) / 16 * 16) : 0;
 
     int t = (int)blockIdx.x;
@@ -189,14 +182,14 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     for (int i = 0; t < tiles; t += G, i++) {
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
         const int tm = t / tiles_n, tn = t % tiles_n;
-        const i64 mb = (i64)tm * TM, nb = (i64)tn * LN;
-        uint4 breg[lean_chunks<TM, LN>::N]; /* lean_breg: this thread's base chunks of the tile */
-        if constexpr (lean_breg<EPI, HD>::ON) lean_fetch_tile<TM>(breg, a.base, mb, nb);
+        const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
+        uint4 breg[lean_chunks<LM, LN>::N]; /* lean_breg: this thread's base chunks of the tile */
+        if constexpr (lean_breg<EPI, HD>::ON) lean_fetch_tile(breg, a.base, mb, nb);
         if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
         else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
-        if constexpr (lean_breg<EPI, HD>::ON) lean_put<TM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
-        if (threadIdx.x < TM) {
+        if constexpr (lean_breg<EPI, HD>::ON) lean_put<LM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
+        if (threadIdx.x < LM) {
             const i64 m = mb + threadIdx.x;
             rowc[threadIdx.x] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;
         }
@@ -205,28 +198,28 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
         else cp_wait(0);
         __syncthreads(); /* tile t's operands, base and rowc are visible */
 
-        float acc[MI][4][4];
+        float acc[2][4][4];
         acc_zero(acc);
-        warp_mma_ldm<CT, MI, 4, false, !QT>::run(acc, (const CT *)(st + L::P), RP + 8, (const CT *)(st + L::Q), QT ? RP + 8 : LNP,
+        warp_mma_ldm<CT, 2, 4, false, !QT>::run(acc, (const CT *)(st + L::P), RP + 8, (const CT *)(st + L::Q), QT ? RP + 8 : LNP,
                                             m0, n0, kk);
         if (HD) {
-            float acc2[MI][4][4];
+            float acc2[2][4][4];
             acc_zero(acc2);
-            warp_mma_ldm<CT, MI, 4, false, true>::run(acc2, (const CT *)(st + L::P2), RP + 8, (const CT *)(st + L::Q2), LNP, m0, n0, kk2);
+            warp_mma_ldm<CT, 2, 4, false, true>::run(acc2, (const CT *)(st + L::P2), RP + 8, (const CT *)(st + L::Q2), LNP, m0, n0, kk2);
 #pragma unroll
-            for (int mi = 0; mi < MI; mi++)
+            for (int mi = 0; mi < 2; mi++)
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mi][ni][e] *= acc2[mi][ni][e];
         }
-        if constexpr (lean_epi<EPI>::STATS) {
+        if (lean_epi<EPI>::STATS) {
             __syncthreads(); /* every warp's product done: P's and Q's buffers hold the reduction */
             ex_tile_stats<EPI == 5>(a, acc, lean_w<CT>{st}, lean_w<CT>{st + L::G}, rowc, (float *)(st + L::P), m0, n0, (i64)tm, (i64)tn);
         } else {
             /* epilogue in place: each accumulator pair's base pair is read and overwritten by its owner */
 #pragma unroll
-            for (int mi = 0; mi < MI; mi++)
+            for (int mi = 0; mi < 2; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int row = acc_row(m0, mi, 2 * h);
@@ -246,7 +239,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
                     }
                 }
             __syncthreads();
-            lean_store<TM, LN>(st, a.out, mb, nb);
+            lean_store<LM, LN>(st, a.out, mb, nb);
         }
         __syncthreads(); /* stage and rowc free for the next loads */
     }
@@ -272,12 +265,11 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_blocks_per_sm
 }
 
 template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
-    const int TM = lean_tm<EPI, HD>::TM;
-    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
+    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
     const bool breg = lean_breg<EPI, HD>::ON;
     const int bytes = (breg ? 1 : L::STAGES) * L::BYTES;
     LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI>);
-    const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)TM) * tiles_n;
+    const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)LM) * tiles_n;
     i64 grid = breg ? tiles : (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms; /* lean_breg: a block per tile */
     if (grid > tiles) grid = tiles;
     k_expand_lean<CT, RP, QT, HD, EPI><<<(unsigned)grid, NT, bytes, s>>>(*a, (int)tiles_n, (int)tiles);
@@ -325,7 +317,7 @@ i64 lean_rank_tile(const lk_expand_args *a, const lk_device *dev) {
     if (!stats && (!ex_view_lean(a->out, ct) || a->out.rows != a->M || a->out.cols != a->N)) return 0;
     if (a->mode < 0 || a->mode > 2) return 0;
     const i64 rp = lk_reduce_rank_tile(hd && a->r2 > a->r ? a->r2 : a->r);
-    if (rp == 0 || cdiv(a->M, 32) * cdiv(a->N, LN) > (1LL << 30)) return 0; /* 32-bit tile indices (32-row tiles: lean_tm) */
+    if (rp == 0 || cdiv(a->M, LM) * cdiv(a->N, LN) > (1LL << 30)) return 0; /* 32-bit tile indices */
     const int stage = lean_bytes((int)rp, a->q_t != 0, hd, gt);
     if (lean_stages(stage, gt) * stage + 1024 > dev->smem_optin) return 0; /* (lean_breg's one stage fits too) */
     return rp;

@@ -154,24 +154,29 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
 
 /* The same common case in ONE launch, without the halves (no scratch, no other kernel): block
    (x, j, z) takes W2 row j, columns n ∈ [x·8·tps, …) of every W1 column block p, and the (i, p)
-   pairs [z·ppb, …); thread (pair slot, lane) forms its 8 values W2f[j, n..n+7] once — in fp64 in
-   k order from the factors rounded to CT and rounded once to fp32, as lokr_halves_build's
-   k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two 16-bit values are exact in
-   fp64, so FMA or not, the sums are the same) — then walks its pairs: 16-byte loads of W at row
-   o = i·b + j, columns p·dK + n (LU pairs in flight), W1d[i, p] formed the same way, the vector
+   pairs [z·ppb, …); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
+   into shared memory — in fp64 in k order from the factors rounded to CT and rounded once to
+   fp32, as lokr_halves_build's k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two
+   16-bit values are exact in fp64, so FMA or not, the sums are the same) — and, for a factored
+   W1, its pairs' W1d[i, p] (≤ LOKR_W1_SMEM of them, fp64); then thread (pair slot, lane) walks its
+   pairs: 16-byte loads of W at row o = i·b + j, columns p·dK + n (LU pairs in flight), the vector
    kernel's arithmetic, 16-byte stores. tps (threads per 8·tps-column segment) = the power of two
    ≥ dK / 8, at most 32: one segment is 16·tps contiguous bytes of a row. Results bitwise the
    vector kernel's. Why (H200, bench f8 w2 r16, 4096²): the halves took 3–5 launches of 2.6–7.4 µs
-   plus their host gaps beside the 18.9 µs stream (52 µs a call in all). Needs W (if any) and out
-   as the vector kernel does, no Tucker (its P chain stays in lokr_halves.cu), b and the z split
-   within the grid. LYCO_CUDA_LOKR_MF_FUSED=0 keeps the halves and the vector kernel (A/B). */
+   plus their host gaps beside the 18.9 µs stream (52 µs a call in all). The first form had every
+   thread form its own 8 W2f values (r = 16 products each, the same values in all NT/tps slots of
+   a block): 205 µs at that shape against 82 µs for the halves (H200, 2026-12-01, 0c2497b) — the
+   halves' values are now formed once per block. Needs W (if any) and out as the vector kernel
+   does, no Tucker (its P chain stays in lokr_halves.cu), b and the z split within the grid.
+   LYCO_CUDA_LOKR_MF_FUSED=0 keeps the halves and the vector kernel (A/B). */
 struct lokr_fused_args {
     lokr_dev A; /* sizes, s', m, σs, the row mask (W1d, W2f unused) */
     lk_view w1, w1a, w1b, w2, w2a, w2b, W, out;
     i64 r;
     int32_t w1_full, w2_full, mode, tps, ppb;
 };
-const int LOKR_LU = 4; /* pairs in flight per thread */
+const int LOKR_LU = 4;           /* pairs in flight per thread */
+const int LOKR_W1_SMEM = 512;    /* a factored W1: the block's pairs' W1d in shared memory (fp64) */
 
 __device__ __forceinline__ double lokr_w1d_at(const lokr_fused_args &F, i64 i, i64 p) {
     const int ct = F.A.ct;
@@ -189,15 +194,23 @@ __device__ __forceinline__ float lokr_w2f_at(const lokr_fused_args &F, i64 j, i6
 }
 
 template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fused(lokr_fused_args F) {
+    __shared__ float w2s[32 * 8]; /* W2f[j, x·8·tps …): 8·tps ≤ 256 values */
+    __shared__ double w1s_all[LOKR_W1_SMEM];
     const lokr_dev &A = F.A;
     const int tps = F.tps, spb = NT / tps, slot = (int)threadIdx.x / tps;
-    const i64 j = blockIdx.y, n = ((i64)blockIdx.x * tps + (int)threadIdx.x % tps) * 8;
+    const i64 j = blockIdx.y, nb = (i64)blockIdx.x * tps * 8, n = nb + ((int)threadIdx.x % tps) * 8;
+    const i64 npairs = A.a * A.c, q0 = (i64)blockIdx.z * F.ppb, q1 = q0 + F.ppb < npairs ? q0 + F.ppb : npairs;
+    /* the block's W2f values and (factored W1) its pairs' W1d, each formed once by one thread */
+    for (int t = threadIdx.x; t < tps * 8; t += NT)
+        if (nb + t < A.dK) w2s[t] = lokr_w2f_at(F, j, nb + t);
+    if (!F.w1_full)
+        for (i64 q = q0 + threadIdx.x; q < q1; q += NT) w1s_all[q - q0] = lokr_w1d_at(F, q / A.c, q % A.c);
+    __syncthreads();
     if (n >= A.dK) return; /* no barrier below; dK % 8 == 0: a chunk is whole */
     float w2v[8];
 #pragma unroll
-    for (int e = 0; e < 8; e++) w2v[e] = lokr_w2f_at(F, j, n + e);
+    for (int e = 0; e < 8; e++) w2v[e] = w2s[n - nb + e];
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
-    const i64 npairs = A.a * A.c, q0 = (i64)blockIdx.z * F.ppb, q1 = q0 + F.ppb < npairs ? q0 + F.ppb : npairs;
     for (i64 qb = q0 + slot; qb < q1; qb += (i64)spb * LOKR_LU) {
         uint4 wv[LOKR_LU];
 #pragma unroll
@@ -210,7 +223,8 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fu
         for (int u = 0; u < LOKR_LU; u++) {
             const i64 q = qb + (i64)u * spb, i = q / A.c, p = q - i * A.c, o = i * A.b + j;
             if (q >= q1) break;
-            const float w1s = (float)(lokr_rho(A, o) * lokr_w1d_at(F, i, p));
+            const double w1d = F.w1_full ? lokr_w1d_at(F, i, p) : w1s_all[q - q0];
+            const float w1s = (float)(lokr_rho(A, o) * w1d);
             float w[8], r[8];
             unpack8_16(w, wv[u], ct_of<CT>::dt);
 #pragma unroll
@@ -233,9 +247,10 @@ static bool lokr_mf_fused_plan(const lk_lokr_args *a, const lk_device *dev, lokr
     i64 z = cdiv((i64)dev->sms * 8, xs * a->b);
     if (z > cdiv(npairs, spb)) z = cdiv(npairs, spb);
     if (z < 1) z = 1;
+    if (!a->w1_full && z < cdiv(npairs, LOKR_W1_SMEM)) z = cdiv(npairs, LOKR_W1_SMEM);
     const i64 ppb = cdiv(npairs, z);
     z = cdiv(npairs, ppb);
-    if (xs > 2147483647LL || z > 65535 || ppb > 2147483647LL) return false;
+    if (xs > 2147483647LL || z > 65535 || ppb > 2147483647LL || (!a->w1_full && ppb > LOKR_W1_SMEM)) return false;
     memset(F, 0, sizeof *F);
     lokr_halves none;
     memset(&none, 0, sizeof none);
