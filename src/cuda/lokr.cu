@@ -154,7 +154,7 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
 
 /* The same common case in ONE launch, without the halves (no scratch, no other kernel): block
    (x, j, z) takes W2 row j, columns n ∈ [x·8·tps, …) of every W1 column block p, and the (i, p)
-   pairs [z·ppb, …); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
+   pairs [z·ppb, …) (z: about 4 blocks per SM in all, fewer where the pairs run out); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
    into shared memory — in fp64 in k order from the factors rounded to CT and rounded once to
    fp32, as lokr_halves_build's k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two
    16-bit values are exact in fp64, so FMA or not, the sums are the same) — and, for a factored
@@ -244,7 +244,11 @@ static bool lokr_mf_fused_plan(const lk_lokr_args *a, const lk_device *dev, lokr
     int tps = 1;
     while (tps < 32 && tps * 8 < dK) tps *= 2;
     const i64 spb = NT / tps, xs = cdiv(dK, 8 * tps);
-    i64 z = cdiv((i64)dev->sms * 8, xs * a->b);
+    /* blocks per SM aimed at (the pair split z): each block forms its W2f values once, so fewer,
+       longer blocks amortise that; LYCO_CUDA_LOKR_MF_BPS overrides (A/B) */
+    const char *bps_env = getenv("LYCO_CUDA_LOKR_MF_BPS");
+    const i64 bps = bps_env && atoi(bps_env) > 0 ? atoi(bps_env) : 4;
+    i64 z = cdiv((i64)dev->sms * bps, xs * a->b);
     if (z > cdiv(npairs, spb)) z = cdiv(npairs, spb);
     if (z < 1) z = 1;
     if (!a->w1_full && z < cdiv(npairs, LOKR_W1_SMEM)) z = cdiv(npairs, LOKR_W1_SMEM);
