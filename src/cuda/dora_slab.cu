@@ -12,29 +12,32 @@
  * launch reading W, the finish, a merge launch reading W again and writing out) took 80 µs against
  * a 16 µs floor; the peer's Triton kernel makes one pass in 44 µs. A row's norm needs every column
  * of the row before any element of it can be written, so the row block has to hold its whole W row
- * until the norm is known. Here a thread-block cluster of CS ≤ 16 CTAs shares one 64-row block: CTA c holds tiles [c·TPC, (c+1)·TPC) of 128 columns — its W tiles, its Q tiles and
+ * until the norm is known. Here a thread-block cluster of CS ≤ 8 CTAs (portable size) shares one
+ * 64-row block: CTA c holds tiles [c·TPC, (c+1)·TPC) of 128 columns — its W tiles, its Q tiles and
  * the 64 P rows — in shared memory, loaded once by cp.async (one group per tile, so the first
  * tile's product starts while the rest fly). Sweep 1: per tile the product on the tensor cores
  * (warp_mma_ldm, 8 warps as 2×4 of 32×32, the lean kernel's tile and k order) and the per-tile row
  * partials of Σ V², summed across warps as expand_tile.cuh's ex_tile_stats sums them. The cluster
- * barrier; each CTA reads the partials of all TN tiles from its peers' shared memory (DSMEM),
- * GATHER loads in flight per thread, and sums them in tile order 0, 1, … (as k_dora_finish sums the two-pass form's partials), so the
+ * barrier; each CTA reads the partials of all TN tiles from its peers' shared memory (DSMEM) and
+ * sums them in tile order 0, 1, … (as k_dora_finish sums the two-pass form's partials), so the
  * statistics and the results are the two-pass form's, bit for bit. Sweep 2: the product again
  * from shared memory, the epilogue in place in the W tiles, 16-byte stores. W is read once from
  * DRAM, out written once; Q is read once per 64-row block (from L2).
  *
  * Shared memory per CTA: P 64×(RP+8), TPC W tiles 64×136 and TPC Q tiles RP×136 (CT):
- * RP 32, TPC 2 (N ≤ 4096): 57 KB, four CTAs per SM on the H200. TPC ≤ 8 and within the opt-in
- * limit, else the call goes to the two-pass form (lk_expand_merge).
- * Cluster size (H200, ncu, 4096² r32 bf16, 2026-12-02, 1635abf): with the portable limit of 8 CTAs
- * (TPC 4, 109 KB, 2 CTAs per SM, 30 clusters resident: 512 CTAs in more than two waves) the kernel
- * took 53.7 µs at 17.6 % of DRAM bandwidth and 22 % achieved occupancy — each CTA loads, waits at
- * the cluster barrier, then stores, with one other CTA on its SM to cover it; the partials were
- * also read one DSMEM load at a time (32 round trips per row). So the cluster takes up to 16 CTAs
- * (sm_90's non-portable size, asked for with cudaFuncAttributeNonPortableClusterSizeAllowed and
- * checked by cudaOccupancyMaxActiveClusters; the two-pass form where refused); TPC 2 halves the
- * shared memory per CTA. LYCO_CUDA_DORA_SLAB_CS=8 keeps the portable size (A/B). Extra memory: none (the
+ * RP 32, TPC 4 (N ≤ 4096): 109 KB, two CTAs per SM on the H200. TPC ≤ 8 and within the opt-in
+ * limit, else the call goes to the two-pass form (lk_expand_merge). Extra memory: none (the
  * two-pass form's statistics scratch is not needed).
+ * Where the time goes (H200, ncu, 4096² r32 bf16, 2026-12-02, 1635abf): 53.7 µs (3.4× the floor),
+ * DRAM 17.6 % busy, 22 % achieved occupancy (2 CTAs per SM, 30 clusters resident: 512 CTAs in
+ * more than two waves), 7.2 cycles between a warp's instructions: each CTA loads, waits at the
+ * cluster barrier, computes and stores, with one other CTA on its SM to cover it. Tried (5d912e0,
+ * same day): clusters of 16 CTAs (sm_90's non-portable size, TPC 2, 57 KB, 3 CTAs per SM, 21
+ * clusters resident) — 58 µs in ncu, 62.8 / 146 µs in the bench against 61.9 / 126 at 8 in the
+ * same run, so slower; and the peers' partials gathered 8 loads in flight instead of one at a time
+ * — no gain seen (run-to-run spread of the calls ~10 %). Both removed. What would close the gap:
+ * overlap across row blocks (a persistent cluster loading block b+1's W while block b merges and
+ * stores), which needs shared memory for two row blocks per CTA.
  * sm_80–sm_89 have no clusters: the host takes this path only on compute capability ≥ 9
  * (lk_device.cc_major). LYCO_CUDA_DORA_SLAB=0 turns it off (A/B). Deterministic: fixed sums,
  * no atomics.
@@ -50,9 +53,7 @@ const int BM = EX_M;       /* rows per cluster (64) */
 const int BN = EX_N;       /* columns per tile (128) */
 const int BNP = BN + 8;    /* row pitch of the W and Q tiles (halfwords) */
 const int TPC_MAX = 8;     /* tiles per CTA */
-const int CS_PORTABLE = 8; /* CTAs per cluster every device runs */
-const int CS_MAX = 16;     /* the non-portable limit of sm_90 (asked for, and checked, per launch) */
-const int GATHER = 8;      /* peers' partials in flight per thread */
+const int CS_MAX = 8;      /* CTAs per cluster (the portable limit) */
 
 __host__ __device__ constexpr int slab_p_bytes(int rp) { return BM * (rp + 8) * 2; }
 __host__ __device__ constexpr int slab_w_bytes() { return BM * BNP * 2; }
@@ -168,14 +169,7 @@ __global__ __launch_bounds__(NT) void k_dora_slab(lk_expand_args a, int tpc, int
     if (threadIdx.x < BM) {
         const int i = (int)threadIdx.x;
         float s2 = 0.0f;
-        for (int g0 = 0; g0 < tn; g0 += GATHER) { /* GATHER loads in flight, then the sum in tile order */
-            float v[GATHER];
-#pragma unroll
-            for (int u = 0; u < GATHER; u++) v[u] = g0 + u < tn ? ld_cluster(&part[(g0 + u) % tpc][i], (unsigned)((g0 + u) / tpc)) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < GATHER; u++)
-                if (g0 + u < tn) s2 += v[u];
-        }
+        for (int g = 0; g < tn; g++) s2 += ld_cluster(&part[g % tpc][i], (unsigned)(g / tpc));
         const i64 m = mb + i;
         float f = 0.0f, fm1 = 0.0f;
         if (m < a.M) {
@@ -225,11 +219,6 @@ bool slab_off() {
     const char *v = getenv("LYCO_CUDA_DORA_SLAB");
     return v && *v == '0';
 }
-/* the cluster size limit: 16 unless LYCO_CUDA_DORA_SLAB_CS=8 (A/B) */
-int slab_cs_limit() {
-    const char *v = getenv("LYCO_CUDA_DORA_SLAB_CS");
-    return v && atoi(v) == CS_PORTABLE ? CS_PORTABLE : CS_MAX;
-}
 
 /* The call's tiles per CTA and cluster size, or 0 when the slab does not take it. */
 struct slab_plan {
@@ -245,7 +234,7 @@ slab_plan slab_plan_of(const lk_expand_args *a, const lk_device *dev) {
     if (a->out.rows != a->M || a->out.cols != a->N || cdiv(a->M, BM) > 65535) return p;
     const i64 rp = lk_reduce_rank_tile(a->r), tn = cdiv(a->N, BN);
     if (rp == 0) return p;
-    const i64 lim = slab_cs_limit(), cs0 = tn < lim ? tn : lim, tpc = cdiv(tn, cs0);
+    const i64 cs0 = tn < CS_MAX ? tn : CS_MAX, tpc = cdiv(tn, cs0);
     if (tpc > TPC_MAX || slab_bytes((int)rp, (int)tpc) > dev->smem_optin) return p;
     p.rp = (int)rp;
     p.tpc = (int)tpc;
@@ -265,14 +254,6 @@ void k_dora_slab_launch(const cudaLaunchConfig_t &cfg, const lk_expand_args &a, 
    two-pass form. */
 template <typename CT, int RP> int slab_launch(const lk_expand_args *a, const slab_plan &p, cudaStream_t s, int *done) {
     LK_SMEM_OPTIN(p.bytes, k_dora_slab<CT, RP>);
-    static bool nonportable_asked = false; /* clusters of 9–16 CTAs: asked for once per instantiation */
-    if (p.cs > CS_PORTABLE && !nonportable_asked) {
-        if (cudaFuncSetAttribute(k_dora_slab<CT, RP>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return LYCO_OK; /* not allowed here: the two-pass form */
-        }
-        nonportable_asked = true;
-    }
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cudaLaunchAttribute at[1];

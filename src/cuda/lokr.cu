@@ -154,7 +154,7 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
 
 /* The same common case in ONE launch, without the halves (no scratch, no other kernel): block
    (x, j, z) takes W2 row j, columns n ∈ [x·8·tps, …) of every W1 column block p, and the (i, p)
-   pairs [z·ppb, …) (z: about 4 blocks per SM in all, fewer where the pairs run out); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
+   pairs [z·ppb, …) (z: about 8 blocks per SM in all with a full W2, 4 with a factored one); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
    into shared memory — in fp64 in k order from the factors rounded to CT and rounded once to
    fp32, as lokr_halves_build's k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two
    16-bit values are exact in fp64, so FMA or not, the sums are the same) — and, for a factored
@@ -244,10 +244,12 @@ static bool lokr_mf_fused_plan(const lk_lokr_args *a, const lk_device *dev, lokr
     int tps = 1;
     while (tps < 32 && tps * 8 < dK) tps *= 2;
     const i64 spb = NT / tps, xs = cdiv(dK, 8 * tps);
-    /* blocks per SM aimed at (the pair split z): each block forms its W2f values once, so fewer,
-       longer blocks amortise that; LYCO_CUDA_LOKR_MF_BPS overrides (A/B) */
+    /* blocks per SM aimed at (the pair split z): each block forms its W2f values once, so with a
+       factored W2 (r products per value) fewer, longer blocks amortise that — H200, bf16, 4096²,
+       2026-12-02, 5d912e0, two rounds: f8 w2 r16 at 4 / 8 blocks per SM 42.8–43.7 / 53.3–53.8 µs,
+       64×64 full W2 35.8–36.3 / 31.8–31.9 µs. LYCO_CUDA_LOKR_MF_BPS overrides (A/B) */
     const char *bps_env = getenv("LYCO_CUDA_LOKR_MF_BPS");
-    const i64 bps = bps_env && atoi(bps_env) > 0 ? atoi(bps_env) : 4;
+    const i64 bps = bps_env && atoi(bps_env) > 0 ? atoi(bps_env) : (a->w2_full ? 8 : 4);
     i64 z = cdiv((i64)dev->sms * bps, xs * a->b);
     if (z > cdiv(npairs, spb)) z = cdiv(npairs, spb);
     if (z < 1) z = 1;
