@@ -219,6 +219,13 @@ bool slab_off() {
     const char *v = getenv("LYCO_CUDA_DORA_SLAB");
     return v && *v == '0';
 }
+/* CTAs per cluster at most: CS_MAX, or 1–8 from LYCO_CUDA_DORA_SLAB_CS (A/B: fewer CTAs, more
+   tiles each, within TPC_MAX and the shared-memory opt-in) */
+i64 slab_cs_limit() {
+    const char *v = getenv("LYCO_CUDA_DORA_SLAB_CS");
+    const int n = v ? atoi(v) : 0;
+    return n >= 1 && n <= CS_MAX ? n : CS_MAX;
+}
 
 /* The call's tiles per CTA and cluster size, or 0 when the slab does not take it. */
 struct slab_plan {
@@ -234,7 +241,7 @@ slab_plan slab_plan_of(const lk_expand_args *a, const lk_device *dev) {
     if (a->out.rows != a->M || a->out.cols != a->N || cdiv(a->M, BM) > 65535) return p;
     const i64 rp = lk_reduce_rank_tile(a->r), tn = cdiv(a->N, BN);
     if (rp == 0) return p;
-    const i64 cs0 = tn < CS_MAX ? tn : CS_MAX, tpc = cdiv(tn, cs0);
+    const i64 lim = slab_cs_limit(), cs0 = tn < lim ? tn : lim, tpc = cdiv(tn, cs0);
     if (tpc > TPC_MAX || slab_bytes((int)rp, (int)tpc) > dev->smem_optin) return p;
     p.rp = (int)rp;
     p.tpc = (int)tpc;
