@@ -34,7 +34,8 @@
  * cluster barrier, computes and stores, with one other CTA on its SM to cover it. Tried (5d912e0,
  * same day): clusters of 16 CTAs (sm_90's non-portable size, TPC 2, 57 KB, 3 CTAs per SM, 21
  * clusters resident) — 58 µs in ncu, 62.8 / 146 µs in the bench against 61.9 / 126 at 8 in the
- * same run, so slower; and the peers' partials gathered 8 loads in flight instead of one at a time
+ * same run, so slower; clusters of 4 CTAs × 8 tiles (213 KB, one CTA per SM, 13dcd73): 72 / 146
+ * µs against 56 / 115 at 8 in the same run (ncu 68–69 µs, 12.5 % occupancy); and the peers' partials gathered 8 loads in flight instead of one at a time
  * — no gain seen (run-to-run spread of the calls ~10 %). Both removed. What would close the gap:
  * overlap across row blocks (a persistent cluster loading block b+1's W while block b merges and
  * stores), which needs shared memory for two row blocks per CTA.
@@ -219,13 +220,6 @@ bool slab_off() {
     const char *v = getenv("LYCO_CUDA_DORA_SLAB");
     return v && *v == '0';
 }
-/* CTAs per cluster at most: CS_MAX, or 1–8 from LYCO_CUDA_DORA_SLAB_CS (A/B: fewer CTAs, more
-   tiles each, within TPC_MAX and the shared-memory opt-in) */
-i64 slab_cs_limit() {
-    const char *v = getenv("LYCO_CUDA_DORA_SLAB_CS");
-    const int n = v ? atoi(v) : 0;
-    return n >= 1 && n <= CS_MAX ? n : CS_MAX;
-}
 
 /* The call's tiles per CTA and cluster size, or 0 when the slab does not take it. */
 struct slab_plan {
@@ -241,7 +235,7 @@ slab_plan slab_plan_of(const lk_expand_args *a, const lk_device *dev) {
     if (a->out.rows != a->M || a->out.cols != a->N || cdiv(a->M, BM) > 65535) return p;
     const i64 rp = lk_reduce_rank_tile(a->r), tn = cdiv(a->N, BN);
     if (rp == 0) return p;
-    const i64 lim = slab_cs_limit(), cs0 = tn < lim ? tn : lim, tpc = cdiv(tn, cs0);
+    const i64 cs0 = tn < CS_MAX ? tn : CS_MAX, tpc = cdiv(tn, cs0);
     if (tpc > TPC_MAX || slab_bytes((int)rp, (int)tpc) > dev->smem_optin) return p;
     p.rp = (int)rp;
     p.tpc = (int)tpc;

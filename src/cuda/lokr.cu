@@ -152,8 +152,7 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
            a->I * a->K / 8 < 2147483647LL / NT && a->mode >= 0 && a->mode <= 2;
 }
 
-/* The same common case in ONE launch, without the halves (no scratch, no other kernel; with a
-   factored W2, W2f first in one small launch): block
+/* The same common case in ONE launch, without the halves (no scratch, no other kernel): block
    (x, j, z) takes W2 row j, columns n ∈ [x·8·tps, …) of every W1 column block p, and the (i, p)
    pairs [z·ppb, …) (z: about 8 blocks per SM in all with a full W2, 4 with a factored one); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
    into shared memory — in fp64 in k order from the factors rounded to CT and rounded once to
@@ -167,16 +166,17 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
    plus their host gaps beside the 18.9 µs stream (52 µs a call in all). The first form had every
    thread form its own 8 W2f values (r = 16 products each, the same values in all NT/tps slots of
    a block): 205 µs at that shape against 82 µs for the halves (H200, 2026-12-01, 0c2497b) — the
-   halves' values are now formed once per block. A factored W2 (r products per value, the same
-   values in every block of a row j) is formed first, once, by k_lokr_w2f_fill into b×dK fp32
-   scratch (the same function, so the same values; 1 MB at f8 of 4096²) that the blocks read from
-   L2 (LYCO_CUDA_LOKR_MF_W2F=0: formed per block, A/B). Needs W (if any) and out as the vector kernel
+   halves' values are now formed once per block. Tried and removed (13dcd73, H200, 2026-12-02): a
+   factored W2 formed first by its own kernel (thread per element, the same function) into b×dK
+   fp32 scratch read by the blocks from L2 — the fused kernel fell to 23.2 µs (ncu) at f8 w2 r16,
+   but the fill kernel took 14.4 µs, so the row went 43.4–44.3 → 53.7–55.2 µs. The per-block
+   formation costs ~20 µs of this kernel's 43 µs there: a cheaper formation (the w2_a row and the
+   w2_b column slab staged in shared memory, the k loop unrolled) is the next step. Needs W (if any) and out as the vector kernel
    does, no Tucker (its P chain stays in lokr_halves.cu), b and the z split within the grid.
    LYCO_CUDA_LOKR_MF_FUSED=0 keeps the halves and the vector kernel (A/B). */
 struct lokr_fused_args {
     lokr_dev A; /* sizes, s', m, σs, the row mask (W1d, W2f unused) */
     lk_view w1, w1a, w1b, w2, w2a, w2b, W, out;
-    const float *w2f; /* a factored W2 formed beforehand (k_lokr_w2f_fill, b×dK), or NULL */
     i64 r;
     int32_t w1_full, w2_full, mode, tps, ppb;
 };
@@ -206,16 +206,15 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fu
     const i64 j = blockIdx.y, nb = (i64)blockIdx.x * tps * 8, n = nb + ((int)threadIdx.x % tps) * 8;
     const i64 npairs = A.a * A.c, q0 = (i64)blockIdx.z * F.ppb, q1 = q0 + F.ppb < npairs ? q0 + F.ppb : npairs;
     /* the block's W2f values and (factored W1) its pairs' W1d, each formed once by one thread */
-    if (!F.w2f)
-        for (int t = threadIdx.x; t < tps * 8; t += NT)
-            if (nb + t < A.dK) w2s[t] = lokr_w2f_at(F, j, nb + t);
+    for (int t = threadIdx.x; t < tps * 8; t += NT)
+        if (nb + t < A.dK) w2s[t] = lokr_w2f_at(F, j, nb + t);
     if (!F.w1_full)
         for (i64 q = q0 + threadIdx.x; q < q1; q += NT) w1s_all[q - q0] = lokr_w1d_at(F, q / A.c, q % A.c);
     __syncthreads();
     if (n >= A.dK) return; /* no barrier below; dK % 8 == 0: a chunk is whole */
     float w2v[8];
 #pragma unroll
-    for (int e = 0; e < 8; e++) w2v[e] = F.w2f ? F.w2f[j * A.dK + n + e] : w2s[n - nb + e];
+    for (int e = 0; e < 8; e++) w2v[e] = w2s[n - nb + e];
     const float sig = A.sigma.p ? round_to(vload(A.sigma, 0, 0), A.ct) : 1.0f, mf = (float)A.m;
     for (i64 qb = q0 + slot; qb < q1; qb += (i64)spb * LOKR_LU) {
         uint4 wv[LOKR_LU];
@@ -238,19 +237,6 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fu
             *(uint4 *)((char *)F.out.p + (o * F.out.s0 + p * A.dK + n) * 2) = pack8_16(r, ct_of<CT>::dt);
         }
     }
-}
-
-/* W2f of a factored W2 (b×dK, fp32), thread per element, as the fused kernel would form it. */
-__global__ __launch_bounds__(NT) void k_lokr_w2f_fill(lokr_fused_args F, float *w2f) {
-    const i64 e = (i64)blockIdx.x * NT + threadIdx.x, nel = F.A.b * F.A.dK;
-    if (e < nel) w2f[e] = lokr_w2f_at(F, e / F.A.dK, e % F.A.dK);
-}
-
-/* Whether the fused launch takes a factored W2 formed beforehand into scratch (default) rather
-   than forming it block by block (LYCO_CUDA_LOKR_MF_W2F=0, A/B). */
-static bool lokr_w2f_first(const lk_lokr_args *a) {
-    const char *v = getenv("LYCO_CUDA_LOKR_MF_W2F");
-    return !a->w2_full && !(v && v[0] == '0');
 }
 
 /* The fused launch's plan: tps, the pair split (≥ ~8 blocks per SM where the pairs allow); false
@@ -276,7 +262,6 @@ static bool lokr_mf_fused_plan(const lk_lokr_args *a, const lk_device *dev, lokr
     const i64 ppb = cdiv(npairs, z);
     z = cdiv(npairs, ppb);
     if (xs > 2147483647LL || z > 65535 || ppb > 2147483647LL || (!a->w1_full && ppb > LOKR_W1_SMEM)) return false;
-    if (!a->w2_full && cdiv(a->b * dK, NT) > 2147483647LL) return false; /* k_lokr_w2f_fill's grid */
     memset(F, 0, sizeof *F);
     lokr_halves none;
     memset(&none, 0, sizeof none);
@@ -699,22 +684,10 @@ extern "C" int lk_lokr_merge_fwd(const lk_lokr_args *a, const lk_device *dev, vo
     lokr_fused_args F;
     dim3 g;
     if (lokr_mf_fused_plan(a, dev, &F, &g)) {
-        float *w2f = NULL;
-        if (lokr_w2f_first(a)) {
-            const i64 nel = a->b * a->d * a->K;
-            const int rc = lk_scratch_alloc((void **)&w2f, (size_t)nel * 4, stream);
-            if (rc) return rc;
-            k_lokr_w2f_fill<<<(unsigned)cdiv(nel, NT), NT, 0, (cudaStream_t)stream>>>(F, w2f);
-            F.w2f = w2f;
-        }
         if (a->ct == DT_BF16) k_lokr_merge_fwd_fused<bf16_t><<<g, NT, 0, (cudaStream_t)stream>>>(F);
         else k_lokr_merge_fwd_fused<f16_t><<<g, NT, 0, (cudaStream_t)stream>>>(F);
-        const cudaError_t e = cudaGetLastError(); /* either launch */
-        const int rf = w2f ? lk_scratch_free(w2f, stream) : LYCO_OK;
-        if (e != cudaSuccess)
-            return lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of lokr_w2f_fill / lokr_merge_fwd_fused failed: %s (%s)",
-                             cudaGetErrorName(e), cudaGetErrorString(e));
-        return rf;
+        LK_LAUNCHED("lokr_merge_fwd_fused");
+        return LYCO_OK;
     }
     return with_scratch(a, dev, (cudaStream_t)stream, true);
 }
