@@ -183,19 +183,35 @@ struct lokr_fused_args {
 const int LOKR_LU = 4;           /* pairs in flight per thread */
 const int LOKR_W1_SMEM = 512;    /* a factored W1: the block's pairs' W1d in shared memory (fp64) */
 
+/* Σ_k RN_CT(a[ra, k])·RN_CT(b[k, cb]) over k < r in fp64, in k order: LOKR_KU loads of each
+   operand issued before their products are summed (the loads are L2 round trips; one at a time
+   they, not the arithmetic, set the time of the halves' formation) */
+const int LOKR_KU = 8;
+__device__ __forceinline__ double lokr_dot_k(const lk_view &a, i64 ra, const lk_view &b, i64 cb, i64 r, int ct) {
+    double acc = 0.0;
+    for (i64 k0 = 0; k0 < r; k0 += LOKR_KU) {
+        double pa[LOKR_KU], pb[LOKR_KU];
+#pragma unroll
+        for (int u = 0; u < LOKR_KU; u++) {
+            const bool in = k0 + u < r;
+            pa[u] = in ? (double)round_to(vload(a, ra, k0 + u), ct) : 0.0;
+            pb[u] = in ? (double)round_to(vload(b, k0 + u, cb), ct) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < LOKR_KU; u++)
+            if (k0 + u < r) acc += pa[u] * pb[u];
+    }
+    return acc;
+}
 __device__ __forceinline__ double lokr_w1d_at(const lokr_fused_args &F, i64 i, i64 p) {
     const int ct = F.A.ct;
     if (F.w1_full) return (double)round_to(vload(F.w1, i, p), ct);
-    double acc = 0.0;
-    for (i64 k = 0; k < F.r; k++) acc += (double)round_to(vload(F.w1a, i, k), ct) * (double)round_to(vload(F.w1b, k, p), ct);
-    return acc;
+    return lokr_dot_k(F.w1a, i, F.w1b, p, F.r, ct);
 }
 __device__ __forceinline__ float lokr_w2f_at(const lokr_fused_args &F, i64 j, i64 n) {
     const int ct = F.A.ct;
     if (F.w2_full) return (float)(double)round_to(vload(F.w2, j, n), ct);
-    double acc = 0.0;
-    for (i64 k = 0; k < F.r; k++) acc += (double)round_to(vload(F.w2a, j, k), ct) * (double)round_to(vload(F.w2b, k, n), ct);
-    return (float)acc;
+    return (float)lokr_dot_k(F.w2a, j, F.w2b, n, F.r, ct);
 }
 
 template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fused(lokr_fused_args F) {
