@@ -170,8 +170,12 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
    factored W2 formed first by its own kernel (thread per element, the same function) into b×dK
    fp32 scratch read by the blocks from L2 — the fused kernel fell to 23.2 µs (ncu) at f8 w2 r16,
    but the fill kernel took 14.4 µs, so the row went 43.4–44.3 → 53.7–55.2 µs. The per-block
-   formation costs ~20 µs of this kernel's 43 µs there: a cheaper formation (the w2_a row and the
-   w2_b column slab staged in shared memory, the k loop unrolled) is the next step. Needs W (if any) and out as the vector kernel
+   formation costs ~20 µs of this kernel's 43 µs there. Also tried (f634202): the k loop with 8
+   loads of each operand in flight (an unrolled helper inlined here) — f8 w2 r16 63.9–64.1 µs and
+   64×64 full 40.9–41.2 µs against 43 / 31, slower on both rows, the full-W2 row included, which
+   never runs that loop: its arrays cost registers in the streaming loop. Next: the w2_a row and
+   the w2_b columns staged in shared memory by a prologue kept out of the streaming loop's register
+   budget (a separate non-inlined function, or launch bounds that fix the registers). Needs W (if any) and out as the vector kernel
    does, no Tucker (its P chain stays in lokr_halves.cu), b and the z split within the grid.
    LYCO_CUDA_LOKR_MF_FUSED=0 keeps the halves and the vector kernel (A/B). */
 struct lokr_fused_args {
@@ -183,35 +187,19 @@ struct lokr_fused_args {
 const int LOKR_LU = 4;           /* pairs in flight per thread */
 const int LOKR_W1_SMEM = 512;    /* a factored W1: the block's pairs' W1d in shared memory (fp64) */
 
-/* Σ_k RN_CT(a[ra, k])·RN_CT(b[k, cb]) over k < r in fp64, in k order: LOKR_KU loads of each
-   operand issued before their products are summed (the loads are L2 round trips; one at a time
-   they, not the arithmetic, set the time of the halves' formation) */
-const int LOKR_KU = 8;
-__device__ __forceinline__ double lokr_dot_k(const lk_view &a, i64 ra, const lk_view &b, i64 cb, i64 r, int ct) {
-    double acc = 0.0;
-    for (i64 k0 = 0; k0 < r; k0 += LOKR_KU) {
-        double pa[LOKR_KU], pb[LOKR_KU];
-#pragma unroll
-        for (int u = 0; u < LOKR_KU; u++) {
-            const bool in = k0 + u < r;
-            pa[u] = in ? (double)round_to(vload(a, ra, k0 + u), ct) : 0.0;
-            pb[u] = in ? (double)round_to(vload(b, k0 + u, cb), ct) : 0.0;
-        }
-#pragma unroll
-        for (int u = 0; u < LOKR_KU; u++)
-            if (k0 + u < r) acc += pa[u] * pb[u];
-    }
-    return acc;
-}
 __device__ __forceinline__ double lokr_w1d_at(const lokr_fused_args &F, i64 i, i64 p) {
     const int ct = F.A.ct;
     if (F.w1_full) return (double)round_to(vload(F.w1, i, p), ct);
-    return lokr_dot_k(F.w1a, i, F.w1b, p, F.r, ct);
+    double acc = 0.0;
+    for (i64 k = 0; k < F.r; k++) acc += (double)round_to(vload(F.w1a, i, k), ct) * (double)round_to(vload(F.w1b, k, p), ct);
+    return acc;
 }
 __device__ __forceinline__ float lokr_w2f_at(const lokr_fused_args &F, i64 j, i64 n) {
     const int ct = F.A.ct;
     if (F.w2_full) return (float)(double)round_to(vload(F.w2, j, n), ct);
-    return (float)lokr_dot_k(F.w2a, j, F.w2b, n, F.r, ct);
+    double acc = 0.0;
+    for (i64 k = 0; k < F.r; k++) acc += (double)round_to(vload(F.w2a, j, k), ct) * (double)round_to(vload(F.w2b, k, n), ct);
+    return (float)acc;
 }
 
 template <typename CT> __global__ __launch_bounds__(NT) void k_lokr_merge_fwd_fused(lokr_fused_args F) {
