@@ -547,11 +547,8 @@ lyco_status lyco_check_one(const lyco_case *c, lyco_direction dir, const lyco_dt
                12.5; seed 10: 23.1 ULP at an element 7.3× the RMS (the Kronecker product of two
                low-rank halves has long tails), 2.9 ULP of that element */
             if (lyco_dtype_of(ol.t[i]) == LYCO_F32 && ol.ref_out[i] != -1 - LYCO_SCALAR && sc.rms > 0) {
-                double peak = 0;
-                for (int64_t q = 0; q < n; q++)
-                    if (fabs(refs[i][q]) > peak) peak = fabs(refs[i][q]);
                 double elem = c->algo == LYCO_ALGO_LOKR && dir == LYCO_DIR_MERGE_FWD ? 3.0 : 2.0;
-                double own = elem * lyco_ulp(peak, LYCO_F32) / lyco_ulp(sc.rms, LYCO_F32);
+                double own = elem * lyco_ulp(sc.peak, LYCO_F32) / lyco_ulp(sc.rms, LYCO_F32);
                 if (own > 8.0) b += own - 8.0;
             }
             /* the eager chain forms W'' = rnd(W + ΔW) and then W'' − W (ALGORITHMS.md §1.3): its

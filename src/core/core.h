@@ -90,6 +90,7 @@ typedef struct {
     int64_t n;            /* elements scored */
     int64_t bad_class;    /* NaN/Inf where the reference is finite, or class/sign mismatch */
     double rms;           /* rms of the reference */
+    double peak;          /* largest finite |r| */
 } lyco_score;
 /* Scores y (the kernel output, widened exactly) against r (exact fp64) in dtype T.
    rows > 0: normalise per row of `cols` elements instead of globally. */

@@ -26,7 +26,7 @@ static bool same_class(double y, double r) {
 
 void lyco_score_f64(const double *y, const double *r, int64_t n, int64_t rows, lyco_dtype T,
                     lyco_score *out) {
-    out->max_ulp = out->mean_ulp = out->max_excess = 0;
+    out->max_ulp = out->mean_ulp = out->max_excess = out->peak = 0;
     out->n = n;
     out->bad_class = 0;
     out->rms = rms_of(r, n);
@@ -39,6 +39,7 @@ void lyco_score_f64(const double *y, const double *r, int64_t n, int64_t rows, l
         for (int64_t i = 0; i < cols; i++) {
             if (!same_class(yy[i], rr[i])) { out->bad_class++; continue; }
             if (!isfinite(rr[i])) continue;
+            if (fabs(rr[i]) > out->peak) out->peak = fabs(rr[i]);
             double d = fabs(yy[i] - rr[i]);
             double e = d / u;
             double ex = (d - 0.5 * lyco_ulp(rr[i], T)) / u;

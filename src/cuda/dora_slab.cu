@@ -28,17 +28,13 @@
  * RP 32, TPC 4 (N ≤ 4096): 109 KB, two CTAs per SM on the H200. TPC ≤ 8 and within the opt-in
  * limit, else the call goes to the two-pass form (lk_expand_merge). Extra memory: none (the
  * two-pass form's statistics scratch is not needed).
- * Where the time goes (H200, ncu, 4096² r32 bf16, 2026-12-02, 1635abf): 53.7 µs (3.4× the floor),
- * DRAM 17.6 % busy, 22 % achieved occupancy (2 CTAs per SM, 30 clusters resident: 512 CTAs in
- * more than two waves), 7.2 cycles between a warp's instructions: each CTA loads, waits at the
- * cluster barrier, computes and stores, with one other CTA on its SM to cover it. Tried (5d912e0,
- * same day): clusters of 16 CTAs (sm_90's non-portable size, TPC 2, 57 KB, 3 CTAs per SM, 21
- * clusters resident) — 58 µs in ncu, 62.8 / 146 µs in the bench against 61.9 / 126 at 8 in the
- * same run, so slower; clusters of 4 CTAs × 8 tiles (213 KB, one CTA per SM, 13dcd73): 72 / 146
- * µs against 56 / 115 at 8 in the same run (ncu 68–69 µs, 12.5 % occupancy); and the peers' partials gathered 8 loads in flight instead of one at a time
- * — no gain seen (run-to-run spread of the calls ~10 %). Both removed. What would close the gap:
- * overlap across row blocks (a persistent cluster loading block b+1's W while block b merges and
- * stores), which needs shared memory for two row blocks per CTA.
+ * Where the time goes (H200, ncu, 4096² r32 bf16, 2026-12-02): 53.7 µs (3.4× the floor), DRAM
+ * 17.6 % busy, 22 % achieved occupancy (2 CTAs per SM, 30 clusters resident: 512 CTAs in more
+ * than two waves): each CTA loads, waits at the cluster barrier, computes and stores, with one
+ * other CTA on its SM to cover it. Clusters of 16 or of 4 CTAs, and the partials gathered 8 loads
+ * at a time, measured slower or no faster (docs/kernels.md, twentieth session). What would close
+ * the gap: overlap across row blocks (a persistent cluster loading block b+1's W while block b
+ * merges and stores), which needs shared memory for two row blocks per CTA.
  * sm_80–sm_89 have no clusters: the host takes this path only on compute capability ≥ 9
  * (lk_device.cc_major). LYCO_CUDA_DORA_SLAB=0 turns it off (A/B). Deterministic: fixed sums,
  * no atomics.

@@ -85,10 +85,9 @@ template <int EPI> struct lean_epi {
     static const bool STATS = EPI == 4 || EPI == 5;                  /* no output, partials */
 };
 /* The plain merge (EPI 0) of one product: the base through registers, a block per tile (above).
-   Measured slower with the Hadamard pair (LoHa merge 4096² r16: 30.6 → 34.4 µs; 126 registers;
-   on 32-row tiles, 8 warps as 2×4 of 16×32 with 57 registers, af082c6: 34.1–34.2 µs, H200
-   2026-12-01) and for DoRA's modes (11008×4096: 160–163 → 171–186 µs), so those keep the
-   persistent kernel. */
+   Measured slower with the Hadamard pair (LoHa merge 4096² r16: 30.6 → 34.4 µs with 126
+   registers; 34.1 µs on 32-row tiles with 57) and for DoRA's modes (11008×4096: 160–163 →
+   171–186 µs), so those keep the persistent kernel. */
 template <int EPI, bool HD> struct lean_breg {
     static const bool ON = EPI == 0 && !HD;
 };

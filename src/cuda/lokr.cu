@@ -154,29 +154,22 @@ static bool lokr_mf_vec_ok(const lk_lokr_args *a) {
 
 /* The same common case in ONE launch, without the halves (no scratch, no other kernel): block
    (x, j, z) takes W2 row j, columns n ∈ [x·8·tps, …) of every W1 column block p, and the (i, p)
-   pairs [z·ppb, …) (z: about 8 blocks per SM in all with a full W2, 4 with a factored one); the block first forms the 8·tps values W2f[j, n…] it needs, one per thread,
-   into shared memory — in fp64 in k order from the factors rounded to CT and rounded once to
-   fp32, as lokr_halves_build's k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two
-   16-bit values are exact in fp64, so FMA or not, the sums are the same) — and, for a factored
-   W1, its pairs' W1d[i, p] (≤ LOKR_W1_SMEM of them, fp64); then thread (pair slot, lane) walks its
-   pairs: 16-byte loads of W at row o = i·b + j, columns p·dK + n (LU pairs in flight), the vector
-   kernel's arithmetic, 16-byte stores. tps (threads per 8·tps-column segment) = the power of two
-   ≥ dK / 8, at most 32: one segment is 16·tps contiguous bytes of a row. Results bitwise the
-   vector kernel's. Why (H200, bench f8 w2 r16, 4096²): the halves took 3–5 launches of 2.6–7.4 µs
-   plus their host gaps beside the 18.9 µs stream (52 µs a call in all). The first form had every
-   thread form its own 8 W2f values (r = 16 products each, the same values in all NT/tps slots of
-   a block): 205 µs at that shape against 82 µs for the halves (H200, 2026-12-01, 0c2497b) — the
-   halves' values are now formed once per block. Tried and removed (13dcd73, H200, 2026-12-02): a
-   factored W2 formed first by its own kernel (thread per element, the same function) into b×dK
-   fp32 scratch read by the blocks from L2 — the fused kernel fell to 23.2 µs (ncu) at f8 w2 r16,
-   but the fill kernel took 14.4 µs, so the row went 43.4–44.3 → 53.7–55.2 µs. The per-block
-   formation costs ~20 µs of this kernel's 43 µs there. Also tried (f634202): the k loop with 8
-   loads of each operand in flight (an unrolled helper inlined here) — f8 w2 r16 63.9–64.1 µs and
-   64×64 full 40.9–41.2 µs against 43 / 31, slower on both rows, the full-W2 row included, which
-   never runs that loop: its arrays cost registers in the streaming loop. Next: the w2_a row and
-   the w2_b columns staged in shared memory by a prologue kept out of the streaming loop's register
-   budget (a separate non-inlined function, or launch bounds that fix the registers). Needs W (if any) and out as the vector kernel
-   does, no Tucker (its P chain stays in lokr_halves.cu), b and the z split within the grid.
+   pairs [z·ppb, …) (z: about 8 blocks per SM in all with a full W2, 4 with a factored one). The
+   block first forms the 8·tps values W2f[j, n…] it needs, one per thread, into shared memory — in
+   fp64 in k order from the factors rounded to CT and rounded once to fp32, as lokr_halves_build's
+   k_lokr_load / k_lokr_dmm / k_lokr_w2f form them (products of two 16-bit values are exact in
+   fp64, so FMA or not, the sums are the same) — and, for a factored W1, its pairs' W1d[i, p]
+   (≤ LOKR_W1_SMEM of them, fp64). Then thread (pair slot, lane) walks its pairs: 16-byte loads of
+   W at row o = i·b + j, columns p·dK + n (LU pairs in flight), the vector kernel's arithmetic,
+   16-byte stores. tps (threads per 8·tps-column segment) = the power of two ≥ dK / 8, at most 32:
+   one segment is 16·tps contiguous bytes of a row. Results bitwise the vector kernel's.
+   Why (H200, bf16, 4096², docs/kernels.md, nineteenth and twentieth sessions): the halves took
+   3–5 launches of 2.6–7.4 µs plus their host gaps beside the 18.9 µs stream; in one launch f8 w2
+   r16 takes 43 µs (65–84 with the halves) and 64×64 full 31 µs (63–79). The per-block formation
+   is ~20 of those 43 µs; three other ways to form W2f measured slower (per thread: 205 µs; a
+   separate fill kernel into scratch: 54 µs; the k loop unrolled in this kernel: 64 µs, its
+   registers slowing the streaming loop). Needs W (if any) and out as the vector kernel does, no
+   Tucker (its P chain stays in lokr_halves.cu), b and the z split within the grid.
    LYCO_CUDA_LOKR_MF_FUSED=0 keeps the halves and the vector kernel (A/B). */
 struct lokr_fused_args {
     lokr_dev A; /* sizes, s', m, σs, the row mask (W1d, W2f unused) */
