@@ -1244,6 +1244,36 @@ static size_t reduce_rows_bytes(const lk_locon &L, i64 Kd, i64 N, int ct, bool p
     return ((size_t)z * nch * NR * N * 4 + 255) / 256 * 256;
 }
 
+/* d_up (and dσs) and d_down from one read of Γ (merge_bwd_onepass.cu) when both are wanted and
+   neither DoRA nor a rank mask is on; *done = false: not taken (nothing launched). The finalisers
+   are the two-pass path's: k_fin_dup over the Γ·Dᵀ partials, lk_colfin over the Uᵀ·Γ partials. */
+static int merge_bwd_onepass(const lk_merge_bwd_args *a, carve &cv, const lk_device *dev, cudaStream_t s, bool *done) {
+    const lk_locon &L = a->L;
+    *done = false;
+    if (a->dora.on || L.mask.p || !a->gD.p || !(a->gU.p || a->gsigma.p) || lowrank_legacy()) return LYCO_OK;
+    float *pu = NULL, *pd = NULL;
+    int64_t zu = 0, zd = 0, rp = 0;
+    int taken = 0;
+    int rc = lk_merge_bwd_onepass(L.ct, &a->G, &L.U, &L.D, L.O, L.IK, L.r, &pu, &zu, &pd, &zd, &rp, dev, s, &taken);
+    if (rc == LYCO_OK && taken) {
+        *done = true;
+        const i64 nb = cdiv(L.O * L.r, NT);
+        float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL;
+        k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, pu, (int)zu, rp, sigpart);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of fin_dup failed: %s", cudaGetErrorString(e));
+        if (rc == LYCO_OK && sigpart) {
+            k_sum<<<1, NT, 0, s>>>(sigpart, nb, a->gsigma);
+            e = cudaGetLastError();
+            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of sum failed: %s", cudaGetErrorString(e));
+        }
+        if (rc == LYCO_OK)
+            rc = lk_colfin(pd, zd, L.IK, rp, L.r, &a->gD, 0, (float)L.s * (float)L.m, &L.sigma, L.ct, s);
+    }
+    const int rf1 = pu ? lk_scratch_free(pu, s) : LYCO_OK, rf2 = pd ? lk_scratch_free(pd, s) : LYCO_OK;
+    return rc ? rc : rf1 ? rf1 : rf2;
+}
+
 template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, carve &cv, const lk_device *dev, cudaStream_t s) {
     const lk_locon &L = a->L;
     bool done = false;
@@ -1252,6 +1282,7 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
     const int BK = DUP_SPLIT_STEP;
     float *st = NULL;
     int rc;
+    if ((rc = merge_bwd_onepass(a, cv, dev, s, &done)) || done) return rc;
     if (a->dora.on) {
         float *ws = (float *)(cv.base + carve_take(cv, (size_t)dora_ws_floats(L.O, L.IK, L.K, a->dora.on_out) * 4));
         if ((rc = dora_stats<CT, locon_delta>(L, a->dora, a->W, a->G, ws, &st, s))) return rc;

@@ -436,6 +436,16 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the low-rank reduction does not fit in shared memory");
     const int bytes = rd_plan(RP, KMAJ, ct, A->dt, B->dt, S).total;
     LK_SMEM_OPTIN(bytes, k_reduce<CT, RP, KMAJ>);
+    {   /* many rows, everything in CT, row-major, rank tile ≤ 32: the factor resident in shared memory
+           (merge_bwd_onepass.cu), one partial set per 512 (or 256) columns */
+        int done = 0;
+        int64_t zr = 0;
+        int rc = lk_reduce_resident(ct, A, B, KMAJ, copyA && copyA->p ? copyA : NULL, M, K, RP, part, &zr, dev, s, &done);
+        if (rc || done) {
+            *Zout = zr;
+            return rc;
+        }
+    }
     i64 Z, kper;
     rd_split(M, K, dev, &Z, &kper);
     int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);
@@ -804,6 +814,11 @@ extern "C" int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int 
     case DT_F16: return colreduce_ct<f16_t>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
     default: return colreduce_ct<float>(A, B, b_split, M, N, r, out, transpose, coef, sigma, dev, s);
     }
+}
+
+extern "C" int lk_colfin(const float *part, int64_t Z, int64_t N, int64_t RP, int64_t r, const lk_view *out, int transpose,
+                         float coef, const lk_view *sigma, int32_t ct, void *stream) {
+    return colfin_launch(part, Z, N, RP, r, out, transpose, coef, sigma, ct, (cudaStream_t)stream);
 }
 
 extern "C" int lk_reduce_parts(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, int64_t M, int64_t K, int64_t rp,

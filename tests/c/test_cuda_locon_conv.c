@@ -3,8 +3,9 @@
  * bypass plain and Tucker, Tucker merge) on shapes the shared case table does not reach: several
  * 64-wide tiles along every axis (ranks 65…130, O > 64, more than 64 output pixels per image),
  * reductions long enough to split into several partials, stride/padding/dilation on every dim,
- * Δ-only bypass (conv, and linear: dy0 = 0), strided and unaligned operands; and the linear
- * small-rank merge kernel (locon_merge_small.cu) across several column strips and row ranges.
+ * Δ-only bypass (conv, and linear: dy0 = 0), strided and unaligned operands; the linear
+ * small-rank merge kernel (locon_merge_small.cu) across several column strips and row ranges; and
+ * merge backward's one-pass kernel (merge_bwd_onepass.cu) over partial regions and rank tiles.
  *
  * Each (case, direction, dtype row) runs through the harness of `lyco check` (lyco_check_one: the
  * backend against the fp64 oracle with the table's budgets; --require-fused semantics: a fallback
@@ -60,6 +61,19 @@ static const lyco_case cases[] = {
      .opts = CASE_SCALAR | CASE_RANK_MASK},
     {.name = "cu_linear_small_merge_r16_i4", .algo = LYCO_ALGO_LOCON, .O = 77, .I = 260, .rank = 16, .tokens = 2, .alpha = 8,
      .multiplier = 0.7},
+    /* merge backward's one-pass kernel (merge_bwd_onepass.cu: uniform 16-bit rows, 16-byte rows,
+       r ≤ 32, no rank mask): column regions of 2 × 128 with a partial last one (I = 1032), rank
+       tile 32; regions of 4 × 128 (I = 2056) at rank tile 16 and at rank 24 (zero-filled to 32);
+       65 row strips in regions of two (a partial last region) beside three column regions; conv
+       with I·K = 72 (one partial chunk); σs and a multiplier for dσs and the scalars */
+    {.name = "cu_linear_mb1_o1000_i1032", .algo = LYCO_ALGO_LOCON, .O = 1000, .I = 1032, .rank = 32, .tokens = 3, .alpha = 8,
+     .multiplier = 0.8, .opts = CASE_SCALAR},
+    {.name = "cu_linear_mb1_r16_i2056", .algo = LYCO_ALGO_LOCON, .O = 203, .I = 2056, .rank = 16, .tokens = 2, .alpha = 4},
+    {.name = "cu_linear_mb1_r24_i2056", .algo = LYCO_ALGO_LOCON, .O = 130, .I = 2056, .rank = 24, .tokens = 2, .alpha = 4,
+     .opts = CASE_SCALAR},
+    {.name = "cu_linear_mb1_o4100_i520", .algo = LYCO_ALGO_LOCON, .O = 4100, .I = 520, .rank = 32, .tokens = 2, .alpha = 16},
+    {.name = "cu_conv2d_mb1_ik72", T_CONV, .conv_dims = 2, .O = 70, .I = 8, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 8, .tokens = 2, .spatial = {6, 6, 1}, .alpha = 4, .opts = CASE_SCALAR},
     /* empty batch: outputs empty, gradients zero */
     {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 2, .tokens = 0, .spatial = {5, 5, 1}, .opts = CASE_TUCKER},
