@@ -13,8 +13,8 @@
  *
  * Tiling. A block owns a region of NS·64 rows × NC·128 columns of Γ. D's NC·128 columns of the
  * region stay in shared memory for the whole block (RP × (NC·128 + 8) halfwords); Γ streams as
- * 64 × 128 chunks, row strip by row strip, the strip's NC chunks in column order, through an
- * S-deep cp.async ring; each stage also holds the strip's 64 × RP rows of U (re-read from L2, a
+ * 64 × 128 chunks, row strip by row strip, the strip's NC chunks in column order, through a
+ * cp.async ring as deep as shared memory allows (≤ 8 stages: one block per SM); each stage also holds the strip's 64 × RP rows of U (re-read from L2, a
  * quarter of the stage's bytes). Per chunk, 8 warps:
  *   Γ·Dᵀ: 4 row groups × 2 rank halves (16 rows × RP/2 ranks, k = the chunk's 128 columns),
  *         accumulated over the strip's NC chunks, then stored as the strip's partial rows;
@@ -152,12 +152,12 @@ struct mb1_call {
 template <typename CT, int RP, int NC, bool KMAJ, bool DN, bool COPY>
 int mb1_launch(const mb1_call &a, const lk_device *dev, cudaStream_t s, int *done) {
     typedef mb1_layout<RP, NC, KMAJ, DN> L;
-    int S = 0;
-    for (int t = 4; t >= 2 && !S; t--) /* the deepest ring with two blocks per SM, else with one */
-        if (L::DRES + t * L::STAGE <= dev->smem_optin && L::DRES + t * L::STAGE + 1024 <= dev->smem_sm / 2) S = t;
-    for (int t = 4; t >= 2 && !S; t--)
-        if (L::DRES + t * L::STAGE <= dev->smem_optin) S = t;
-    if (!S) return LYCO_OK;
+    /* one block per SM (the grid below), so the deepest ring that fits: ≤ 8 stages, 7 chunks in flight
+       (session 30: at 3–4 stages the kernel waited on DRAM latency, 28–45 % of its bandwidth) */
+    int S = (dev->smem_optin - L::DRES) / L::STAGE;
+    if (S > 8) S = 8;
+    S = mb1_env("LYCO_CUDA_MB1_S", S);
+    if (S < 2 || L::DRES + S * L::STAGE > dev->smem_optin) return LYCO_OK;
     const i64 ncr = cdiv(a.N, NC * CC), nst = cdiv(a.O, CR);
     i64 rows_per = dev->sms / ncr;
     if (rows_per < 1) rows_per = 1;
