@@ -335,12 +335,15 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-/* wait until at most n groups are pending (n = 0..3) */
+/* wait until at most n groups are pending (n = 0..6; larger n waits as for 6) */
 __device__ __forceinline__ void cp_wait(int n) {
     if (n <= 0) asm volatile("cp.async.wait_group 0;\n" ::);
     else if (n == 1) asm volatile("cp.async.wait_group 1;\n" ::);
     else if (n == 2) asm volatile("cp.async.wait_group 2;\n" ::);
-    else asm volatile("cp.async.wait_group 3;\n" ::);
+    else if (n == 3) asm volatile("cp.async.wait_group 3;\n" ::);
+    else if (n == 4) asm volatile("cp.async.wait_group 4;\n" ::);
+    else if (n == 5) asm volatile("cp.async.wait_group 5;\n" ::);
+    else asm volatile("cp.async.wait_group 6;\n" ::);
 }
 
 /* bytes of a raw R×C stage tile for dtype dt (worst case: fp32) */

@@ -48,7 +48,7 @@ template <int RP, int NC, bool KMAJ, bool DN> struct mb1_layout {
 
 template <typename CT, int RP, int NC, bool KMAJ, bool DN, bool COPY>
 __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, lk_view D, lk_view copyG, int NS, int S,
-                                                          float *part_up, float *part_dn) {
+                                                          float *part_up, float *part_dn, int dbg) {
     typedef mb1_layout<RP, NC, KMAJ, DN> L;
     const int NIU = RP / 16, NID = RP / 16, NCD = DN ? NC : 1;
     extern __shared__ __align__(16) char dsm[];
@@ -89,7 +89,8 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
         if (n < nk) {
             char *st = stages + (n % S) * L::STAGE;
             const i64 r0 = rb + (i64)(n / NC) * CR;
-            lean_issue<CR, CC>(st, G, r0, cb + (i64)(n % NC) * CC);
+            if (NC == 4 && (dbg & 4)) lean_issue<16, 512>(st, G, rb + (i64)n * 16, cb); /* diagnostic: the load shape alone */
+            else lean_issue<CR, CC>(st, G, r0, cb + (i64)((n + ((dbg & 8) ? blockIdx.y : 0)) % NC) * CC);
             if (DN) lean_issue<CR, RP>(st + L::GA, U, r0, 0);
         }
         cp_commit();
@@ -98,9 +99,10 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
         const int c = s % NC;
         const i64 r0 = rb + (i64)(s / NC) * CR;
         if (COPY) lean_store<CR, CC>(st, copyG, r0, cb + (i64)c * CC); /* dy0 = the staged dy chunk */
-        if (KMAJ) warp_mma_ldm<CT, 1, NIU, false, true>::run(acc_up, Gs, CC + 8, Ds + c * CC * (RP + 8), RP + 8, m0u, n0u, CC);
+        if (dbg & 2) {}
+        else if (KMAJ) warp_mma_ldm<CT, 1, NIU, false, true>::run(acc_up, Gs, CC + 8, Ds + c * CC * (RP + 8), RP + 8, m0u, n0u, CC);
         else warp_mma_ldm<CT, 1, NIU, false, false>::run(acc_up, Gs, CC + 8, Ds + c * CC, NC * CC + 8, m0u, n0u, CC);
-        if (DN) {
+        if (DN && !(dbg & 1)) {
             const CT *Us = (const CT *)(st + L::GA);
 #pragma unroll
             for (int cc = 0; cc < NCD; cc++)
@@ -175,7 +177,7 @@ int mb1_launch(const mb1_call &a, const lk_device *dev, cudaStream_t s, int *don
     *a.zu = ncr;
     if (DN) *a.zd = nrr;
     k_merge_bwd_onepass<CT, RP, NC, KMAJ, DN, COPY><<<dim3((unsigned)ncr, (unsigned)nrr), NT, bytes, s>>>(
-        a.G, a.U, a.D, a.copyG, NS, S, *a.pu, DN ? *a.pd : NULL);
+        a.G, a.U, a.D, a.copyG, NS, S, *a.pu, DN ? *a.pd : NULL, mb1_env("LYCO_CUDA_MB1_DBG", 0));
     LK_LAUNCHED(DN ? "merge_bwd_onepass" : "reduce_resident");
     return LYCO_OK;
 }
