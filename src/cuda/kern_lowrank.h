@@ -121,12 +121,6 @@ int lk_colreduce(int32_t ct, const lk_view *A, const lk_view *B, int b_split, in
 int lk_merge_bwd_onepass(int32_t ct, const lk_view *G, const lk_view *U, const lk_view *D, int64_t O, int64_t N, int64_t r,
                          float **part_up, int64_t *z_up, float **part_dn, int64_t *z_dn, int64_t *rp, const lk_device *dev,
                          void *stream, int *done);
-/* The row reduction part[z][m][i] = Σ_{k ∈ region z} A[m, k]·B(i, k) with B resident in shared memory
-   (merge_bwd_onepass.cu's kernel without its Uᵀ·Γ half; B r×K, or K×r when b_kmajor; copyA as
-   lk_reduce_lean's): everything in CT, LK_VEC row-major, rp 16 or 32, grids of at least one block
-   per SM. *part = *Z·M·rp fp32 (allocated here; the caller frees it). *done = 0: not taken. */
-int lk_reduce_resident(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M, int64_t K,
-                       int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream, int *done);
 /* out(i, n) (transpose: out(n, i)) = coef·σ'·Σ_z part[z][n][i], i < r: lk_colreduce's finaliser. */
 int lk_colfin(const float *part, int64_t Z, int64_t N, int64_t RP, int64_t r, const lk_view *out, int transpose, float coef,
               const lk_view *sigma, int32_t ct, void *stream);

@@ -436,16 +436,6 @@ int reduce_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 
     if (S < 2) return lyco_fail(LYCO_ERR_UNSUPPORTED, "cuda: the low-rank reduction does not fit in shared memory");
     const int bytes = rd_plan(RP, KMAJ, ct, A->dt, B->dt, S).total;
     LK_SMEM_OPTIN(bytes, k_reduce<CT, RP, KMAJ>);
-    {   /* many rows, everything in CT, row-major, rank tile ≤ 32: the factor resident in shared memory
-           (merge_bwd_onepass.cu), one partial set per 512 (or 256) columns */
-        int done = 0;
-        int64_t zr = 0;
-        int rc = lk_reduce_resident(ct, A, B, KMAJ, copyA && copyA->p ? copyA : NULL, M, K, RP, part, &zr, dev, s, &done);
-        if (rc || done) {
-            *Zout = zr;
-            return rc;
-        }
-    }
     i64 Z, kper;
     rd_split(M, K, dev, &Z, &kper);
     int rc = lk_scratch_alloc((void **)part, (size_t)(Z * M * RP) * sizeof(float), s);

@@ -14,7 +14,7 @@
  * Tiling. A block owns a region of NS·64 rows × NC·128 columns of Γ. D's NC·128 columns of the
  * region stay in shared memory for the whole block (RP × (NC·128 + 8) halfwords); Γ streams as
  * 64 × 128 chunks, row strip by row strip, the strip's NC chunks in column order, through a
- * cp.async ring as deep as shared memory allows (≤ 8 stages: one block per SM); each stage also holds the strip's 64 × RP rows of U (re-read from L2, a
+ * 4-stage cp.async ring; each stage also holds the strip's 64 × RP rows of U (re-read from L2, a
  * quarter of the stage's bytes). Per chunk, 8 warps:
  *   Γ·Dᵀ: 4 row groups × 2 rank halves (16 rows × RP/2 ranks, k = the chunk's 128 columns),
  *         accumulated over the strip's NC chunks, then stored as the strip's partial rows;
@@ -24,8 +24,16 @@
  * Both products read the staged Γ tile by ldmatrix (the second transposed) and sum in fp32 in
  * a fixed order: deterministic, no atomics. Partials: cdiv(N, NC·128)·O·RP + cdiv(O, NS·64)·N·RP
  * fp32 (scratch, allocated here, freed by the caller). NS is chosen so that the grid is about one
- * block per SM (more blocks → more Uᵀ·Γ partials); LYCO_CUDA_MB1_NS overrides it, and
- * LYCO_CUDA_MB1=0 turns the kernel off (locon.cu's two-pass kernels, A/B).
+ * block per SM (more blocks → more Uᵀ·Γ partials). A/B and tuning: LYCO_CUDA_MB1=0 (locon.cu's
+ * two-pass kernels), LYCO_CUDA_MB1_NS, LYCO_CUDA_MB1_NC (2 or 4), LYCO_CUDA_MB1_S (2…8).
+ *
+ * Measured (H200, bf16, 4096² r32, session 30, docs/kernels.md): the kernel 48 µs at 27 % of DRAM
+ * bandwidth; the merge backward row 58–66 µs against 67–75 with the two passes, and forward +
+ * backward through lyco.merge 64.3 µs against LyCORIS's Triton kernels' 68.4. With the mma
+ * switched off the same loop still took 33–35 µs (36 % of DRAM) and 16 × 512 chunks or a staggered
+ * chunk order did not change that, nor did 8 stages or two blocks per SM: the streaming skeleton,
+ * not the products, is what holds the kernel — the next step is there (e.g. TMA bulk copies with
+ * per-stage mbarriers instead of a block barrier per 16 KB step).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,19 +46,17 @@ namespace {
 const int CR = 64;  /* rows per chunk (one strip) */
 const int CC = 128; /* columns per chunk */
 
-/* KMAJ: the resident factor is given K-major (N × r, e.g. lora_up for dy·U); DN: the Uᵀ·Γ half
-   (merge backward) — off, the kernel is a row reduction alone (bypass h = x·Dᵀ, g = dy·U) */
-template <int RP, int NC, bool KMAJ, bool DN> struct mb1_layout {
-    static const int DRES = (KMAJ ? NC * CC * (RP + 8) : RP * (NC * CC + 8)) * 2; /* resident factor */
-    static const int GA = CR * (CC + 8) * 2;                                        /* Γ chunk */
-    static const int STAGE = GA + (DN ? CR * (RP + 8) * 2 : 0);                     /* + the strip's U rows */
+template <int RP, int NC> struct mb1_layout {
+    static const int DRES = RP * (NC * CC + 8) * 2;  /* resident D columns of the region */
+    static const int GA = CR * (CC + 8) * 2;         /* Γ chunk */
+    static const int STAGE = GA + CR * (RP + 8) * 2; /* + the strip's U rows */
 };
 
-template <typename CT, int RP, int NC, bool KMAJ, bool DN, bool COPY>
-__global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, lk_view D, lk_view copyG, int NS, int S,
-                                                          float *part_up, float *part_dn, int dbg) {
-    typedef mb1_layout<RP, NC, KMAJ, DN> L;
-    const int NIU = RP / 16, NID = RP / 16, NCD = DN ? NC : 1;
+template <typename CT, int RP, int NC>
+__global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, lk_view D, int NS, int S, float *part_up,
+                                                          float *part_dn) {
+    typedef mb1_layout<RP, NC> L;
+    const int NI = RP / 16;
     extern __shared__ __align__(16) char dsm[];
     const i64 O = G.rows, N = G.cols;
     const i64 cb = (i64)blockIdx.x * (NC * CC), rb = (i64)blockIdx.y * NS * CR;
@@ -63,54 +69,42 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
     const CT *Ds = (const CT *)dsm;
     char *stages = dsm + L::DRES;
 
-    if (KMAJ) lean_issue<NC * CC, RP>(dsm, D, cb, 0); /* its own group, complete before step 0 is used */
-    else lean_issue<RP, NC * CC>(dsm, D, 0, cb);
+    lean_issue<RP, NC * CC>(dsm, D, 0, cb); /* its own group, complete before step 0 is used */
     cp_commit();
 
-    float acc_up[1][NIU][4];
-    float acc_dn[NCD][2][NID][4];
+    float acc_up[1][NI][4];
+    float acc_dn[NC][2][NI][4];
     acc_zero(acc_up);
 #pragma unroll
-    for (int c = 0; c < NCD; c++) acc_zero(acc_dn[c]);
+    for (int c = 0; c < NC; c++) acc_zero(acc_dn[c]);
 
+    /* step s: strip s / NC, chunk column s % NC (Γ chunk and the strip's U rows, one group) */
+    auto issue = [&](int s) {
+        char *st = stages + (s % S) * L::STAGE;
+        const i64 r0 = rb + (i64)(s / NC) * CR;
+        lean_issue<CR, CC>(st, G, r0, cb + (i64)(s % NC) * CC);
+        lean_issue<CR, RP>(st + L::GA, U, r0, 0);
+    };
     for (int s = 0; s < S - 1; s++) {
-        if (s < nk) {
-            char *st = stages + s * L::STAGE;
-            const i64 r0 = rb + (i64)(s / NC) * CR;
-            lean_issue<CR, CC>(st, G, r0, cb + (i64)(s % NC) * CC);
-            if (DN) lean_issue<CR, RP>(st + L::GA, U, r0, 0);
-        }
+        if (s < nk) issue(s);
         cp_commit();
     }
     for (int s = 0; s < nk; s++) {
         cp_wait(S - 2);
-        __syncthreads();
-        const int n = s + S - 1;
-        if (n < nk) {
-            char *st = stages + (n % S) * L::STAGE;
-            const i64 r0 = rb + (i64)(n / NC) * CR;
-            if (NC == 4 && (dbg & 4)) lean_issue<16, 512>(st, G, rb + (i64)n * 16, cb); /* diagnostic: the load shape alone */
-            else lean_issue<CR, CC>(st, G, r0, cb + (i64)((n + ((dbg & 8) ? blockIdx.y : 0)) % NC) * CC);
-            if (DN) lean_issue<CR, RP>(st + L::GA, U, r0, 0);
-        }
+        __syncthreads(); /* step s visible; every warp past step s − 1, whose stage is refilled now */
+        if (s + S - 1 < nk) issue(s + S - 1);
         cp_commit();
         const char *st = stages + (s % S) * L::STAGE;
-        const CT *Gs = (const CT *)st;
+        const CT *Gs = (const CT *)st, *Us = (const CT *)(st + L::GA);
         const int c = s % NC;
         const i64 r0 = rb + (i64)(s / NC) * CR;
-        if (COPY) lean_store<CR, CC>(st, copyG, r0, cb + (i64)c * CC); /* dy0 = the staged dy chunk */
-        if (dbg & 2) {}
-        else if (KMAJ) warp_mma_ldm<CT, 1, NIU, false, true>::run(acc_up, Gs, CC + 8, Ds + c * CC * (RP + 8), RP + 8, m0u, n0u, CC);
-        else warp_mma_ldm<CT, 1, NIU, false, false>::run(acc_up, Gs, CC + 8, Ds + c * CC, NC * CC + 8, m0u, n0u, CC);
-        if (DN && !(dbg & 1)) {
-            const CT *Us = (const CT *)(st + L::GA);
+        warp_mma_ldm<CT, 1, NI, false, false>::run(acc_up, Gs, CC + 8, Ds + c * CC, NC * CC + 8, m0u, n0u, CC);
 #pragma unroll
-            for (int cc = 0; cc < NCD; cc++)
-                if (cc == c) warp_mma_ldm<CT, 2, NID, true, true>::run(acc_dn[cc], Gs, CC + 8, Us, RP + 8, m0d, n0d, CR);
-        }
+        for (int cc = 0; cc < NC; cc++) /* static register sets: the branch picks one */
+            if (cc == c) warp_mma_ldm<CT, 2, NI, true, true>::run(acc_dn[cc], Gs, CC + 8, Us, RP + 8, m0d, n0d, CR);
         if (c == NC - 1) { /* the strip's Γ·Dᵀ is complete: its partial rows */
 #pragma unroll
-            for (int ni = 0; ni < NIU; ni++)
+            for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
                     const i64 o = r0 + acc_row(m0u, 0, e);
@@ -123,11 +117,11 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
     }
     cp_wait(0);
 #pragma unroll
-    for (int cc = 0; cc < (DN ? NCD : 0); cc++)
+    for (int cc = 0; cc < NC; cc++)
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < NID; ni++)
+            for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
                     const i64 j = cb + cc * CC + acc_row(m0d, mi, e);
@@ -144,54 +138,42 @@ int mb1_env(const char *name, int dflt) {
     return v && *v ? atoi(v) : dflt;
 }
 
-struct mb1_call {
-    lk_view G, U, D, copyG; /* U unused without DN, copyG p NULL = no copy */
-    i64 O, N;
-    float **pu, **pd;       /* pd unused without DN */
-    int64_t *zu, *zd;
-};
-
-template <typename CT, int RP, int NC, bool KMAJ, bool DN, bool COPY>
-int mb1_launch(const mb1_call &a, const lk_device *dev, cudaStream_t s, int *done) {
-    typedef mb1_layout<RP, NC, KMAJ, DN> L;
-    /* one block per SM (the grid below), so the deepest ring that fits: ≤ 8 stages, 7 chunks in flight
-       (session 30: at 3–4 stages the kernel waited on DRAM latency, 28–45 % of its bandwidth) */
+template <typename CT, int RP, int NC>
+int mb1_launch(const lk_view *G, const lk_view *U, const lk_view *D, i64 O, i64 N, float **pu, int64_t *zu, float **pd,
+               int64_t *zd, const lk_device *dev, cudaStream_t s, int *done) {
+    typedef mb1_layout<RP, NC> L;
+    /* 4 stages (3 chunks in flight); 8 measured the same (session 30), with twice the shared memory */
     int S = (dev->smem_optin - L::DRES) / L::STAGE;
-    if (S > 8) S = 8;
+    if (S > 4) S = 4;
     S = mb1_env("LYCO_CUDA_MB1_S", S);
-    if (S < 2 || L::DRES + S * L::STAGE > dev->smem_optin) return LYCO_OK;
-    const i64 ncr = cdiv(a.N, NC * CC), nst = cdiv(a.O, CR);
+    if (S < 2 || S > 8 || L::DRES + S * L::STAGE > dev->smem_optin) return LYCO_OK;
+    /* about one block per SM: each more row region adds N·RP partials */
+    const i64 ncr = cdiv(N, NC * CC), nst = cdiv(O, CR);
     i64 rows_per = dev->sms / ncr;
     if (rows_per < 1) rows_per = 1;
-    int NS = (int)cdiv(nst, rows_per);
-    NS = mb1_env(DN ? "LYCO_CUDA_MB1_NS" : "LYCO_CUDA_RR_NS", NS);
+    int NS = mb1_env("LYCO_CUDA_MB1_NS", (int)cdiv(nst, rows_per));
     if (NS < 1) NS = 1;
     const i64 nrr = cdiv(nst, NS);
     if (ncr > 2147483647LL || nrr > 65535) return LYCO_OK;
     const int bytes = L::DRES + S * L::STAGE;
-    LK_SMEM_OPTIN(bytes, k_merge_bwd_onepass<CT, RP, NC, KMAJ, DN, COPY>);
-    int rc = lk_scratch_alloc((void **)a.pu, (size_t)(ncr * a.O * RP) * 4, s);
-    if (rc == LYCO_OK && DN) rc = lk_scratch_alloc((void **)a.pd, (size_t)(nrr * a.N * RP) * 4, s);
+    LK_SMEM_OPTIN(bytes, k_merge_bwd_onepass<CT, RP, NC>);
+    int rc = lk_scratch_alloc((void **)pu, (size_t)(ncr * O * RP) * 4, s);
+    if (rc == LYCO_OK) rc = lk_scratch_alloc((void **)pd, (size_t)(nrr * N * RP) * 4, s);
     if (rc) return rc;
     *done = 1;
-    *a.zu = ncr;
-    if (DN) *a.zd = nrr;
-    k_merge_bwd_onepass<CT, RP, NC, KMAJ, DN, COPY><<<dim3((unsigned)ncr, (unsigned)nrr), NT, bytes, s>>>(
-        a.G, a.U, a.D, a.copyG, NS, S, *a.pu, DN ? *a.pd : NULL, mb1_env("LYCO_CUDA_MB1_DBG", 0));
-    LK_LAUNCHED(DN ? "merge_bwd_onepass" : "reduce_resident");
+    *zu = ncr;
+    *zd = nrr;
+    k_merge_bwd_onepass<CT, RP, NC><<<dim3((unsigned)ncr, (unsigned)nrr), NT, bytes, s>>>(*G, *U, *D, NS, S, *pu, *pd);
+    LK_LAUNCHED("merge_bwd_onepass");
     return LYCO_OK;
 }
 
-template <typename CT, int RP, bool KMAJ, bool DN, bool COPY>
-int mb1_nc(const mb1_call &a, const lk_device *dev, cudaStream_t s, int *done) {
-    const int nc = mb1_env("LYCO_CUDA_MB1_NC", a.N >= 2048 ? 4 : 2);
-    return nc == 4 ? mb1_launch<CT, RP, 4, KMAJ, DN, COPY>(a, dev, s, done) : mb1_launch<CT, RP, 2, KMAJ, DN, COPY>(a, dev, s, done);
-}
-
-template <typename CT, int RP> int mb1_row(const mb1_call &a, bool kmaj, const lk_device *dev, cudaStream_t s, int *done) {
-    const bool copy = a.copyG.p != NULL;
-    if (kmaj) return copy ? mb1_nc<CT, RP, true, false, true>(a, dev, s, done) : mb1_nc<CT, RP, true, false, false>(a, dev, s, done);
-    return copy ? mb1_nc<CT, RP, false, false, true>(a, dev, s, done) : mb1_nc<CT, RP, false, false, false>(a, dev, s, done);
+template <typename CT, int RP>
+int mb1_nc(const lk_view *G, const lk_view *U, const lk_view *D, i64 O, i64 N, float **pu, int64_t *zu, float **pd,
+           int64_t *zd, const lk_device *dev, cudaStream_t s, int *done) {
+    const int nc = mb1_env("LYCO_CUDA_MB1_NC", N >= 2048 ? 4 : 2);
+    return nc == 4 ? mb1_launch<CT, RP, 4>(G, U, D, O, N, pu, zu, pd, zd, dev, s, done)
+                   : mb1_launch<CT, RP, 2>(G, U, D, O, N, pu, zu, pd, zd, dev, s, done);
 }
 
 } // namespace
@@ -205,43 +187,10 @@ extern "C" int lk_merge_bwd_onepass(int32_t ct, const lk_view *G, const lk_view 
     if (!mb1_view_ok(*G, ct) || !mb1_view_ok(*U, ct) || !mb1_view_ok(*D, ct)) return LYCO_OK;
     if (G->rows != O || G->cols != N || U->rows != O || U->cols != r || D->rows != r || D->cols != N) return LYCO_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    mb1_call a;
-    memset(&a, 0, sizeof a);
-    a.G = *G;
-    a.U = *U;
-    a.D = *D;
-    a.O = O;
-    a.N = N;
-    a.pu = part_up;
-    a.pd = part_dn;
-    a.zu = z_up;
-    a.zd = z_dn;
     *rp = r <= 16 ? 16 : 32;
     if (*rp == 16)
-        return ct == DT_BF16 ? mb1_nc<bf16_t, 16, false, true, false>(a, dev, s, done) : mb1_nc<f16_t, 16, false, true, false>(a, dev, s, done);
-    return ct == DT_BF16 ? mb1_nc<bf16_t, 32, false, true, false>(a, dev, s, done) : mb1_nc<f16_t, 32, false, true, false>(a, dev, s, done);
-}
-
-extern "C" int lk_reduce_resident(int32_t ct, const lk_view *A, const lk_view *B, int b_kmajor, const lk_view *copyA, int64_t M,
-                                  int64_t K, int64_t rp, float **part, int64_t *Z, const lk_device *dev, void *stream, int *done) {
-    *done = 0;
-    *part = NULL;
-    if (mb1_env("LYCO_CUDA_RR", 1) == 0 || (ct != DT_BF16 && ct != DT_F16) || (rp != 16 && rp != 32) || M < 1 || K < 1) return LYCO_OK;
-    if (!mb1_view_ok(*A, ct) || !mb1_view_ok(*B, ct) || (copyA && !mb1_view_ok(*copyA, ct))) return LYCO_OK;
-    if (A->rows != M || A->cols != K || (copyA && (copyA->rows != M || copyA->cols != K))) return LYCO_OK;
-    if (b_kmajor ? (B->rows != K || B->cols > rp) : (B->cols != K || B->rows > rp)) return LYCO_OK;
-    /* small grids (few tokens) stay on reduce_lean.cu's split kernels, which split K further */
-    if (cdiv(M, CR) * cdiv(K, 4 * CC) < dev->sms && mb1_env("LYCO_CUDA_RR", 1) != 2) return LYCO_OK;
-    cudaStream_t s = (cudaStream_t)stream;
-    mb1_call a;
-    memset(&a, 0, sizeof a);
-    a.G = *A;
-    a.D = *B;
-    if (copyA) a.copyG = *copyA;
-    a.O = M;
-    a.N = K;
-    a.pu = part;
-    a.zu = Z;
-    if (rp == 16) return ct == DT_BF16 ? mb1_row<bf16_t, 16>(a, b_kmajor, dev, s, done) : mb1_row<f16_t, 16>(a, b_kmajor, dev, s, done);
-    return ct == DT_BF16 ? mb1_row<bf16_t, 32>(a, b_kmajor, dev, s, done) : mb1_row<f16_t, 32>(a, b_kmajor, dev, s, done);
+        return ct == DT_BF16 ? mb1_nc<bf16_t, 16>(G, U, D, O, N, part_up, z_up, part_dn, z_dn, dev, s, done)
+                             : mb1_nc<f16_t, 16>(G, U, D, O, N, part_up, z_up, part_dn, z_dn, dev, s, done);
+    return ct == DT_BF16 ? mb1_nc<bf16_t, 32>(G, U, D, O, N, part_up, z_up, part_dn, z_dn, dev, s, done)
+                         : mb1_nc<f16_t, 32>(G, U, D, O, N, part_up, z_up, part_dn, z_dn, dev, s, done);
 }
