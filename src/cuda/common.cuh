@@ -401,6 +401,30 @@ template <int R, int C> __device__ __forceinline__ void lean_issue(char *dst, co
     }
 }
 
+/* The S-stage cp.async pipeline the lean kernels run (reduce_lean.cu, merge_bwd_onepass.cu) over its nk steps: issue(stage, s)
+   loads step s into a stage as one group, use(stage, s) consumes it. One barrier a step: step s
+   is visible and every warp is past step s − 1, whose stage is refilled with step s + S − 1
+   while step s is used. Returns with every group waited for. */
+template <class ISSUE, class USE>
+__device__ __forceinline__ void lean_pipeline(char *dsm, int stage_bytes, int S, int nk, const ISSUE &issue, const USE &use) {
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nk) issue(dsm + s * stage_bytes, s);
+        cp_commit();
+    }
+    for (int s = 0; s < nk; s++) {
+        cp_wait(S - 2);
+        __syncthreads();
+        const int n = s + S - 1;
+        if (n < nk) issue(dsm + (n % S) * stage_bytes, n);
+        cp_commit();
+        use((const char *)dsm + (s % S) * stage_bytes, s);
+    }
+    cp_wait(0);
+}
+
+/* Whether a view serves the lean kernels as is: present, in dtype ct, row-major with 16-byte rows. */
+static inline bool lean_view_ok(const lk_view &v, int ct) { return v.p && v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }
+
 /* lean_issue's tile through registers instead: lean_fetch loads the thread's chunks of the R×C tile
    (R·C/8 a multiple of NT: chunk q = thread + k·NT) by plain 16-byte global loads, the part outside
    the view zero (a chunk across the right edge: its in-range elements one by one); lean_put writes

@@ -1244,6 +1244,20 @@ static size_t reduce_rows_bytes(const lk_locon &L, i64 Kd, i64 N, int ct, bool p
     return ((size_t)z * nch * NR * N * 4 + 255) / 256 * 256;
 }
 
+/* d_up = Σ_z partials × the scalars (k_fin_dup) and, when wanted, dσs from the blocks' partials
+   (sigpart carved from cv, summed in block order) — the finaliser of every d_up path below */
+static int fin_dup_launch(const lk_merge_bwd_args *a, const float *part, int z, i64 rp, carve &cv, cudaStream_t s) {
+    const i64 nb = cdiv(a->L.O * a->L.r, NT);
+    float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL;
+    k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, part, z, rp, sigpart);
+    LK_LAUNCHED("fin_dup");
+    if (sigpart) {
+        k_sum<<<1, NT, 0, s>>>(sigpart, nb, a->gsigma);
+        LK_LAUNCHED("sum");
+    }
+    return LYCO_OK;
+}
+
 /* d_up (and dσs) and d_down from one read of Γ (merge_bwd_onepass.cu) when both are wanted and
    neither DoRA nor a rank mask is on; *done = false: not taken (nothing launched). The finalisers
    are the two-pass path's: k_fin_dup over the Γ·Dᵀ partials, lk_colfin over the Uᵀ·Γ partials. */
@@ -1257,16 +1271,7 @@ static int merge_bwd_onepass(const lk_merge_bwd_args *a, carve &cv, const lk_dev
     int rc = lk_merge_bwd_onepass(L.ct, &a->G, &L.U, &L.D, L.O, L.IK, L.r, &pu, &zu, &pd, &zd, &rp, dev, s, &taken);
     if (rc == LYCO_OK && taken) {
         *done = true;
-        const i64 nb = cdiv(L.O * L.r, NT);
-        float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL;
-        k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, pu, (int)zu, rp, sigpart);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of fin_dup failed: %s", cudaGetErrorString(e));
-        if (rc == LYCO_OK && sigpart) {
-            k_sum<<<1, NT, 0, s>>>(sigpart, nb, a->gsigma);
-            e = cudaGetLastError();
-            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of sum failed: %s", cudaGetErrorString(e));
-        }
+        rc = fin_dup_launch(a, pu, (int)zu, rp, cv, s);
         if (rc == LYCO_OK)
             rc = lk_colfin(pd, zd, L.IK, rp, L.r, &a->gD, 0, (float)L.s * (float)L.m, &L.sigma, L.ct, s);
     }
@@ -1289,21 +1294,13 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
     }
     if ((a->gU.p || a->gsigma.p) && !a->dora.on && !lowrank_legacy() && lk_reduce_rank_tile(L.r) != 0) {
         /* Γ·Dᵀ through lowrank.cu's split reduction; the scalars, the row mask and σs's gradient as below */
-        const i64 rp = lk_reduce_rank_tile(L.r), nb = cdiv(L.O * L.r, NT);
-        float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL, *part = NULL;
+        const i64 rp = lk_reduce_rank_tile(L.r);
+        float *part = NULL;
         int64_t z = 0;
         rc = lk_reduce_parts(L.ct, &a->G, &L.D, 0, L.O, L.IK, rp, &part, &z, dev, s);
-        if (rc == LYCO_OK) {
-            k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, part, (int)z, rp, sigpart);
-            cudaError_t e = cudaGetLastError();
-            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of fin_dup failed: %s", cudaGetErrorString(e));
-        }
-        int rf = lk_scratch_free(part, s);
+        if (rc == LYCO_OK) rc = fin_dup_launch(a, part, (int)z, rp, cv, s);
+        const int rf = part ? lk_scratch_free(part, s) : LYCO_OK;
         if (rc || rf) return rc ? rc : rf;
-        if (sigpart) {
-            k_sum<<<1, NT, 0, s>>>(sigpart, nb, a->gsigma);
-            LK_LAUNCHED("sum");
-        }
     } else if (a->gU.p || a->gsigma.p) {
         int z;
         i64 kper;
@@ -1315,14 +1312,7 @@ template <typename CT> static int merge_bwd_body(const lk_merge_bwd_args *a, car
         else if (NR == 64) rc = launch_dup<CT, 64>(a, st, part, z, kper, RP, nch, s);
         else rc = launch_dup<CT, 128>(a, st, part, z, kper, RP, nch, s);
         if (rc) return rc;
-        i64 nb = cdiv(L.O * L.r, NT);
-        float *sigpart = a->gsigma.p ? (float *)(cv.base + carve_take(cv, (size_t)nb * 4)) : NULL;
-        k_fin_dup<<<(unsigned)nb, NT, 0, s>>>(*a, part, z, RP, sigpart);
-        LK_LAUNCHED("fin_dup");
-        if (sigpart) {
-            k_sum<<<1, NT, 0, s>>>(sigpart, nb, a->gsigma);
-            LK_LAUNCHED("sum");
-        }
+        if ((rc = fin_dup_launch(a, part, z, RP, cv, s))) return rc;
     }
     if (a->gD.p) {
         kred_args p = {};

@@ -69,7 +69,7 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
     const CT *Ds = (const CT *)dsm;
     char *stages = dsm + L::DRES;
 
-    lean_issue<RP, NC * CC>(dsm, D, 0, cb); /* its own group, complete before step 0 is used */
+    lean_issue<RP, NC * CC>(dsm, D, 0, cb); /* its own group, complete before step 0 is used (the pipeline's first wait) */
     cp_commit();
 
     float acc_up[1][NI][4];
@@ -79,30 +79,22 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
     for (int c = 0; c < NC; c++) acc_zero(acc_dn[c]);
 
     /* step s: strip s / NC, chunk column s % NC (Γ chunk and the strip's U rows, one group) */
-    auto issue = [&](int s) {
-        char *st = stages + (s % S) * L::STAGE;
-        const i64 r0 = rb + (i64)(s / NC) * CR;
-        lean_issue<CR, CC>(st, G, r0, cb + (i64)(s % NC) * CC);
-        lean_issue<CR, RP>(st + L::GA, U, r0, 0);
-    };
-    for (int s = 0; s < S - 1; s++) {
-        if (s < nk) issue(s);
-        cp_commit();
-    }
-    for (int s = 0; s < nk; s++) {
-        cp_wait(S - 2);
-        __syncthreads(); /* step s visible; every warp past step s − 1, whose stage is refilled now */
-        if (s + S - 1 < nk) issue(s + S - 1);
-        cp_commit();
-        const char *st = stages + (s % S) * L::STAGE;
-        const CT *Gs = (const CT *)st, *Us = (const CT *)(st + L::GA);
-        const int c = s % NC;
-        const i64 r0 = rb + (i64)(s / NC) * CR;
-        warp_mma_ldm<CT, 1, NI, false, false>::run(acc_up, Gs, CC + 8, Ds + c * CC, NC * CC + 8, m0u, n0u, CC);
+    lean_pipeline(
+        stages, L::STAGE, S, nk,
+        [&](char *st, int s) {
+            const i64 r0 = rb + (i64)(s / NC) * CR;
+            lean_issue<CR, CC>(st, G, r0, cb + (i64)(s % NC) * CC);
+            lean_issue<CR, RP>(st + L::GA, U, r0, 0);
+        },
+        [&](const char *st, int s) {
+            const CT *Gs = (const CT *)st, *Us = (const CT *)(st + L::GA);
+            const int c = s % NC;
+            warp_mma_ldm<CT, 1, NI, false, false>::run(acc_up, Gs, CC + 8, Ds + c * CC, NC * CC + 8, m0u, n0u, CC);
 #pragma unroll
-        for (int cc = 0; cc < NC; cc++) /* static register sets: the branch picks one */
-            if (cc == c) warp_mma_ldm<CT, 2, NI, true, true>::run(acc_dn[cc], Gs, CC + 8, Us, RP + 8, m0d, n0d, CR);
-        if (c == NC - 1) { /* the strip's Γ·Dᵀ is complete: its partial rows */
+            for (int cc = 0; cc < NC; cc++) /* static register sets: the branch picks one */
+                if (cc == c) warp_mma_ldm<CT, 2, NI, true, true>::run(acc_dn[cc], Gs, CC + 8, Us, RP + 8, m0d, n0d, CR);
+            if (c != NC - 1) return;
+            const i64 r0 = rb + (i64)(s / NC) * CR; /* the strip's Γ·Dᵀ is complete: its partial rows */
 #pragma unroll
             for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -113,9 +105,7 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
                             make_float2(acc_up[0][ni][e], acc_up[0][ni][e + 1]);
                 }
             acc_zero(acc_up);
-        }
-    }
-    cp_wait(0);
+        });
 #pragma unroll
     for (int cc = 0; cc < NC; cc++)
 #pragma unroll
@@ -130,8 +120,6 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
                             make_float2(acc_dn[cc][mi][ni][e], acc_dn[cc][mi][ni][e + 1]);
                 }
 }
-
-bool mb1_view_ok(const lk_view &v, int ct) { return v.p && v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }
 
 int mb1_env(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -184,7 +172,7 @@ extern "C" int lk_merge_bwd_onepass(int32_t ct, const lk_view *G, const lk_view 
     *done = 0;
     *part_up = *part_dn = NULL;
     if (mb1_env("LYCO_CUDA_MB1", 1) == 0 || (ct != DT_BF16 && ct != DT_F16) || r < 1 || r > 32 || O < 1 || N < 1) return LYCO_OK;
-    if (!mb1_view_ok(*G, ct) || !mb1_view_ok(*U, ct) || !mb1_view_ok(*D, ct)) return LYCO_OK;
+    if (!lean_view_ok(*G, ct) || !lean_view_ok(*U, ct) || !lean_view_ok(*D, ct)) return LYCO_OK;
     if (G->rows != O || G->cols != N || U->rows != O || U->cols != r || D->rows != r || D->cols != N) return LYCO_OK;
     cudaStream_t s = (cudaStream_t)stream;
     *rp = r <= 16 ? 16 : 32;

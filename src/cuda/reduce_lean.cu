@@ -61,26 +61,6 @@ template <int RP, int CNT = CN, int RKT = RK> struct cl_layout {
 };
 
 
-/* The S-stage cp.async pipeline every lean reduction runs over its nk steps: issue(stage, s)
-   loads step s into a stage as one group, use(stage, s) consumes it. One barrier a step: step s
-   is visible and every warp is past step s − 1, whose stage is refilled with step s + S − 1
-   while step s is used. Returns with every group waited for. */
-template <class ISSUE, class USE>
-__device__ __forceinline__ void lean_pipeline(char *dsm, int stage_bytes, int S, int nk, const ISSUE &issue, const USE &use) {
-    for (int s = 0; s < S - 1; s++) {
-        if (s < nk) issue(dsm + s * stage_bytes, s);
-        cp_commit();
-    }
-    for (int s = 0; s < nk; s++) {
-        cp_wait(S - 2);
-        __syncthreads();
-        const int n = s + S - 1;
-        if (n < nk) issue(dsm + (n % S) * stage_bytes, n);
-        cp_commit();
-        use((const char *)dsm + (s % S) * stage_bytes, s);
-    }
-    cp_wait(0);
-}
 
 template <typename CT, int RP, bool KMAJ, bool COPY>
 __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
@@ -210,8 +190,6 @@ __global__ __launch_bounds__(NT) void k_colreduce_lean(lk_view A, lk_view B, i64
                 if (n < N) part[(z * N + n) * RP + acc_col(n0, ni, e)] = acc[mi][ni][e];
             }
 }
-
-bool rl_view_ok(const lk_view &v, int ct) { return v.p && v.dt == ct && (v.flags & LK_VEC) && v.s1 == 1; }
 
 bool rl_general_forced() {
     const char *v = getenv("LYCO_CUDA_REDUCE_GENERAL");
@@ -382,7 +360,7 @@ extern "C" int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, in
                               const lk_device *dev, void *stream, int *done) {
     *done = 0;
     if ((ct != DT_BF16 && ct != DT_F16) || rl_general_forced() || !lean_rp_ok(rp) || S < 2) return LYCO_OK;
-    if (!rl_view_ok(*A, ct) || !rl_view_ok(*B, ct) || (copyA && !rl_view_ok(*copyA, ct))) return LYCO_OK;
+    if (!lean_view_ok(*A, ct) || !lean_view_ok(*B, ct) || (copyA && !lean_view_ok(*copyA, ct))) return LYCO_OK;
     if (A->rows != M || A->cols != K || (copyA && (copyA->rows != M || copyA->cols != K))) return LYCO_OK;
     /* B's extent along k must be K (zero-filled beyond it, as raw_issue does); rank columns / rows
        beyond rp are not read, missing ones are zero-filled, as in the general kernel */
@@ -404,7 +382,7 @@ extern "C" int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B,
                                  int64_t Z, int S, float *part, const lk_device *dev, void *stream, int *done) {
     *done = 0;
     if ((ct != DT_BF16 && ct != DT_F16) || rl_general_forced() || !lean_rp_ok(rp) || S < 2) return LYCO_OK;
-    if (!rl_view_ok(*A, ct) || !rl_view_ok(*B, ct) || A->rows != M || A->cols != N || B->rows != M) return LYCO_OK;
+    if (!lean_view_ok(*A, ct) || !lean_view_ok(*B, ct) || A->rows != M || A->cols != N || B->rows != M) return LYCO_OK;
     if (cdiv(N, CN) > 2147483647LL || Z > 65535) return LYCO_OK;
     *done = 1;
     cudaStream_t s = (cudaStream_t)stream;
