@@ -51,6 +51,14 @@ const lyco_case lyco_cases_loha[] = {
     {.name = "loha_conv2d_tucker_dora_out_mask", .algo = LYCO_ALGO_LOHA, CONV2(3, 3), .O = 7, .I = 4, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = K1, .rank = 3, .tokens = 2, .spatial = {5, 6, 1}, .alpha = 2, .multiplier = 0.9,
      .opts = CASE_TUCKER | CASE_DORA_OUT | CASE_RANK_MASK},
+    /* loha_grad_onepass.cu's merge backward (16-byte rows, ranks ≤ 32): 200 rows = three full
+       64-row strips and 8 rows, 392 columns = a 256-column region and a partial one (the last
+       chunk 8 wide), ranks 16 and 8, σs, rank mask, m ≠ 1; then a conv layer (I·K = 144) at
+       rank 24 (rank tile 32) */
+    {.name = "loha_linear_onepass_mask_scalar", .algo = LYCO_ALGO_LOHA, .O = 200, .I = 392, .rank = 16, .extra = {8},
+     .tokens = 3, .alpha = 6, .multiplier = 0.8, .opts = CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "loha_conv2d_onepass_r24", .algo = LYCO_ALGO_LOHA, CONV2(3, 3), .O = 72, .I = 16, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = K1, .rank = 24, .tokens = 2, .spatial = {6, 5, 1}, .alpha = 12},
     /* tier 1: realistic sizes */
     {.name = "loha_linear_3072_r16", .algo = LYCO_ALGO_LOHA, .O = 3072, .I = 3072, .rank = 16, .tokens = 32, .alpha = 8,
      .tier = 1},

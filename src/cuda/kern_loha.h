@@ -92,6 +92,17 @@ int lk_loha_tc_bypass_fwd(const lk_loha_args *a, const lk_device *dev, void *str
 int lk_loha_tc_merge_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
 int lk_loha_tc_bypass_bwd(const lk_loha_args *a, const lk_device *dev, void *stream, int *done);
 
+/* loha_grad_onepass.cu: the merge backward's partials from one read of Γ (see its header for when
+   it applies). plan_make fills p (p->on = 1 when the kernel takes the call): x column regions and
+   y row regions of partials (part_A_t: x·O·r_t floats, part_B_t: y·r_t·IK, σs: x·y doubles);
+   launch writes them (parts: ∂Ā_1, ∂Ā_2, ∂B̄_1, ∂B̄_2, NULL = not wanted; sigpart NULL = no σs). */
+typedef struct {
+    int32_t on, rp, nc, ns, stages;
+    int64_t x, y;
+} lk_loha_mb1_plan;
+int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev, lk_loha_mb1_plan *p);
+int lk_loha_mb1_launch(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -375,7 +375,10 @@ static lk_gemm_args tc_ge_gemm(const lk_loha_args *a, i64 o0, i64 n, float *chun
    G_E generated in row chunks by tc_ge_gemm): per-tile partials, then their ordered sums. */
 static int tc_grads(const lk_loha_args *a, bool byp, const lk_device *dev, cudaStream_t s) {
     const lk_loha &L = a->L;
-    const i64 zA = cdiv(L.IK, TN), zB = cdiv(L.O, TM);
+    lk_loha_mb1_plan mp;
+    mp.on = 0;
+    if (!byp) lk_loha_mb1_plan_make(a, dev, &mp);
+    const i64 zA = mp.on ? mp.x : cdiv(L.IK, TN), zB = mp.on ? mp.y : cdiv(L.O, TM);
     const bool want_sig = a->gsigma.p && !a->sigma_zero;
     const i64 fA1 = a->gA1.p ? zA * L.O * L.r1 : 0, fA2 = a->gA2.p ? zA * L.O * L.r2 : 0;
     const i64 fB1 = a->gB1.p ? zB * L.r1 * L.IK : 0, fB2 = a->gB2.p ? zB * L.r2 * L.IK : 0;
@@ -407,7 +410,7 @@ static int tc_grads(const lk_loha_args *a, bool byp, const lk_device *dev, cudaS
     q += fB1;
     p[3] = fB2 ? q : NULL;
     if (!byp) {
-        rc = tc_grad_any(a, false, 0, L.O, p, sigpart, s);
+        rc = mp.on ? lk_loha_mb1_launch(a, &mp, p, sigpart, s) : tc_grad_any(a, false, 0, L.O, p, sigpart, s);
     } else {
         lk_loha_args c = *a;
         for (i64 o0 = 0; o0 < L.O && rc == LYCO_OK; o0 += oc) {
