@@ -11,10 +11,12 @@
  * loha_tc.cu's tc_grads sums the partials in region order (fp64, k_tc_sum) and rounds once into
  * each leaf, as for its per-tile kernel (k_loha_tc_grad), which this replaces where it applies:
  * Γ, Ā_t, B̄_t all in the compute dtype CT (bf16/fp16), row-major with 16-byte aligned rows
- * (LK_VEC), ranks r_t ≤ 32 (rank tile RP = 16 or 32), not Tucker, no DoRA. The same numerics:
- * R_t from CT factors with fp32 sums (mma.sync), G_Rt in fp32 split into nsplit<CT> exact CT parts
- * (3 for bf16, 2 for fp16) so that the contractions on the tensor cores keep fp32-level accuracy,
- * smallest part first into fp32 accumulators.
+ * (LK_VEC), ranks r_t ≤ 32 (rank tile RP = 16 or 32), not Tucker, no DoRA. Numerics: R_t from
+ * CT factors with fp32 sums (mma.sync), G_Rt in fp32 split into two exact CT parts (hi + lo: 16
+ * significant bits for bf16, 22 for fp16), smallest first into fp32 accumulators. Two parts, not
+ * k_loha_tc_grad's three for bf16: every leaf here is 16-bit (the factors are in CT), so a
+ * relative error of 2⁻¹⁷ per G_Rt element sits 2⁸ below the leaf's own rounding, and the eager
+ * chain rounds G_Rt to bf16 outright (one part).
  *
  * Why (H200, bf16, 4096² r16, docs/kernels.md): k_loha_tc_grad took 159 µs of the row's 240 µs
  * against an 8.2 µs floor: a block per 64×128 tile and term (Γ read twice, R_1 and R_2 formed
@@ -39,6 +41,7 @@
  * Nothing goes through shared memory but the staged operands; sums in a fixed order, no atomics:
  * deterministic. Partials: X·O·r_t + Y·r_t·N floats per term (X = ⌈N / (NC·128)⌉ column
  * regions, Y = ⌈O / (NS·64)⌉ row regions; NS chosen for about one block per SM).
+ * Rank tile 16: ≤ 128 registers, 3 stages, two blocks per SM; 32: one block, 4 stages.
  * A/B and tuning: LYCO_CUDA_LOHA_MB1=0 (k_loha_tc_grad), LYCO_CUDA_LOHA_MB1_S (stages 2…6),
  * LYCO_CUDA_LOHA_MB1_NS (strips per region), LYCO_CUDA_LOHA_MB1_NC (1 or 2).
  */
@@ -71,16 +74,27 @@ __device__ __forceinline__ unsigned movtrans(unsigned v) {
     return d;
 }
 
-/* part p of two fp32 values, packed (lo = first); parts as store_parts: hi, RN(v − hi), RN(rest) */
+/* Two fp32 values as NP parts of CT, packed pairs (lo = first): hi = RN(v), then RN(v − hi), …;
+   each difference is exact in fp32 (store_parts' split, two values per conversion). */
 template <typename CT, int NP> __device__ __forceinline__ void split_pair(unsigned (&out)[NP], float v0, float v1) {
-    float r0 = v0, r1 = v1;
 #pragma unroll
     for (int p = 0; p < NP; p++) {
-        const CT h0 = ct_of<CT>::from(r0), h1 = ct_of<CT>::from(r1);
-        out[p] = (unsigned)ct_bits<CT>(h0) | ((unsigned)ct_bits<CT>(h1) << 16);
-        if (p + 1 < NP) {
-            r0 -= ct_of<CT>::to(h0);
-            r1 -= ct_of<CT>::to(h1);
+        if (ct_of<CT>::dt == DT_BF16) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+            out[p] = *(const unsigned *)&h;
+            if (p + 1 < NP) {
+                const float2 f = __bfloat1622float2(h);
+                v0 -= f.x;
+                v1 -= f.y;
+            }
+        } else {
+            const __half2 h = __floats2half2_rn(v0, v1);
+            out[p] = *(const unsigned *)&h;
+            if (p + 1 < NP) {
+                const float2 f = __half22float2(h);
+                v0 -= f.x;
+                v1 -= f.y;
+            }
         }
     }
 }
@@ -99,11 +113,14 @@ __device__ __forceinline__ float hi_f(unsigned u, bool bf) {
     return bf ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
 
+/* blocks per SM the kernel is built for: rank tile 16 fits two (≤ 128 registers, 3 stages each) */
+__host__ __device__ constexpr int lg_occ(int rp) { return rp == 16 ? 2 : 1; }
+
 template <typename CT, int RP, int NC>
-__global__ __launch_bounds__(NT, 1) void k_loha_grad_onepass(lk_loha_args a, int NS, int S, int want_sig, float *pA1,
+__global__ __launch_bounds__(NT, lg_occ(RP)) void k_loha_grad_onepass(lk_loha_args a, int NS, int S, int want_sig, float *pA1,
                                                              float *pA2, float *pB1, float *pB2, double *sigpart) {
     typedef lg_layout<RP> L;
-    const int NP = nsplit<CT>::n, NIA = RP / 8, MIB = RP / 16;
+    const int NP = 2, NIA = RP / 8, MIB = RP / 16, KS = RP / 16;
     const bool bf = ct_of<CT>::dt == DT_BF16;
     extern __shared__ __align__(16) char dsm[];
     __shared__ double red[NT / 32];
@@ -155,11 +172,20 @@ __global__ __launch_bounds__(NT, 1) void k_loha_grad_onepass(lk_loha_args a, int
             /* ∂Ā phase: rows 16q … 16q + 15, 16 columns a step */
             {
                 const float k_lo = rowk[16 * q + g], k_hi = rowk[16 * q + g + 8];
+                unsigned au[KS][4]; /* Ā_u rows of the warp, every rank step */
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) ldm4<false>(au[ks], ldm_a_addr<CT, false>(Au, RP + 8, 16 * q, 16 * ks, lane));
 #pragma unroll 2
                 for (int kk = 0; kk < CC / 16; kk++) {
-                    float R[1][2][4];
-                    acc_zero(R);
-                    warp_mma_ldm<CT, 1, 2, false, true>::run(R, Au, RP + 8, Bu, GP, 16 * q, 16 * kk, RP);
+                    float R[2][4] = {};
+#pragma unroll
+                    for (int ks = 0; ks < KS; ks++) {
+                        unsigned qq[4];
+                        ldm4<true>(qq, ldm_b_addr<CT, true>(Bu, GP, 16 * kk, 16 * ks, lane));
+                        const unsigned b0[2] = {qq[0], qq[1]}, b1[2] = {qq[2], qq[3]};
+                        mma16816<CT>(R[0], au[ks], b0);
+                        mma16816<CT>(R[1], au[ks], b1);
+                    }
                     unsigned gq[4];
                     gamma_block<CT>(gq, Gs, 16 * q, 16 * kk, lane);
                     if (do_sig) { /* Σ Γ·m·s'q_o·R_1·R_2 over the tile, once (term-1 warps) */
@@ -173,7 +199,7 @@ __global__ __launch_bounds__(NT, 1) void k_loha_grad_onepass(lk_loha_args a, int
                             for (int e = 0; e < 4; e++) {
                                 const unsigned u = gq[2 * ni + (e >> 1)];
                                 const float gam = mf * ((e & 1) ? hi_f(u, bf) : lo_f(u, bf));
-                                gs += (double)gam * ((double)((e >> 1) ? c_hi : c_lo) * (double)R1[0][ni][e] * (double)R[0][ni][e]);
+                                gs += (double)gam * ((double)((e >> 1) ? c_hi : c_lo) * (double)R1[0][ni][e] * (double)R[ni][e]);
                             }
                     }
                     /* G_Rt parts as A fragments: a0 = (row g, k 0–7), a1 = (g+8, 0–7), a2 = (g, 8–15), a3 = (g+8, 8–15) */
@@ -184,10 +210,7 @@ __global__ __launch_bounds__(NT, 1) void k_loha_grad_onepass(lk_loha_args a, int
                         for (int h = 0; h < 2; h++) {
                             const unsigned u = gq[2 * ni + h];
                             const float kr = h ? k_hi : k_lo;
-                            unsigned pr[NP];
-                            split_pair<CT, NP>(pr, lo_f(u, bf) * kr * R[0][ni][2 * h], hi_f(u, bf) * kr * R[0][ni][2 * h + 1]);
-#pragma unroll
-                            for (int p = 0; p < NP; p++) af[2 * ni + h][p] = pr[p];
+                            split_pair<CT, NP>(af[2 * ni + h], lo_f(u, bf) * kr * R[ni][2 * h], hi_f(u, bf) * kr * R[ni][2 * h + 1]);
                         }
                     unsigned bfr[NIA][2];
 #pragma unroll
@@ -223,11 +246,28 @@ __global__ __launch_bounds__(NT, 1) void k_loha_grad_onepass(lk_loha_args a, int
             }
 
             /* ∂B̄ phase: columns 32q … 32q + 31 of the chunk, 16 rows a step */
+            unsigned bu[KS][4][2]; /* B̄_u columns of the warp, every rank step */
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int nj = 0; nj < 2; nj++) {
+                    unsigned qq[4];
+                    ldm4<true>(qq, ldm_b_addr<CT, true>(Bu, GP, 32 * q + 16 * nj, 16 * ks, lane));
+                    bu[ks][2 * nj][0] = qq[0];
+                    bu[ks][2 * nj][1] = qq[1];
+                    bu[ks][2 * nj + 1][0] = qq[2];
+                    bu[ks][2 * nj + 1][1] = qq[3];
+                }
 #pragma unroll 1
             for (int mm = 0; mm < CR / 16; mm++) {
-                float R[1][4][4];
-                acc_zero(R);
-                warp_mma_ldm<CT, 1, 4, false, true>::run(R, Au, RP + 8, Bu, GP, 16 * mm, 32 * q, RP);
+                float R[4][4] = {};
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    unsigned am[4];
+                    ldm4<false>(am, ldm_a_addr<CT, false>(Au, RP + 8, 16 * mm, 16 * ks, lane));
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) mma16816<CT>(R[ni], am, bu[ks][ni]);
+                }
                 unsigned gq[2][4];
                 gamma_block<CT>(gq[0], Gs, 16 * mm, 32 * q, lane);
                 gamma_block<CT>(gq[1], Gs, 16 * mm, 32 * q + 16, lane);
@@ -241,7 +281,7 @@ __global__ __launch_bounds__(NT, 1) void k_loha_grad_onepass(lk_loha_args a, int
                         const unsigned u = gq[ni >> 1][2 * (ni & 1) + h];
                         const float kr = h ? k_hi : k_lo;
                         unsigned pr[NP];
-                        split_pair<CT, NP>(pr, lo_f(u, bf) * kr * R[0][ni][2 * h], hi_f(u, bf) * kr * R[0][ni][2 * h + 1]);
+                        split_pair<CT, NP>(pr, lo_f(u, bf) * kr * R[ni][2 * h], hi_f(u, bf) * kr * R[ni][2 * h + 1]);
 #pragma unroll
                         for (int p = 0; p < NP; p++) bq[ni][h][p] = movtrans(pr[p]);
                     }
@@ -322,15 +362,15 @@ extern "C" int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev
         return 0;
     if (a->G.rows != L.O || a->G.cols != L.IK || L.B1.cols != L.IK || L.B2.cols != L.IK) return 0;
     p->rp = (L.r1 > L.r2 ? L.r1 : L.r2) <= 16 ? 16 : 32;
-    const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE;
-    int S = dev->smem_optin / stage;
-    if (S > 4) S = 4;
+    const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE, occ = lg_occ((int)p->rp);
+    int S = (occ == 2 ? (dev->smem_optin - 2048) / 2 : dev->smem_optin) / stage; /* two blocks: one SM's shared memory halved */
+    if (S > (occ == 2 ? 3 : 4)) S = occ == 2 ? 3 : 4;
     S = lg_env("LYCO_CUDA_LOHA_MB1_S", S);
     if (S < 2 || S > 6 || S * stage > dev->smem_optin) return 0;
     p->nc = lg_env("LYCO_CUDA_LOHA_MB1_NC", L.IK > CC ? 2 : 1) == 1 ? 1 : 2;
     p->x = cdiv(L.IK, p->nc * CC);
     const i64 nst = cdiv(L.O, CR);
-    i64 rows_per = dev->sms / p->x; /* about one block per SM: each more row region adds r·N partials */
+    i64 rows_per = occ * dev->sms / p->x; /* about one wave: each more row region adds r·N partials */
     if (rows_per < 1) rows_per = 1;
     int NS = lg_env("LYCO_CUDA_LOHA_MB1_NS", (int)cdiv(nst, rows_per));
     if (NS < 1) NS = 1;

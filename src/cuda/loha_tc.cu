@@ -205,29 +205,49 @@ __global__ __launch_bounds__(NT) void k_loha_tc_grad(lk_loha_args a, i64 o0, flo
     }
 }
 
-/* out (R × C view) = RN(Σ_z part[z][R][C]), z in order (fp64 sums) */
-__global__ __launch_bounds__(NT) void k_tc_sum(const float *part, i64 nz, i64 R, i64 C, lk_view out) {
-    const i64 n = R * C;
-    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < n; i += (i64)gridDim.x * NT) {
+/* The gradients from their partials, one launch for every set: out_j (R_j × C_j view) =
+   RN(Σ_z part_j[z][R_j][C_j]), z in order (fp64 sums); and ∂L/∂σs = RN(Σ sigpart in order). */
+struct tc_sum_job {
+    const float *part;
+    i64 nz, R, C;
+    lk_view out;
+};
+struct tc_sum_jobs {
+    tc_sum_job j[4];
+    int n;
+    const double *sig;
+    i64 nsig;
+    lk_view gsig;
+};
+
+__global__ __launch_bounds__(NT) void k_tc_sum(tc_sum_jobs J) {
+    i64 total = 0;
+    for (int q = 0; q < J.n; q++) total += J.j[q].R * J.j[q].C;
+    for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
+        int q = 0;
+        i64 k = i;
+        while (k >= J.j[q].R * J.j[q].C) k -= J.j[q].R * J.j[q].C, q++;
+        const tc_sum_job &b = J.j[q];
+        const i64 n = b.R * b.C;
         double s = 0.0;
-        for (i64 z = 0; z < nz; z++) s += part[z * n + i];
-        vstore(out, i / C, i % C, (float)s);
+        for (i64 z = 0; z < b.nz; z++) s += b.part[z * n + k];
+        vstore(b.out, k / b.C, k % b.C, (float)s);
+    }
+    if (J.sig && blockIdx.x == 0 && threadIdx.x == 0) {
+        double s = 0.0;
+        for (i64 i = 0; i < J.nsig; i++) s += J.sig[i];
+        vstore(J.gsig, 0, 0, (float)s);
     }
 }
 
-__global__ void k_tc_sigma(const double *part, i64 n, lk_view out) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    double s = 0.0;
-    for (i64 i = 0; i < n; i++) s += part[i];
-    vstore(out, 0, 0, (float)s);
-}
-
-int tc_sum_launch(const float *part, i64 nz, i64 R, i64 C, const lk_view &out, cudaStream_t s) {
-    const i64 n = R * C;
-    if (n == 0) return LYCO_OK;
+int tc_sum_launch(const tc_sum_jobs &J, cudaStream_t s) {
+    i64 n = 0;
+    for (int q = 0; q < J.n; q++) n += J.j[q].R * J.j[q].C;
+    if (n == 0 && !J.sig) return LYCO_OK;
     i64 blocks = cdiv(n, NT);
     if (blocks > 4096) blocks = 4096;
-    k_tc_sum<<<(unsigned)blocks, NT, 0, s>>>(part, nz, R, C, out);
+    if (blocks < 1) blocks = 1;
+    k_tc_sum<<<(unsigned)blocks, NT, 0, s>>>(J);
     LK_LAUNCHED("loha tc_sum");
     return LYCO_OK;
 }
@@ -421,19 +441,19 @@ static int tc_grads(const lk_loha_args *a, bool byp, const lk_device *dev, cudaS
             rc = tc_grad_any(&c, true, o0, n, p, sigpart, s);
         }
     }
-    if (rc == LYCO_OK && p[0]) rc = tc_sum_launch(p[0], zA, L.O, L.r1, a->gA1, s);
-    if (rc == LYCO_OK && p[1]) rc = tc_sum_launch(p[1], zA, L.O, L.r2, a->gA2, s);
-    if (rc == LYCO_OK && p[2]) rc = tc_sum_launch(p[2], zB, L.r1, L.IK, a->gB1, s);
-    if (rc == LYCO_OK && p[3]) rc = tc_sum_launch(p[3], zB, L.r2, L.IK, a->gB2, s);
-    if (rc == LYCO_OK && a->gsigma.p) {
-        if (want_sig) {
-            k_tc_sigma<<<1, 32, 0, s>>>(sigpart, nsig, a->gsigma);
-            cudaError_t e = cudaGetLastError();
-            if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of loha tc_sigma failed: %s", cudaGetErrorString(e));
-        } else {
-            rc = lk_copy_round(&a->gsigma, NULL, L.ct, s);
-        }
+    tc_sum_jobs J;
+    memset(&J, 0, sizeof J);
+    const tc_sum_job jobs[4] = {{p[0], zA, L.O, L.r1, a->gA1}, {p[1], zA, L.O, L.r2, a->gA2}, {p[2], zB, L.r1, L.IK, a->gB1},
+                                {p[3], zB, L.r2, L.IK, a->gB2}};
+    for (int q = 0; q < 4; q++)
+        if (jobs[q].part) J.j[J.n++] = jobs[q];
+    if (want_sig) {
+        J.sig = sigpart;
+        J.nsig = nsig;
+        J.gsig = a->gsigma;
     }
+    if (rc == LYCO_OK) rc = tc_sum_launch(J, s);
+    if (rc == LYCO_OK && a->gsigma.p && !want_sig) rc = lk_copy_round(&a->gsigma, NULL, L.ct, s);
     const int rf = lk_scratch_free(ws, s);
     return rc ? rc : rf;
 }
