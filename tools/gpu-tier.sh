@@ -147,6 +147,19 @@ say "pinned-seed regressions"
 "$LYCO" check --backend cuda --algo loha --dir merge_bwd --dtypes fp32 --require-fused --seed 20261204 >"$OUT/regress-loha.txt" 2>&1 \
     || fail "regression: loha merge_bwd fp32 at seed 20261204 (see regress-loha.txt)"
 tail -n 1 "$OUT/regress-loha.txt" | tee -a "$LOG"
+# LoHa's FFMA merge backward summed each G_Ā_t / G_B̄_t element in one fp32 chain over I·K (or O):
+# the full tier's 320-channel Tucker conv case (I·K = 2 880) at 100–122 ULP on hada_w*_a against a
+# 95.7 budget at this seed (fixed, session 31: 64-long fp32 tiles summed in fp64, loha.cu)
+"$LYCO" check --backend cuda --algo loha --dir merge_bwd --dtypes fp32,fp16+fp32adapter --tier full --require-fused --seed 313 \
+    >"$OUT/regress-loha-tucker.txt" 2>&1 || fail "regression: loha merge_bwd full tier at seed 313 (see regress-loha-tucker.txt)"
+tail -n 1 "$OUT/regress-loha-tucker.txt" | tee -a "$LOG"
+# LoHa's one-pass merge backward (loha_grad_onepass.cu) with several strips per region, one chunk
+# column, two stages; and the per-tile kernel it replaces (LYCO_CUDA_LOHA_MB1=0)
+for v in LYCO_CUDA_LOHA_MB1_NS=3 LYCO_CUDA_LOHA_MB1_NC=1 LYCO_CUDA_LOHA_MB1_S=2 LYCO_CUDA_LOHA_MB1=0; do
+    env "$v" "$LYCO" check --backend cuda --algo loha --dir merge_bwd --require-fused --seed "$SEED" >"$OUT/loha-mb1.txt" 2>&1 \
+        || fail "loha merge_bwd with $v (see loha-mb1.txt)"
+    echo "$v: $(tail -n 1 "$OUT/loha-mb1.txt")" | tee -a "$LOG"
+done
 # the ptxas st.u8 miscompile (common.cuh st_elem, tools/sass-lint.sh): k_dx_halo wrote wrong low
 # bytes into unaligned 16-bit dx (locon_conv1d_unaligned_r2/_r4, dylora_conv1d_unaligned_bs2_1of2);
 # then dx through the halo path (default) and through k_dx_tc (LYCO_CUDA_CONV_DXHALO=0)

@@ -1,4 +1,4 @@
-# session 31, call 2: loha_grad_onepass with two parts, hoisted factor fragments, two blocks per SM at rank tile 16, one sum launch:
+# session 31, call 2: loha.cu's FFMA gradient sums tiled (fp64 across tiles); loha_grad_onepass with two parts, hoisted factor fragments, two blocks per SM at rank tile 16, one sum launch:
 # correctness (loha tier, variants, full tier merge_bwd, sanitizers, hashes), bench A/B rounds at r16 and r32, ncu, then the peers (loha_merge, lora_merge)
 {
 echo "commit $(cat build-carry/prebuilt.commit 2>/dev/null)"; nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -7,6 +7,7 @@ for v in "LYCO_CUDA_LOHA_MB1_NS=3" "LYCO_CUDA_LOHA_MB1_NC=1" "LYCO_CUDA_LOHA_MB1
   r=$(env $v timeout 60 $L check --backend cuda --algo loha --dir merge_bwd,bypass_bwd --require-fused --seed 322 2>&1); echo "loha merge_bwd,bypass_bwd $v: $(echo "$r" | tail -1)"; echo "$r" | grep " FAIL " | head -6
 done
 r=$(timeout 100 $L check --backend cuda --algo loha --dir merge_bwd --tier full --require-fused --seed 323 2>&1); echo "full tier loha merge_bwd: $(echo "$r" | tail -1)"; echo "$r" | grep " FAIL " | head -6
+r=$(timeout 100 $L check --backend cuda --algo loha --dir merge_bwd --dtypes fp32,fp16+fp32adapter --tier full --require-fused --seed 313 2>&1); echo "regression (call 1 failed 2 rows): full tier loha merge_bwd fp32,fp16+fp32adapter seed 313: $(echo "$r" | tail -1)"; echo "$r" | grep -E " FAIL |320_tucker" | head -6
 h() { timeout 60 $L check --backend cuda --algo loha --dir merge_bwd --seed 324 --hash 2>&1 | awk '/h=/{print $1,$2,$3,$NF}'; }
 h > $OUT/a.txt; LYCO_CUDA_LOHA_MB1=0 h > $OUT/b.txt; echo "== hashes loha merge_bwd one-pass vs MB1=0 (rows that differ):"; diff $OUT/a.txt $OUT/b.txt | grep "^<" | head -30; wc -l < $OUT/a.txt
 h > $OUT/b.txt; cmp -s $OUT/a.txt $OUT/b.txt && echo "REPEATABLE" || echo "NOT REPEATABLE"
