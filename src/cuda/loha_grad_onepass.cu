@@ -43,6 +43,7 @@
  * regions, Y = ⌈O / (NS·64)⌉ row regions; NS chosen for about one block per SM).
  * Rank tile 16: ≤ 128 registers, 3 stages, two blocks per SM; 32: one block, 4 stages.
  * A/B and tuning: LYCO_CUDA_LOHA_MB1=0 (k_loha_tc_grad), LYCO_CUDA_LOHA_MB1_S (stages 2…6),
+ * LYCO_CUDA_LOHA_MB1_OCC (1 or 2 blocks per SM; 2 at rank tile 32 spills a few registers),
  * LYCO_CUDA_LOHA_MB1_NS (strips per region), LYCO_CUDA_LOHA_MB1_NC (1 or 2).
  */
 #include <stdlib.h>
@@ -113,11 +114,9 @@ __device__ __forceinline__ float hi_f(unsigned u, bool bf) {
     return bf ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
 
-/* blocks per SM the kernel is built for: rank tile 16 fits two (≤ 128 registers, 3 stages each) */
-__host__ __device__ constexpr int lg_occ(int rp) { return rp == 16 ? 2 : 1; }
-
-template <typename CT, int RP, int NC>
-__global__ __launch_bounds__(NT, lg_occ(RP)) void k_loha_grad_onepass(lk_loha_args a, int NS, int S, int want_sig, float *pA1,
+/* OCC: blocks per SM the kernel is built for (registers ≤ 65536 / (OCC·NT)) */
+template <typename CT, int RP, int NC, int OCC>
+__global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, int NS, int S, int want_sig, float *pA1,
                                                              float *pA2, float *pB1, float *pB2, double *sigpart) {
     typedef lg_layout<RP> L;
     const int NP = 2, NIA = RP / 8, MIB = RP / 16, KS = RP / 16;
@@ -336,18 +335,19 @@ int lg_env(const char *name, int dflt) {
     return v && *v ? atoi(v) : dflt;
 }
 
-template <typename CT, int RP, int NC> int lg_launch(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart,
-                                                       cudaStream_t s) {
+template <typename CT, int RP, int NC, int OCC>
+int lg_launch(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart, cudaStream_t s) {
     const int bytes = p->stages * lg_layout<RP>::STAGE;
-    LK_SMEM_OPTIN(bytes, k_loha_grad_onepass<CT, RP, NC>);
-    k_loha_grad_onepass<CT, RP, NC><<<dim3((unsigned)p->x, (unsigned)p->y), NT, bytes, s>>>(
+    LK_SMEM_OPTIN(bytes, k_loha_grad_onepass<CT, RP, NC, OCC>);
+    k_loha_grad_onepass<CT, RP, NC, OCC><<<dim3((unsigned)p->x, (unsigned)p->y), NT, bytes, s>>>(
         *a, p->ns, p->stages, sigpart != NULL, parts[0], parts[1], parts[2], parts[3], sigpart);
     LK_LAUNCHED("loha grad_onepass");
     return LYCO_OK;
 }
 
 template <typename CT, int RP> int lg_nc(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart, cudaStream_t s) {
-    return p->nc == 2 ? lg_launch<CT, RP, 2>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1>(a, p, parts, sigpart, s);
+    if (p->occ == 2) return p->nc == 2 ? lg_launch<CT, RP, 2, 2>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 2>(a, p, parts, sigpart, s);
+    return p->nc == 2 ? lg_launch<CT, RP, 2, 1>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 1>(a, p, parts, sigpart, s);
 }
 
 } // namespace
@@ -362,7 +362,10 @@ extern "C" int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev
         return 0;
     if (a->G.rows != L.O || a->G.cols != L.IK || L.B1.cols != L.IK || L.B2.cols != L.IK) return 0;
     p->rp = (L.r1 > L.r2 ? L.r1 : L.r2) <= 16 ? 16 : 32;
-    const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE, occ = lg_occ((int)p->rp);
+    const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE;
+    /* two blocks per SM at rank tile 16 (≤ 128 registers without spills); 32 needs ~180 */
+    const int occ = lg_env("LYCO_CUDA_LOHA_MB1_OCC", p->rp == 16 ? 2 : 1) == 2 ? 2 : 1;
+    p->occ = occ;
     int S = (occ == 2 ? (dev->smem_optin - 2048) / 2 : dev->smem_optin) / stage; /* two blocks: one SM's shared memory halved */
     if (S > (occ == 2 ? 3 : 4)) S = occ == 2 ? 3 : 4;
     S = lg_env("LYCO_CUDA_LOHA_MB1_S", S);

@@ -230,7 +230,15 @@ __global__ __launch_bounds__(NT) void k_tc_sum(tc_sum_jobs J) {
         const tc_sum_job &b = J.j[q];
         const i64 n = b.R * b.C;
         double s = 0.0;
-        for (i64 z = 0; z < b.nz; z++) s += b.part[z * n + k];
+        i64 z = 0;
+        for (; z + 8 <= b.nz; z += 8) { /* eight loads in flight, then the adds in order (a load at a time: 11 µs at 16 sets, H200) */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = __ldg(b.part + (z + u) * n + k);
+#pragma unroll
+            for (int u = 0; u < 8; u++) s += v[u];
+        }
+        for (; z < b.nz; z++) s += b.part[z * n + k];
         vstore(b.out, k / b.C, k % b.C, (float)s);
     }
     if (J.sig && blockIdx.x == 0 && threadIdx.x == 0) {
