@@ -29,7 +29,10 @@
  *   row tile; k_tc_sum adds the partials in tile order (fp64) and rounds once into each leaf.
  *   G_σs = Σ Γ·ΔW̄ (per-block fp64 partials, summed in order). Replaces loha.cu's FFMA row and
  *   column sweeps (1028 + 1188 µs at 4096², r16, on the H200); extra memory: the partials,
- *   (⌈I·K/128⌉·O + ⌈O/64⌉·I·K)·(r₁ + r₂) floats (48 MB at 4096², r16).
+ *   (⌈I·K/128⌉·O + ⌈O/64⌉·I·K)·(r₁ + r₂) floats (48 MB at 4096², r16). Uniform 16-bit operands
+ *   with 16-byte rows and ranks ≤ 32 take loha_grad_onepass.cu instead (Γ read once, far fewer
+ *   partials; 230 → 80–94 µs for the whole row at 4096², r16 on the H200, session 31); both feed
+ *   one k_tc_sum launch for every partial set and σs.
  * Applies when: compute dtype bf16/fp16, not Tucker (its B̄_t = P_t is an fp32 intermediate
  *   kept exact), ranks ≤ 128, 16-bit output (merge), linear layer (bypass), not
  *   LYCO_CUDA_LOHA_LEGACY=1 or LYCO_CUDA_LOHA_NO_TC=1 (A/B). Everything else keeps loha.cu /
