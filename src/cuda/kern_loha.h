@@ -97,7 +97,7 @@ int lk_loha_tc_bypass_bwd(const lk_loha_args *a, const lk_device *dev, void *str
    y row regions of partials (part_A_t: x·O·r_t floats, part_B_t: y·r_t·IK, σs: x·y doubles);
    launch writes them (parts: ∂Ā_1, ∂Ā_2, ∂B̄_1, ∂B̄_2, NULL = not wanted; sigpart NULL = no σs). */
 typedef struct {
-    int32_t on, rp, nc, ns, stages, occ;
+    int32_t on, rp, nc, ns, stages, occ, sh;
     int64_t x, y;
 } lk_loha_mb1_plan;
 int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev, lk_loha_mb1_plan *p);

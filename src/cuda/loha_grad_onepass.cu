@@ -114,8 +114,11 @@ __device__ __forceinline__ float hi_f(unsigned u, bool bf) {
     return bf ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
 
-/* OCC: blocks per SM the kernel is built for (registers ≤ 65536 / (OCC·NT)) */
-template <typename CT, int RP, int NC, int OCC>
+/* OCC: blocks per SM the kernel is built for (registers ≤ 65536 / (OCC·NT)). SH: the ∂Ā phase
+   also stores its G_Rt parts (both terms, PARTS bytes after the stages) and the ∂B̄ phase reads
+   them by ldmatrix.trans instead of forming them again (one more barrier per chunk). */
+const int PARTS = 2 * 2 * CR * GP * 2; /* [term][part][64][136] CT */
+template <typename CT, int RP, int NC, int OCC, bool SH>
 __global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, int NS, int S, int want_sig, float *pA1,
                                                              float *pA2, float *pB1, float *pB2, double *sigpart) {
     typedef lg_layout<RP> L;
@@ -137,6 +140,7 @@ __global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, i
     const int offAt = t ? L::A2 : L::A1, offBt = t ? L::B2 : L::B1;
     const int offAu = t ? L::A1 : L::A2, offBu = t ? L::B1 : L::B2;
 
+    CT *const Ps = (CT *)(dsm + S * L::STAGE); /* SH: the G_Rt parts */
     float accA[1][NIA][4];
     float accB[NC][MIB][4][4];
     acc_zero(accA);
@@ -210,6 +214,11 @@ __global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, i
                             const unsigned u = gq[2 * ni + h];
                             const float kr = h ? k_hi : k_lo;
                             split_pair<CT, NP>(af[2 * ni + h], lo_f(u, bf) * kr * R[ni][2 * h], hi_f(u, bf) * kr * R[ni][2 * h + 1]);
+                            if (SH) {
+                                const int idx = (16 * q + g + 8 * h) * GP + 16 * kk + 8 * ni + 2 * (lane & 3);
+#pragma unroll
+                                for (int p = 0; p < NP; p++) *(unsigned *)(Ps + (t * NP + p) * CR * GP + idx) = af[2 * ni + h][p];
+                            }
                         }
                     unsigned bfr[NIA][2];
 #pragma unroll
@@ -245,6 +254,32 @@ __global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, i
             }
 
             /* ∂B̄ phase: columns 32q … 32q + 31 of the chunk, 16 rows a step */
+            if (SH) { /* the parts of both terms from shared memory (B fragments, k = rows) */
+                __syncthreads();
+#pragma unroll 1
+                for (int mm = 0; mm < CR / 16; mm++) {
+                    unsigned afr[MIB][4];
+#pragma unroll
+                    for (int mi = 0; mi < MIB; mi++) ldm4<true>(afr[mi], ldm_a_addr<CT, true>(At, RP + 8, 16 * mi, 16 * mm, lane));
+#pragma unroll
+                    for (int cc = 0; cc < NC; cc++)
+                        if (cc == c) {
+#pragma unroll
+                            for (int p = NP - 1; p >= 0; p--)
+#pragma unroll
+                                for (int nj = 0; nj < 2; nj++) {
+                                    unsigned qq[4];
+                                    ldm4<true>(qq, ldm_b_addr<CT, true>(Ps + (t * NP + p) * CR * GP, GP, 32 * q + 16 * nj, 16 * mm, lane));
+                                    const unsigned b0[2] = {qq[0], qq[1]}, b1[2] = {qq[2], qq[3]};
+#pragma unroll
+                                    for (int mi = 0; mi < MIB; mi++) {
+                                        mma16816<CT>(accB[cc][mi][2 * nj], afr[mi], b0);
+                                        mma16816<CT>(accB[cc][mi][2 * nj + 1], afr[mi], b1);
+                                    }
+                                }
+                        }
+                }
+            } else {
             unsigned bu[KS][4][2]; /* B̄_u columns of the warp, every rank step */
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
@@ -301,6 +336,7 @@ __global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, i
                                 }
                     }
             }
+            }
         });
 
     float *pB = t ? pB2 : pB1;
@@ -335,19 +371,20 @@ int lg_env(const char *name, int dflt) {
     return v && *v ? atoi(v) : dflt;
 }
 
-template <typename CT, int RP, int NC, int OCC>
+template <typename CT, int RP, int NC, int OCC, bool SH>
 int lg_launch(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart, cudaStream_t s) {
-    const int bytes = p->stages * lg_layout<RP>::STAGE;
-    LK_SMEM_OPTIN(bytes, k_loha_grad_onepass<CT, RP, NC, OCC>);
-    k_loha_grad_onepass<CT, RP, NC, OCC><<<dim3((unsigned)p->x, (unsigned)p->y), NT, bytes, s>>>(
+    const int bytes = p->stages * lg_layout<RP>::STAGE + (SH ? PARTS : 0);
+    LK_SMEM_OPTIN(bytes, k_loha_grad_onepass<CT, RP, NC, OCC, SH>);
+    k_loha_grad_onepass<CT, RP, NC, OCC, SH><<<dim3((unsigned)p->x, (unsigned)p->y), NT, bytes, s>>>(
         *a, p->ns, p->stages, sigpart != NULL, parts[0], parts[1], parts[2], parts[3], sigpart);
     LK_LAUNCHED("loha grad_onepass");
     return LYCO_OK;
 }
 
 template <typename CT, int RP> int lg_nc(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart, cudaStream_t s) {
-    if (p->occ == 2) return p->nc == 2 ? lg_launch<CT, RP, 2, 2>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 2>(a, p, parts, sigpart, s);
-    return p->nc == 2 ? lg_launch<CT, RP, 2, 1>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 1>(a, p, parts, sigpart, s);
+    if (p->occ == 2) return p->nc == 2 ? lg_launch<CT, RP, 2, 2, false>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 2, false>(a, p, parts, sigpart, s);
+    if (p->sh) return p->nc == 2 ? lg_launch<CT, RP, 2, 1, true>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 1, true>(a, p, parts, sigpart, s);
+    return p->nc == 2 ? lg_launch<CT, RP, 2, 1, false>(a, p, parts, sigpart, s) : lg_launch<CT, RP, 1, 1, false>(a, p, parts, sigpart, s);
 }
 
 } // namespace
@@ -364,12 +401,14 @@ extern "C" int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev
     p->rp = (L.r1 > L.r2 ? L.r1 : L.r2) <= 16 ? 16 : 32;
     const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE;
     /* two blocks per SM at rank tile 16 (≤ 128 registers without spills); 32 needs ~180 */
-    const int occ = lg_env("LYCO_CUDA_LOHA_MB1_OCC", p->rp == 16 ? 2 : 1) == 2 ? 2 : 1;
+    p->sh = lg_env("LYCO_CUDA_LOHA_MB1_SH", 0) == 1;
+    const int occ = p->sh ? 1 : lg_env("LYCO_CUDA_LOHA_MB1_OCC", p->rp == 16 ? 2 : 1) == 2 ? 2 : 1;
     p->occ = occ;
-    int S = (occ == 2 ? (dev->smem_optin - 2048) / 2 : dev->smem_optin) / stage; /* two blocks: one SM's shared memory halved */
+    const int room = occ == 2 ? (dev->smem_optin - 2048) / 2 : dev->smem_optin - (p->sh ? PARTS : 0); /* two blocks: one SM's shared memory halved */
+    int S = room / stage;
     if (S > (occ == 2 ? 3 : 4)) S = occ == 2 ? 3 : 4;
     S = lg_env("LYCO_CUDA_LOHA_MB1_S", S);
-    if (S < 2 || S > 6 || S * stage > dev->smem_optin) return 0;
+    if (S < 2 || S > 6 || S * stage > room) return 0;
     p->nc = lg_env("LYCO_CUDA_LOHA_MB1_NC", L.IK > CC ? 2 : 1) == 1 ? 1 : 2;
     p->x = cdiv(L.IK, p->nc * CC);
     const i64 nst = cdiv(L.O, CR);
