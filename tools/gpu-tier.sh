@@ -154,8 +154,9 @@ tail -n 1 "$OUT/regress-loha.txt" | tee -a "$LOG"
     >"$OUT/regress-loha-tucker.txt" 2>&1 || fail "regression: loha merge_bwd full tier at seed 313 (see regress-loha-tucker.txt)"
 tail -n 1 "$OUT/regress-loha-tucker.txt" | tee -a "$LOG"
 # LoHa's one-pass merge backward (loha_grad_onepass.cu) with several strips per region, one chunk
-# column, two stages; and the per-tile kernel it replaces (LYCO_CUDA_LOHA_MB1=0)
-for v in LYCO_CUDA_LOHA_MB1_NS=3 LYCO_CUDA_LOHA_MB1_NC=1 LYCO_CUDA_LOHA_MB1_S=2 LYCO_CUDA_LOHA_MB1=0; do
+# column, two stages, its parts formed twice instead of shared (SH=0); and the per-tile kernel it
+# replaces (LYCO_CUDA_LOHA_MB1=0)
+for v in LYCO_CUDA_LOHA_MB1_NS=3 LYCO_CUDA_LOHA_MB1_NC=1 LYCO_CUDA_LOHA_MB1_S=2 LYCO_CUDA_LOHA_MB1_SH=0 LYCO_CUDA_LOHA_MB1=0; do
     env "$v" "$LYCO" check --backend cuda --algo loha --dir merge_bwd --require-fused --seed "$SEED" >"$OUT/loha-mb1.txt" 2>&1 \
         || fail "loha merge_bwd with $v (see loha-mb1.txt)"
     echo "$v: $(tail -n 1 "$OUT/loha-mb1.txt")" | tee -a "$LOG"

@@ -41,9 +41,17 @@
  * Nothing goes through shared memory but the staged operands; sums in a fixed order, no atomics:
  * deterministic. Partials: X·O·r_t + Y·r_t·N floats per term (X = ⌈N / (NC·128)⌉ column
  * regions, Y = ⌈O / (NS·64)⌉ row regions; NS chosen for about one block per SM).
- * Rank tile 16: ≤ 128 registers, 3 stages, two blocks per SM; 32: one block, 4 stages.
- * A/B and tuning: LYCO_CUDA_LOHA_MB1=0 (k_loha_tc_grad), LYCO_CUDA_LOHA_MB1_S (stages 2…6),
- * LYCO_CUDA_LOHA_MB1_OCC (1 or 2 blocks per SM; 2 at rank tile 32 spills a few registers),
+ * Shared parts (default, LYCO_CUDA_LOHA_MB1_SH=1): the ∂Ā phase also stores each term's two
+ * parts (2 × 64 × 136 CT per term, 70 KB) and, after one more barrier, the ∂B̄ phase reads them by
+ * ldmatrix.trans instead of forming R_u, Γs and the parts again and transposing them by
+ * movmatrix (the description above is SH=0's). One block per SM (stages + parts), 4 stages at
+ * rank tile 16, 3 at 32. Bitwise the same results as SH=0 (the same values, the same order).
+ * H200, bf16 (session 31): 4096² r16 row 85–101 µs against 102–110 with SH=0 (two blocks per SM),
+ * the kernel 53.8 vs 54.3 µs plus fewer partials; LoHa merge 4096² r32 forward + backward 116.6
+ * vs 127.5 µs (LyCORIS's Triton kernels 115.5). SH=0: rank tile 16 at ≤ 128 registers, 3 stages,
+ * two blocks per SM; 32: one block, 4 stages.
+ * A/B and tuning: LYCO_CUDA_LOHA_MB1=0 (k_loha_tc_grad), LYCO_CUDA_LOHA_MB1_SH=0, _S (stages 2…6),
+ * LYCO_CUDA_LOHA_MB1_OCC (SH=0: 1 or 2 blocks per SM; 2 at rank tile 32 spills a few registers),
  * LYCO_CUDA_LOHA_MB1_NS (strips per region), LYCO_CUDA_LOHA_MB1_NC (1 or 2).
  */
 #include <stdlib.h>
@@ -401,7 +409,7 @@ extern "C" int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev
     p->rp = (L.r1 > L.r2 ? L.r1 : L.r2) <= 16 ? 16 : 32;
     const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE;
     /* two blocks per SM at rank tile 16 (≤ 128 registers without spills); 32 needs ~180 */
-    p->sh = lg_env("LYCO_CUDA_LOHA_MB1_SH", 0) == 1;
+    p->sh = lg_env("LYCO_CUDA_LOHA_MB1_SH", 1) == 1; /* measured faster at ranks 16 and 32 (session 31) */
     const int occ = p->sh ? 1 : lg_env("LYCO_CUDA_LOHA_MB1_OCC", p->rp == 16 ? 2 : 1) == 2 ? 2 : 1;
     p->occ = occ;
     const int room = occ == 2 ? (dev->smem_optin - 2048) / 2 : dev->smem_optin - (p->sh ? PARTS : 0); /* two blocks: one SM's shared memory halved */
