@@ -26,6 +26,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda/kern.h"
 
@@ -420,6 +421,12 @@ __device__ __forceinline__ void lean_pipeline(char *dsm, int stage_bytes, int S,
         use((const char *)dsm + (s % S) * stage_bytes, s);
     }
     cp_wait(0);
+}
+
+/* An integer tuning / A/B knob from the environment: its value, or dflt when unset or empty. */
+static inline int lk_env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
 }
 
 /* Whether a view serves the lean kernels as is: present, in dtype ct, row-major with 16-byte rows. */

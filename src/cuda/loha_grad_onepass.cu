@@ -83,27 +83,34 @@ __device__ __forceinline__ unsigned movtrans(unsigned v) {
     return d;
 }
 
+/* the low / high CT value of a packed pair, as fp32 (bf: bf16, else fp16) */
+__device__ __forceinline__ float lo_f(unsigned u, bool bf) {
+    return bf ? __uint_as_float(u << 16) : __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+}
+__device__ __forceinline__ float hi_f(unsigned u, bool bf) {
+    return bf ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+
+/* two fp32 values rounded to CT (RN), packed (lo = first) */
+template <typename CT> __device__ __forceinline__ unsigned pack2_rn(float v0, float v1) {
+    if (ct_of<CT>::dt == DT_BF16) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+        return *(const unsigned *)&h;
+    }
+    const __half2 h = __floats2half2_rn(v0, v1);
+    return *(const unsigned *)&h;
+}
+
 /* Two fp32 values as NP parts of CT, packed pairs (lo = first): hi = RN(v), then RN(v − hi), …;
    each difference is exact in fp32 (store_parts' split, two values per conversion). */
 template <typename CT, int NP> __device__ __forceinline__ void split_pair(unsigned (&out)[NP], float v0, float v1) {
+    const bool bf = ct_of<CT>::dt == DT_BF16;
 #pragma unroll
     for (int p = 0; p < NP; p++) {
-        if (ct_of<CT>::dt == DT_BF16) {
-            const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
-            out[p] = *(const unsigned *)&h;
-            if (p + 1 < NP) {
-                const float2 f = __bfloat1622float2(h);
-                v0 -= f.x;
-                v1 -= f.y;
-            }
-        } else {
-            const __half2 h = __floats2half2_rn(v0, v1);
-            out[p] = *(const unsigned *)&h;
-            if (p + 1 < NP) {
-                const float2 f = __half22float2(h);
-                v0 -= f.x;
-                v1 -= f.y;
-            }
+        out[p] = pack2_rn<CT>(v0, v1);
+        if (p + 1 < NP) {
+            v0 -= lo_f(out[p], bf);
+            v1 -= hi_f(out[p], bf);
         }
     }
 }
@@ -113,13 +120,6 @@ template <typename CT, int NP> __device__ __forceinline__ void split_pair(unsign
 template <typename CT>
 __device__ __forceinline__ void gamma_block(unsigned (&g)[4], const CT *Gs, int m, int k0, int lane) {
     ldm4<false>(g, ldm_a_addr<CT, false>(Gs, GP, m, k0, lane));
-}
-
-__device__ __forceinline__ float lo_f(unsigned u, bool bf) {
-    return bf ? __uint_as_float(u << 16) : __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-}
-__device__ __forceinline__ float hi_f(unsigned u, bool bf) {
-    return bf ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
 
 /* OCC: blocks per SM the kernel is built for (registers ≤ 65536 / (OCC·NT)). SH: the ∂Ā phase
@@ -374,11 +374,6 @@ __global__ __launch_bounds__(NT, OCC) void k_loha_grad_onepass(lk_loha_args a, i
     }
 }
 
-int lg_env(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
-
 template <typename CT, int RP, int NC, int OCC, bool SH>
 int lg_launch(const lk_loha_args *a, const lk_loha_mb1_plan *p, float *const *parts, double *sigpart, cudaStream_t s) {
     const int bytes = p->stages * lg_layout<RP>::STAGE + (SH ? PARTS : 0);
@@ -400,7 +395,7 @@ template <typename CT, int RP> int lg_nc(const lk_loha_args *a, const lk_loha_mb
 extern "C" int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev, lk_loha_mb1_plan *p) {
     const lk_loha &L = a->L;
     p->on = 0;
-    if (lg_env("LYCO_CUDA_LOHA_MB1", 1) == 0 || (L.ct != DT_BF16 && L.ct != DT_F16) || L.tucker || a->dora.on) return 0;
+    if (lk_env_int("LYCO_CUDA_LOHA_MB1", 1) == 0 || (L.ct != DT_BF16 && L.ct != DT_F16) || L.tucker || a->dora.on) return 0;
     if (L.r1 < 1 || L.r2 < 1 || L.r1 > 32 || L.r2 > 32 || L.O < 1 || L.IK < 1) return 0;
     if (!lean_view_ok(a->G, L.ct) || !lean_view_ok(L.A1, L.ct) || !lean_view_ok(L.A2, L.ct) || !lean_view_ok(L.B1, L.ct) ||
         !lean_view_ok(L.B2, L.ct))
@@ -409,20 +404,20 @@ extern "C" int lk_loha_mb1_plan_make(const lk_loha_args *a, const lk_device *dev
     p->rp = (L.r1 > L.r2 ? L.r1 : L.r2) <= 16 ? 16 : 32;
     const int stage = p->rp == 16 ? lg_layout<16>::STAGE : lg_layout<32>::STAGE;
     /* two blocks per SM at rank tile 16 (≤ 128 registers without spills); 32 needs ~180 */
-    p->sh = lg_env("LYCO_CUDA_LOHA_MB1_SH", 1) == 1; /* measured faster at ranks 16 and 32 (session 31) */
-    const int occ = p->sh ? 1 : lg_env("LYCO_CUDA_LOHA_MB1_OCC", p->rp == 16 ? 2 : 1) == 2 ? 2 : 1;
+    p->sh = lk_env_int("LYCO_CUDA_LOHA_MB1_SH", 1) == 1; /* measured faster at ranks 16 and 32 (session 31) */
+    const int occ = p->sh ? 1 : lk_env_int("LYCO_CUDA_LOHA_MB1_OCC", p->rp == 16 ? 2 : 1) == 2 ? 2 : 1;
     p->occ = occ;
     const int room = occ == 2 ? (dev->smem_optin - 2048) / 2 : dev->smem_optin - (p->sh ? PARTS : 0); /* two blocks: one SM's shared memory halved */
     int S = room / stage;
     if (S > (occ == 2 ? 3 : 4)) S = occ == 2 ? 3 : 4;
-    S = lg_env("LYCO_CUDA_LOHA_MB1_S", S);
+    S = lk_env_int("LYCO_CUDA_LOHA_MB1_S", S);
     if (S < 2 || S > 6 || S * stage > room) return 0;
-    p->nc = lg_env("LYCO_CUDA_LOHA_MB1_NC", L.IK > CC ? 2 : 1) == 1 ? 1 : 2;
+    p->nc = lk_env_int("LYCO_CUDA_LOHA_MB1_NC", L.IK > CC ? 2 : 1) == 1 ? 1 : 2;
     p->x = cdiv(L.IK, p->nc * CC);
     const i64 nst = cdiv(L.O, CR);
     i64 rows_per = occ * dev->sms / p->x; /* about one wave: each more row region adds r·N partials */
     if (rows_per < 1) rows_per = 1;
-    int NS = lg_env("LYCO_CUDA_LOHA_MB1_NS", (int)cdiv(nst, rows_per));
+    int NS = lk_env_int("LYCO_CUDA_LOHA_MB1_NS", (int)cdiv(nst, rows_per));
     if (NS < 1) NS = 1;
     p->ns = NS;
     p->y = cdiv(nst, NS);

@@ -121,11 +121,6 @@ __global__ __launch_bounds__(NT) void k_merge_bwd_onepass(lk_view G, lk_view U, 
                 }
 }
 
-int mb1_env(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
-
 template <typename CT, int RP, int NC>
 int mb1_launch(const lk_view *G, const lk_view *U, const lk_view *D, i64 O, i64 N, float **pu, int64_t *zu, float **pd,
                int64_t *zd, const lk_device *dev, cudaStream_t s, int *done) {
@@ -133,13 +128,13 @@ int mb1_launch(const lk_view *G, const lk_view *U, const lk_view *D, i64 O, i64 
     /* 4 stages (3 chunks in flight); 8 measured the same (session 30), with twice the shared memory */
     int S = (dev->smem_optin - L::DRES) / L::STAGE;
     if (S > 4) S = 4;
-    S = mb1_env("LYCO_CUDA_MB1_S", S);
+    S = lk_env_int("LYCO_CUDA_MB1_S", S);
     if (S < 2 || S > 8 || L::DRES + S * L::STAGE > dev->smem_optin) return LYCO_OK;
     /* about one block per SM: each more row region adds N·RP partials */
     const i64 ncr = cdiv(N, NC * CC), nst = cdiv(O, CR);
     i64 rows_per = dev->sms / ncr;
     if (rows_per < 1) rows_per = 1;
-    int NS = mb1_env("LYCO_CUDA_MB1_NS", (int)cdiv(nst, rows_per));
+    int NS = lk_env_int("LYCO_CUDA_MB1_NS", (int)cdiv(nst, rows_per));
     if (NS < 1) NS = 1;
     const i64 nrr = cdiv(nst, NS);
     if (ncr > 2147483647LL || nrr > 65535) return LYCO_OK;
@@ -159,7 +154,7 @@ int mb1_launch(const lk_view *G, const lk_view *U, const lk_view *D, i64 O, i64 
 template <typename CT, int RP>
 int mb1_nc(const lk_view *G, const lk_view *U, const lk_view *D, i64 O, i64 N, float **pu, int64_t *zu, float **pd,
            int64_t *zd, const lk_device *dev, cudaStream_t s, int *done) {
-    const int nc = mb1_env("LYCO_CUDA_MB1_NC", N >= 2048 ? 4 : 2);
+    const int nc = lk_env_int("LYCO_CUDA_MB1_NC", N >= 2048 ? 4 : 2);
     return nc == 4 ? mb1_launch<CT, RP, 4>(G, U, D, O, N, pu, zu, pd, zd, dev, s, done)
                    : mb1_launch<CT, RP, 2>(G, U, D, O, N, pu, zu, pd, zd, dev, s, done);
 }
@@ -171,7 +166,7 @@ extern "C" int lk_merge_bwd_onepass(int32_t ct, const lk_view *G, const lk_view 
                                     const lk_device *dev, void *stream, int *done) {
     *done = 0;
     *part_up = *part_dn = NULL;
-    if (mb1_env("LYCO_CUDA_MB1", 1) == 0 || (ct != DT_BF16 && ct != DT_F16) || r < 1 || r > 32 || O < 1 || N < 1) return LYCO_OK;
+    if (lk_env_int("LYCO_CUDA_MB1", 1) == 0 || (ct != DT_BF16 && ct != DT_F16) || r < 1 || r > 32 || O < 1 || N < 1) return LYCO_OK;
     if (!lean_view_ok(*G, ct) || !lean_view_ok(*U, ct) || !lean_view_ok(*D, ct)) return LYCO_OK;
     if (G->rows != O || G->cols != N || U->rows != O || U->cols != r || D->rows != r || D->cols != N) return LYCO_OK;
     cudaStream_t s = (cudaStream_t)stream;

@@ -767,11 +767,6 @@ __global__ __launch_bounds__(DC_NT) void k_doft_fwd_cols(doft_k P, int passes, i
     }
 }
 
-static int doft_env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
-
 template <int B, int NJ> static int doft_fwd_cols_nj(const doft_k *P, const lk_device *dev, cudaStream_t st) {
     const int pair = NJ == 2 && col_pair_ok(P->a.X) && col_pair_ok(P->a.Y);
     const i64 passes = doft_col_passes(cdiv(P->a.ncol, NJ), P->a.nb, dev ? dev->sms : 0);
@@ -1005,7 +1000,7 @@ template <int B> __global__ __launch_bounds__(NT, 3) void k_doft_fwd_tc(doft_k P
    aligned rows, not turned off. */
 static bool doft_tc_ok(const lk_oft_args *a) {
     return (a->bs == 16 || a->bs == 32) && a->X.dt == DT_BF16 && doft_staged_ok(a->X) && doft_staged_ok(a->Y) &&
-           doft_env_int("LYCO_CUDA_OFT_TC", 1) != 0;
+           lk_env_int("LYCO_CUDA_OFT_TC", 1) != 0;
 }
 
 template <int B> static int doft_fwd_tc_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
@@ -1027,9 +1022,9 @@ template <int B> static int doft_fwd_tc_launch(const doft_k *P, const lk_device 
    LYCO_CUDA_OFT_NJ=1/2 forces the columns per thread (A/B). */
 template <int B> static int doft_fwd_cols_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
     if ((B == 16 || B == 32) && doft_tc_ok(&P->a)) return doft_fwd_tc_launch<(B == 8 ? 16 : B)>(P, dev, st);
-    if (doft_staged_ok(P->a.X) && doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) return doft_fwd_staged_launch<B>(P, dev, st);
+    if (doft_staged_ok(P->a.X) && lk_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) return doft_fwd_staged_launch<B>(P, dev, st);
     const int pair = col_pair_ok(P->a.X) && col_pair_ok(P->a.Y);
-    const int nj = doft_env_int("LYCO_CUDA_OFT_NJ", pair ? 2 : 1);
+    const int nj = lk_env_int("LYCO_CUDA_OFT_NJ", pair ? 2 : 1);
     return nj == 1 ? doft_fwd_cols_nj<B, 1>(P, dev, st) : doft_fwd_cols_nj<B, 2>(P, dev, st);
 }
 
@@ -1498,7 +1493,7 @@ template <int B, int TT> static int doft_fwd_cf_tt(const doft_k *P, const lk_dev
     return LYCO_OK;
 }
 template <int B> static int doft_fwd_cf_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
-    return doft_env_int("LYCO_CUDA_OFT_TT", 2) == 1 ? doft_fwd_cf_tt<B, 2048 / B>(P, dev, st) : doft_fwd_cf_tt<B, 4096 / B>(P, dev, st);
+    return lk_env_int("LYCO_CUDA_OFT_TT", 2) == 1 ? doft_fwd_cf_tt<B, 2048 / B>(P, dev, st) : doft_fwd_cf_tt<B, 4096 / B>(P, dev, st);
 }
 
 /* The channel-fast bypass forward on the tensor cores (bf16 y0, 16-bit y, B 16 or 32; the merge's
@@ -1574,7 +1569,7 @@ template <int B> __global__ __launch_bounds__(NT, 2) void k_doft_fwd_cf_tc(doft_
    16-byte aligned blocks of B channels, not turned off. */
 static bool doft_cf_tc_ok(const lk_oft_args *a) {
     return a->X.dt == DT_BF16 && doft_cf_ok(a->X, (int)a->bs) && doft_cf_ok(a->Y, (int)a->bs) &&
-           doft_env_int("LYCO_CUDA_OFT_TC", 1) != 0;
+           lk_env_int("LYCO_CUDA_OFT_TC", 1) != 0;
 }
 
 template <int B> static int doft_fwd_cf_tc_launch(const doft_k *P, const lk_device *dev, cudaStream_t st) {
@@ -1722,7 +1717,7 @@ extern "C" int lk_diag_oft_fwd(const lk_oft_args *a, const lk_device *dev, void 
     doft_k P;
     doft_setup(&P, a, &cy);
     if (doft_cols_take(a) && (a->bs == 16 || a->bs == 32) && doft_cf_ok(a->X, (int)a->bs) &&
-        doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {   /* the channel-fast y0 of a linear bypass */
+        lk_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0) {   /* the channel-fast y0 of a linear bypass */
         if (doft_cf_tc_ok(a)) rc = a->bs == 16 ? doft_fwd_cf_tc_launch<16>(&P, dev, st) : doft_fwd_cf_tc_launch<32>(&P, dev, st);
         else rc = a->bs == 16 ? doft_fwd_cf_launch<16>(&P, dev, st) : doft_fwd_cf_launch<32>(&P, dev, st);
         int rc2 = oft_cay_free(&cy, st);
@@ -1766,7 +1761,7 @@ static int doft_bwd_run(const lk_oft_args *a, const lk_device *dev, const oft_ca
     const i64 nrt = cdiv(a->nb, P.g), nn = a->bs * a->bs, all = a->nb * nn;
     const i64 per = (want_b ? all : 0) + (want_rho ? a->O : 0), smax = per > 0 ? ((i64)8 << 20) / per : 1024;
     const int bs = (int)a->bs;
-    const bool fast = doft_cols_take(a) && (bs == 16 || bs == 32) && doft_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0;
+    const bool fast = doft_cols_take(a) && (bs == 16 || bs == 32) && lk_env_int("LYCO_CUDA_OFT_STAGED", 1) != 0;
     int kind;
     i64 steps, S;   /* tiles or passes per split; splits */
     if (fast && !a->GX.p && doft_staged_ok(a->X) && doft_staged_ok(a->GY)) {   /* merge: the H reduction */
