@@ -77,6 +77,12 @@ const lyco_case lyco_cases_locon[] = {
     {.name = "locon_conv2d_dora_out_slab", .algo = LYCO_ALGO_LOCON, .kind = LYCO_LAYER_CONV, .conv_dims = 2, .O = 66, .I = 16,
      .k = {3, 3, 1}, .stride = K1, .pad = {1, 1, 0}, .dil = K1, .rank = 5, .tokens = 2, .spatial = {6, 5, 1}, .alpha = 2,
      .multiplier = 1.2, .opts = CASE_DORA_OUT},
+    /* the reductions' 128-row blocks (reduce_lean.cu, rank tiles 64 and 128): 300 tokens = two full
+       blocks and a partial one, O = 200 (merge backward's Γ·Dᵀ: a full and a partial block), ranks
+       104 and 56 (16-byte factor rows: the lean kernels), rank mask, σs, m ≠ 1 */
+    {.name = "locon_linear_r104_t300", .algo = LYCO_ALGO_LOCON, .O = 200, .I = 520, .rank = 104, .tokens = 300, .alpha = 10,
+     .multiplier = 0.8, .opts = CASE_RANK_MASK | CASE_SCALAR},
+    {.name = "locon_linear_r56_t129", .algo = LYCO_ALGO_LOCON, .O = 136, .I = 1000, .rank = 56, .tokens = 129, .alpha = 8},
     {.name = "locon_linear_dora_out_2048_r32", .algo = LYCO_ALGO_LOCON, .O = 2048, .I = 4096, .rank = 32, .tokens = 16, .alpha = 16,
      .opts = CASE_DORA_OUT, .tier = 1},
     {.name = "locon_linear_4096_r32", .algo = LYCO_ALGO_LOCON, .O = 4096, .I = 4096, .rank = 32, .tokens = 64, .alpha = 16, .tier = 1},

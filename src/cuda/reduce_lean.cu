@@ -10,10 +10,10 @@
  * aligned rows (LK_VEC), B in one part. Any M, N, K and rank ≤ 128: a 16-byte chunk across an
  * edge copies its in-range elements and zero-fills the rest.
  *
- * Three kernels. k_reduce_lean (64 × 64 steps) and k_colreduce_lean (128 × 64, or the wide 256 ×
- * 32) keep lowrank.cu's split ranges, k order and partial layout and use the same fragments
- * (warp_mma_ldm), so their partials — and everything finalised from them — are the general
- * kernels' bit for bit. k_reduce_wide (32 × 256 steps, rank tiles 16 and 32, the default) chooses
+ * Three kernels. k_reduce_lean (64 × 64 steps; 128 × 64 for rank tiles 64 and 128) and
+ * k_colreduce_lean (128 × 64, or the wide 256 × 32) keep lowrank.cu's split ranges, k order and
+ * partial layout and use the same fragments (warp_mma_ldm), so their partials — and everything
+ * finalised from them — are the general kernels' bit for bit. k_reduce_wide (32 × 256 steps, rank tiles 16 and 32, the default) chooses
  * its own split (≤ the caller's partial sets) and adds four k slices in a fixed order: deterministic
  * and within the same budgets, but not bitwise the general kernel. lowrank.cu's finalisers run
  * unchanged on all of them.
@@ -33,7 +33,9 @@
  * Shared memory (dynamic), per stage: row reduction A 64×72 + B 64×(RP+8) or RP×72 halfwords
  * (RP 32: 14 KB; wide: A 32×264 + B 256×(RP+8) or RP×264, RP 32: 33–37 KB, two blocks per SM),
  * column reduction A 64×136 + B 64×(RP+8) (RP 32: 22 KB; wide: A 32×264 + B 32×(RP+8), 19 KB);
- * S stages as lowrank.cu chooses them (three blocks per SM where they fit). No other memory.
+ * S stages as lowrank.cu chooses them (three blocks per SM where they fit); rank tiles 64 and 128
+ * (row reduction: 128-row blocks, A 128×72, 27–37 KB a stage) and 128 (column reduction) take the
+ * deepest S ≤ 4 that leaves two blocks per SM (LYCO_CUDA_REDUCE_BIG=0: the former choice). No other memory.
  * LYCO_CUDA_REDUCE_GENERAL=1 sends every call to lowrank.cu's general kernels, LYCO_CUDA_REDUCE_WIDE=0
  * and LYCO_CUDA_COLREDUCE_WIDE=0 select the narrow tiles (A/B).
  */
@@ -49,8 +51,8 @@ const int RM = 64;  /* row reduction: rows per block */
 const int RK = 64;  /* k (row-reduction) / row (column-reduction) step */
 const int CN = 128; /* column reduction: columns per block */
 
-template <int RP, bool KMAJ> struct rl_layout {
-    static const int A = RM * (RK + 8) * 2;
+template <int RP, bool KMAJ, int BR = RM> struct rl_layout {
+    static const int A = BR * (RK + 8) * 2;
     static const int STAGE = A + (KMAJ ? RK * (RP + 8) : RP * (RK + 8)) * 2;
 };
 /* column reduction tiles: CNT columns × RKT rows a step (128 × 64, or the wide 256 × 32: 512
@@ -62,37 +64,43 @@ template <int RP, int CNT = CN, int RKT = RK> struct cl_layout {
 
 
 
-template <typename CT, int RP, bool KMAJ, bool COPY>
+/* BR = 64 rows a block (warp tiles 16 × RP/2), or 128 (warp tiles 32 × RP/2: rank tiles 64 and
+   128, where a 16-row warp tile re-read the factor tile from shared memory once per 16 rows and
+   the 64-row block re-read it from L2 once per 64 rows; see rl_big). Each partial is the same
+   k16 sequence through the same mma either way: the same bits. */
+template <typename CT, int RP, bool KMAJ, bool COPY, int BR = RM>
 __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
-    typedef rl_layout<RP, KMAJ> L;
-    const int NI = RP / 16;
+    typedef rl_layout<RP, KMAJ, BR> L;
+    const int MI = BR / 64, NI = RP / 16;
     extern __shared__ __align__(16) char dsm[];
     const i64 M = A.rows, K = A.cols; /* the caller checked that these are the reduction's M and K */
-    const i64 mb = (i64)blockIdx.x * RM, z = blockIdx.y, k0 = z * kper;
+    const i64 mb = (i64)blockIdx.x * BR, z = blockIdx.y, k0 = z * kper;
     const i64 ke = k0 + kper < K ? k0 + kper : K;
     const int nk = ke > k0 ? (int)cdiv(ke - k0, RK) : 0;
-    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * (RP / 2);
-    float acc[1][NI][4];
+    const int warp = threadIdx.x >> 5, m0 = (warp & 3) * 16 * MI, n0 = (warp >> 2) * (RP / 2);
+    float acc[MI][NI][4];
     acc_zero(acc);
     lean_pipeline(
         dsm, L::STAGE, S, nk,
         [&](char *st, int s) {
-            lean_issue<RM, RK>(st, A, mb, k0 + (i64)s * RK);
+            lean_issue<BR, RK>(st, A, mb, k0 + (i64)s * RK);
             if (KMAJ) lean_issue<RK, RP>(st + L::A, B, k0 + (i64)s * RK, 0);
             else lean_issue<RP, RK>(st + L::A, B, 0, k0 + (i64)s * RK);
         },
         [&](const char *st, int s) {
-            if (COPY) lean_store<RM, RK>(st, copyA, mb, k0 + (i64)s * RK); /* dy0 = the staged A tile */
-            warp_mma_ldm<CT, 1, NI, false, KMAJ>::run(acc, (const CT *)st, RK + 8, (const CT *)(st + L::A),
-                                                      KMAJ ? RP + 8 : RK + 8, m0, n0, RK);
+            if (COPY) lean_store<BR, RK>(st, copyA, mb, k0 + (i64)s * RK); /* dy0 = the staged A tile */
+            warp_mma_ldm<CT, MI, NI, false, KMAJ>::run(acc, (const CT *)st, RK + 8, (const CT *)(st + L::A),
+                                                       KMAJ ? RP + 8 : RK + 8, m0, n0, RK);
         });
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const i64 m = mb + acc_row(m0, 0, e);
-            if (m < M) part[(z * M + m) * RP + acc_col(n0, ni, e)] = acc[0][ni][e];
-        }
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 m = mb + acc_row(m0, mi, e);
+                if (m < M) part[(z * M + m) * RP + acc_col(n0, ni, e)] = acc[mi][ni][e];
+            }
 }
 
 /* The wide variant of the row reduction: a block owns WR = 32 rows (LYCO_CUDA_REDUCE_WIDE=64: 64)
@@ -201,22 +209,47 @@ template <typename KERN> int rl_prepare(KERN k, int bytes) {
     return LYCO_OK;
 }
 
-template <typename CT, int RP, bool KMAJ>
-int rl_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 kper, i64 Z, int S, float *part, cudaStream_t s) {
-    const int bytes = S * rl_layout<RP, KMAJ>::STAGE;
-    const dim3 grid((unsigned)cdiv(A->rows, RM), (unsigned)Z);
+/* Whether rank tiles 64 and 128 take the 128-row blocks with stages for two blocks per SM (rl_big;
+   LYCO_CUDA_REDUCE_BIG=0: the 64-row blocks and the caller's stages, three blocks per SM — A/B).
+   Why (H200 ncu, LoRA 8192 tok × 4096² r128 bf16, docs/kernels.md session 32): h = x·Dᵀ took 91 µs
+   at 21 % of DRAM bandwidth and gh = dy·U 115 µs — three 55 KB blocks per SM leave two stages, one
+   step in flight, and each 8 KB step of x came with a 16 KB step of D from L2. */
+bool rl_big_wanted() { return lk_env_int("LYCO_CUDA_REDUCE_BIG", 1) != 0; }
+
+/* the deepest S ≤ 4 with two blocks per SM (0: none) */
+int rl_stages_two_per_sm(int stage, const lk_device *dev) {
+    for (int S = 4; S >= 2; S--)
+        if (S * stage <= dev->smem_optin && S * stage + 1024 <= dev->smem_sm / 2) return S;
+    return 0;
+}
+
+template <typename CT, int RP, bool KMAJ, int BR>
+int rl_launch_br(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 kper, i64 Z, int S, float *part, cudaStream_t s) {
+    const int bytes = S * rl_layout<RP, KMAJ, BR>::STAGE;
+    const dim3 grid((unsigned)cdiv(A->rows, BR), (unsigned)Z);
     int rc;
     if (copyA) {
-        if ((rc = rl_prepare(k_reduce_lean<CT, RP, KMAJ, true>, bytes))) return rc;
-        k_reduce_lean<CT, RP, KMAJ, true><<<grid, NT, bytes, s>>>(*A, *B, *copyA, kper, S, part);
+        if ((rc = rl_prepare(k_reduce_lean<CT, RP, KMAJ, true, BR>, bytes))) return rc;
+        k_reduce_lean<CT, RP, KMAJ, true, BR><<<grid, NT, bytes, s>>>(*A, *B, *copyA, kper, S, part);
     } else {
         lk_view none;
         memset(&none, 0, sizeof none);
-        if ((rc = rl_prepare(k_reduce_lean<CT, RP, KMAJ, false>, bytes))) return rc;
-        k_reduce_lean<CT, RP, KMAJ, false><<<grid, NT, bytes, s>>>(*A, *B, none, kper, S, part);
+        if ((rc = rl_prepare(k_reduce_lean<CT, RP, KMAJ, false, BR>, bytes))) return rc;
+        k_reduce_lean<CT, RP, KMAJ, false, BR><<<grid, NT, bytes, s>>>(*A, *B, none, kper, S, part);
     }
     LK_LAUNCHED("reduce_lean");
     return LYCO_OK;
+}
+
+template <typename CT, int RP, bool KMAJ>
+int rl_launch(const lk_view *A, const lk_view *B, const lk_view *copyA, i64 kper, i64 Z, int S, float *part,
+              const lk_device *dev, cudaStream_t s) {
+    const int BIG = RP >= 64 ? 2 * RM : RM; /* rank tiles 16, 32: no 128-row instance */
+    if (BIG != RM && rl_big_wanted()) {
+        const int Sb = rl_stages_two_per_sm(rl_layout<RP, KMAJ, BIG>::STAGE, dev);
+        if (Sb >= 3) return rl_launch_br<CT, RP, KMAJ, BIG>(A, B, copyA, kper, Z, Sb, part, s);
+    }
+    return rl_launch_br<CT, RP, KMAJ, RM>(A, B, copyA, kper, Z, S, part, s);
 }
 
 /* LYCO_CUDA_REDUCE_WIDE: 0 = off, 64 = 64-row tiles (two k slices of 128), else 32 rows (four of 64) */
@@ -321,18 +354,20 @@ int cl_launch(const lk_view *A, const lk_view *B, i64 mper, i64 Z, int S, float 
 }
 
 template <typename CT, int RP>
-int rl_kmaj(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 kper, i64 Z, int S, float *part, cudaStream_t s) {
-    return kmaj ? rl_launch<CT, RP, true>(A, B, copyA, kper, Z, S, part, s) : rl_launch<CT, RP, false>(A, B, copyA, kper, Z, S, part, s);
+int rl_kmaj(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 kper, i64 Z, int S, float *part,
+            const lk_device *dev, cudaStream_t s) {
+    return kmaj ? rl_launch<CT, RP, true>(A, B, copyA, kper, Z, S, part, dev, s)
+                : rl_launch<CT, RP, false>(A, B, copyA, kper, Z, S, part, dev, s);
 }
 
 template <typename CT>
 int rl_ct(const lk_view *A, const lk_view *B, int kmaj, const lk_view *copyA, i64 rp, i64 kper, i64 Z, int S, float *part,
-          cudaStream_t s) {
+          const lk_device *dev, cudaStream_t s) {
     switch (rp) {
-    case 16: return rl_kmaj<CT, 16>(A, B, kmaj, copyA, kper, Z, S, part, s);
-    case 32: return rl_kmaj<CT, 32>(A, B, kmaj, copyA, kper, Z, S, part, s);
-    case 64: return rl_kmaj<CT, 64>(A, B, kmaj, copyA, kper, Z, S, part, s);
-    default: return rl_kmaj<CT, 128>(A, B, kmaj, copyA, kper, Z, S, part, s);
+    case 16: return rl_kmaj<CT, 16>(A, B, kmaj, copyA, kper, Z, S, part, dev, s);
+    case 32: return rl_kmaj<CT, 32>(A, B, kmaj, copyA, kper, Z, S, part, dev, s);
+    case 64: return rl_kmaj<CT, 64>(A, B, kmaj, copyA, kper, Z, S, part, dev, s);
+    default: return rl_kmaj<CT, 128>(A, B, kmaj, copyA, kper, Z, S, part, dev, s);
     }
 }
 
@@ -342,7 +377,12 @@ int cl_ct(const lk_view *A, const lk_view *B, i64 rp, i64 mper, i64 Z, int S, fl
     case 16: return cl_launch<CT, 16>(A, B, mper, Z, S, part, dev, s);
     case 32: return cl_launch<CT, 32>(A, B, mper, Z, S, part, dev, s);
     case 64: return cl_launch<CT, 64>(A, B, mper, Z, S, part, dev, s);
-    default: return cl_launch_t<CT, 128, CN, RK>(A, B, mper, Z, S, part, s);
+    default: {
+        /* rank tile 128: stages for two blocks per SM (three in flight each) instead of the caller's
+           three blocks of two stages, unless LYCO_CUDA_REDUCE_BIG=0 (the same partials) */
+        const int Sb = rl_big_wanted() ? rl_stages_two_per_sm(cl_layout<128>::STAGE, dev) : 0;
+        return cl_launch_t<CT, 128, CN, RK>(A, B, mper, Z, Sb >= 3 ? Sb : S, part, s);
+    }
     }
 }
 
@@ -374,8 +414,8 @@ extern "C" int lk_reduce_lean(int32_t ct, const lk_view *A, const lk_view *B, in
     }
     *done = 1;
     *Zused = Z;
-    return ct == DT_BF16 ? rl_ct<bf16_t>(A, B, b_kmajor, copyA, rp, kper, Z, S, part, s)
-                         : rl_ct<f16_t>(A, B, b_kmajor, copyA, rp, kper, Z, S, part, s);
+    return ct == DT_BF16 ? rl_ct<bf16_t>(A, B, b_kmajor, copyA, rp, kper, Z, S, part, dev, s)
+                         : rl_ct<f16_t>(A, B, b_kmajor, copyA, rp, kper, Z, S, part, dev, s);
 }
 
 extern "C" int lk_colreduce_lean(int32_t ct, const lk_view *A, const lk_view *B, int64_t M, int64_t N, int64_t rp, int64_t mper,
