@@ -37,7 +37,8 @@
  *
  * Shared memory (dynamic), one stage: base/out tile 64×136 CT (17 KB), P 64×(RP+8), Q RP×136 or
  * 128×(RP+8), with the Hadamard pair P2, Q2 again: RP 32 → 31 KB (45 KB with the pair), RP 128 →
- * 68 KB; two stages when one is ≤ 48 KB (3 blocks per SM at RP 32), else one. No other memory.
+ * 68 KB; two stages when one is ≤ 48 KB (3 blocks per SM at RP 32), else one. Rank tile 128
+ * without DoRA, statistics or the pair: 128-row tiles (lean_big_ok below), 104 KB. No other memory.
  * Deterministic (each element's arithmetic is fixed; tiles are independent).
  * LYCO_CUDA_EXPAND_GENERAL=1 sends every call to k_expand (A/B).
  */
@@ -55,20 +56,33 @@ const int LNP = LN + 8;   /* row pitch of the base/out and r×N tiles (halfwords
    read the same sizes (lean_bytes). Two stages (the next tile's loads in flight during this tile's
    product, epilogue and stores) while that still leaves room for 3 blocks per SM on the H200 (2
    with the g tile); one stage beyond. */
-__host__ __device__ constexpr int lean_off_p(bool gt) { return LM * LNP * 2 * (gt ? 2 : 1); }
-__host__ __device__ constexpr int lean_bytes(int rp, bool qt, bool hd, bool gt) {
-    return lean_off_p(gt) + LM * (rp + 8) * 2 + (qt ? LN * (rp + 8) : rp * LNP) * 2 + (hd ? LM * (rp + 8) * 2 + rp * LNP * 2 : 0);
+__host__ __device__ constexpr int lean_off_p(bool gt, int tm = LM) { return tm * LNP * 2 * (gt ? 2 : 1); }
+__host__ __device__ constexpr int lean_bytes(int rp, bool qt, bool hd, bool gt, int tm = LM) {
+    return lean_off_p(gt, tm) + tm * (rp + 8) * 2 + (qt ? LN * (rp + 8) : rp * LNP) * 2 + (hd ? tm * (rp + 8) * 2 + rp * LNP * 2 : 0);
 }
 __host__ __device__ constexpr int lean_stages(int bytes, bool gt) { return bytes <= (gt ? 56 : 48) * 1024 ? 2 : 1; }
 
-template <int RP, bool QT, bool HD, bool GT> struct lean_layout {
-    static const int G = LM * LNP * 2; /* after the base tile */
-    static const int P = lean_off_p(GT);
-    static const int Q = P + LM * (RP + 8) * 2;
+template <int RP, bool QT, bool HD, bool GT, int TM = LM> struct lean_layout {
+    static const int G = TM * LNP * 2; /* after the base tile */
+    static const int P = lean_off_p(GT, TM);
+    static const int Q = P + TM * (RP + 8) * 2;
     static const int P2 = Q + (QT ? LN * (RP + 8) : RP * LNP) * 2;
-    static const int Q2 = P2 + (HD ? LM * (RP + 8) * 2 : 0);
-    static const int BYTES = lean_bytes(RP, QT, HD, GT);
+    static const int Q2 = P2 + (HD ? TM * (RP + 8) * 2 : 0);
+    static const int BYTES = lean_bytes(RP, QT, HD, GT, TM);
     static const int STAGES = lean_stages(BYTES, GT);
+};
+
+/* Tile rows (TM): 64, or 128 for rank tile 128 in the epilogues without DoRA, statistics or the
+   Hadamard pair (EPI 0–2, one product). Why (H200 Nsight Compute, LoRA bypass 8192 tok ×
+   4096² r128 bf16, docs/kernels.md session 32): the rank-128 expand ran at 71 % of L2 throughput
+   and 34 % of DRAM — each 64 × 128 tile of out re-read 48 KB of P and Q from L2 for 16 KB of base.
+   128 rows halve Q's re-reads per output byte; warps 2 × 4 of 64 × 32 (MI = 4) read 6 fragments per
+   16 mma instead of 4 per 8. Each element's sum is the same k16 sequence through the same mma and
+   its epilogue the same: the same bits. 123–128 registers, 104 KB: two blocks per SM. Rank tile
+   64 keeps 64 rows (there 128 rows would also cost a third of the resident warps, unmeasured).
+   LYCO_CUDA_EXPAND_BIG=0: 64-row tiles (A/B). */
+template <int EPI, bool HD> struct lean_big_ok {
+    static const bool ON = EPI <= 2 && !HD;
 };
 
 template <typename CT> __device__ __forceinline__ float lo16(unsigned u) { return bits16_to_f(u & 0xffffu, ct_of<CT>::dt); }
@@ -124,18 +138,18 @@ __device__ __forceinline__ float lean_dora(const lk_expand_args &a, const float 
 }
 
 /* Issue tile (tm, tn)'s loads into stage st as one cp.async group (operands first, then the base). */
-template <int RP, bool QT, bool HD, int EPI>
+template <int RP, bool QT, bool HD, int EPI, int TM>
 __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int tm, int tn) {
-    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
-    const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
-    lean_issue<LM, RP>(st + L::P, a.P, mb, 0);
+    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
+    const i64 mb = (i64)tm * TM, nb = (i64)tn * LN;
+    lean_issue<TM, RP>(st + L::P, a.P, mb, 0);
     if (QT) lean_issue<LN, RP>(st + L::Q, a.Q, nb, 0);
     else lean_issue<RP, LN>(st + L::Q, a.Q, 0, nb);
     if (HD) {
         lean_issue<LM, RP>(st + L::P2, a.P2, mb, 0);
         lean_issue<RP, LN>(st + L::Q2, a.Q2, 0, nb);
     }
-    if (lean_epi<EPI>::BASE && !lean_breg<EPI, HD>::ON) lean_issue<LM, LN>(st, a.base, mb, nb);
+    if (lean_epi<EPI>::BASE && !lean_breg<EPI, HD>::ON) lean_issue<TM, LN>(st, a.base, mb, nb);
     if (lean_epi<EPI>::GT) lean_issue<LM, LN>(st + L::G, a.G, mb, nb);
 }
 
@@ -143,16 +157,17 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int
    inside the view takes one pointer and a fixed row step (4 loads, few registers: the general
    path's per-chunk 64-bit addresses and edge tests took the kernel from 64 to 123 registers); a
    tile across an edge takes lean_fetch. */
-__device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<LM, LN>::N], const lk_view &v, i64 mb, i64 nb) {
+template <int TM>
+__device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<TM, LN>::N], const lk_view &v, i64 mb, i64 nb) {
     const int cpr = LN / 8;
     static_assert(NT % cpr == 0, "lean_fetch_tile: whole rows per pass");
-    if (mb + LM <= v.rows && nb + LN <= v.cols) {
+    if (mb + TM <= v.rows && nb + LN <= v.cols) {
         const i64 pitch = v.s0 * 2;
         const char *p = (const char *)v.p + (mb * v.s0 + nb) * 2 + (i64)(threadIdx.x / cpr) * pitch + (threadIdx.x % cpr) * 16;
 #pragma unroll
-        for (int k = 0; k < lean_chunks<LM, LN>::N; k++) reg[k] = *(const uint4 *)(p + k * (NT / cpr) * pitch);
+        for (int k = 0; k < lean_chunks<TM, LN>::N; k++) reg[k] = *(const uint4 *)(p + k * (NT / cpr) * pitch);
     } else {
-        lean_fetch<LM, LN>(reg, v, mb, nb);
+        lean_fetch<TM, LN>(reg, v, mb, nb);
     }
 }
 
@@ -160,11 +175,14 @@ __device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<LM, LN>
    t % tiles_n)); with two stages the next tile's loads fly while this one is multiplied, merged
    and stored. Each tile: wait for its group, product, epilogue in place in its base buffer,
    16-byte stores from there; a barrier before its stage is loaded again. */
-template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
-    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
+template <typename CT, int RP, bool QT, bool HD, int EPI, int TM = LM>
+__global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
+    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
+    static_assert(TM == LM || lean_big_ok<EPI, HD>::ON, "k_expand_lean: 128-row tiles only for EPI 0-2, one product");
     const int S = lean_breg<EPI, HD>::ON ? 1 : L::STAGES;
+    const int MI = TM / 32; /* warps 2 × 4, each (TM/2) × 32 */
     extern __shared__ __align__(16) char dsm[];
-    __shared__ float rowc[LM];
+    __shared__ float rowc[TM];
     __shared__ float sdora[EPI == 3 || EPI == 6 ? 3 : 1][LN]; /* DoRA statistics of the tile (lean_dora_stage) */
     const bool hasB = lean_epi<EPI>::BASE;
     const int G = (int)gridDim.x;
@@ -172,23 +190,23 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
     const float rs = (float)a.row_scale * (a.sig_in_row ? sig : 1.0f);
     const float mf0 = (float)a.mult * (a.sig_in_mult ? sig : 1.0f), mf = a.mode == 2 ? -mf0 : mf0;
     const int dt = ct_of<CT>::dt;
-    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * 32, n0 = (warp >> 1) * 32;
+    const int warp = threadIdx.x >> 5, m0 = (warp & 1) * (TM / 2), n0 = (warp >> 1) * 32;
     const int kk = (int)((a.r + 15) / 16 * 16), kk2 = HD ? (int)((a.r2 + 15) / 16 * 16) : 0;
 
     int t = (int)blockIdx.x;
-    if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI>(a, dsm, t / tiles_n, t % tiles_n);
+    if (S == 2 && t < tiles) lean_load<RP, QT, HD, EPI, TM>(a, dsm, t / tiles_n, t % tiles_n);
     cp_commit();
     for (int i = 0; t < tiles; t += G, i++) {
         char *st = dsm + (S == 2 ? (i & 1) * L::BYTES : 0);
         const int tm = t / tiles_n, tn = t % tiles_n;
-        const i64 mb = (i64)tm * LM, nb = (i64)tn * LN;
-        uint4 breg[lean_chunks<LM, LN>::N]; /* lean_breg: this thread's base chunks of the tile */
-        if constexpr (lean_breg<EPI, HD>::ON) lean_fetch_tile(breg, a.base, mb, nb);
-        if (S == 1) lean_load<RP, QT, HD, EPI>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
-        else if (t + G < tiles) lean_load<RP, QT, HD, EPI>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
+        const i64 mb = (i64)tm * TM, nb = (i64)tn * LN;
+        uint4 breg[lean_chunks<TM, LN>::N]; /* lean_breg: this thread's base chunks of the tile */
+        if constexpr (lean_breg<EPI, HD>::ON) lean_fetch_tile<TM>(breg, a.base, mb, nb);
+        if (S == 1) lean_load<RP, QT, HD, EPI, TM>(a, dsm, tm, tn); /* this tile (the stage is free: barrier below) */
+        else if (t + G < tiles) lean_load<RP, QT, HD, EPI, TM>(a, dsm + ((i + 1) & 1) * L::BYTES, (t + G) / tiles_n, (t + G) % tiles_n);
         cp_commit();
-        if constexpr (lean_breg<EPI, HD>::ON) lean_put<LM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
-        if (threadIdx.x < LM) {
+        if constexpr (lean_breg<EPI, HD>::ON) lean_put<TM, LN>(st, breg); /* waits for the loads; the stage is free (barrier below) */
+        if (threadIdx.x < TM) {
             const i64 m = mb + threadIdx.x;
             rowc[threadIdx.x] = m < a.M ? rs * vget(a.rowmask, m, 1.0f) : 0.0f;
         }
@@ -197,9 +215,9 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
         else cp_wait(0);
         __syncthreads(); /* tile t's operands, base and rowc are visible */
 
-        float acc[2][4][4];
+        float acc[MI][4][4];
         acc_zero(acc);
-        warp_mma_ldm<CT, 2, 4, false, !QT>::run(acc, (const CT *)(st + L::P), RP + 8, (const CT *)(st + L::Q), QT ? RP + 8 : LNP,
+        warp_mma_ldm<CT, MI, 4, false, !QT>::run(acc, (const CT *)(st + L::P), RP + 8, (const CT *)(st + L::Q), QT ? RP + 8 : LNP,
                                             m0, n0, kk);
         if (HD) {
             float acc2[2][4][4];
@@ -212,13 +230,13 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mi][ni][e] *= acc2[mi][ni][e];
         }
-        if (lean_epi<EPI>::STATS) {
+        if constexpr (lean_epi<EPI>::STATS) {
             __syncthreads(); /* every warp's product done: P's and Q's buffers hold the reduction */
             ex_tile_stats<EPI == 5>(a, acc, lean_w<CT>{st}, lean_w<CT>{st + L::G}, rowc, (float *)(st + L::P), m0, n0, (i64)tm, (i64)tn);
         } else {
             /* epilogue in place: each accumulator pair's base pair is read and overwritten by its owner */
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+            for (int mi = 0; mi < MI; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int row = acc_row(m0, mi, 2 * h);
@@ -238,7 +256,7 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> __global__ __launch_bo
                     }
                 }
             __syncthreads();
-            lean_store<LM, LN>(st, a.out, mb, nb);
+            lean_store<TM, LN>(st, a.out, mb, nb);
         }
         __syncthreads(); /* stage and rowc free for the next loads */
     }
@@ -251,11 +269,11 @@ bool lean_general_forced() {
 }
 
 /* Blocks per SM the kernel can hold (the occupancy calculator, once per instantiation). */
-template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_blocks_per_sm(int bytes) {
+template <typename CT, int RP, bool QT, bool HD, int EPI, int TM> int lean_blocks_per_sm(int bytes) {
     static int cached = 0;
     if (cached > 0) return cached;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_expand_lean<CT, RP, QT, HD, EPI>, NT, bytes) != cudaSuccess || n < 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_expand_lean<CT, RP, QT, HD, EPI, TM>, NT, bytes) != cudaSuccess || n < 1) {
         (void)cudaGetLastError();
         n = 1;
     }
@@ -263,17 +281,29 @@ template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_blocks_per_sm
     return n;
 }
 
-template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
-    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT> L;
+template <typename CT, int RP, bool QT, bool HD, int EPI, int TM>
+int lean_launch_tm(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+    typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
     const bool breg = lean_breg<EPI, HD>::ON;
     const int bytes = (breg ? 1 : L::STAGES) * L::BYTES;
-    LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI>);
-    const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)LM) * tiles_n;
-    i64 grid = breg ? tiles : (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI>(bytes) * dev->sms; /* lean_breg: a block per tile */
+    LK_SMEM_OPTIN(bytes, k_expand_lean<CT, RP, QT, HD, EPI, TM>);
+    const i64 tiles_n = cdiv(a->N, (i64)LN), tiles = cdiv(a->M, (i64)TM) * tiles_n;
+    i64 grid = breg ? tiles : (i64)lean_blocks_per_sm<CT, RP, QT, HD, EPI, TM>(bytes) * dev->sms; /* lean_breg: a block per tile */
     if (grid > tiles) grid = tiles;
-    k_expand_lean<CT, RP, QT, HD, EPI><<<(unsigned)grid, NT, bytes, s>>>(*a, (int)tiles_n, (int)tiles);
+    k_expand_lean<CT, RP, QT, HD, EPI, TM><<<(unsigned)grid, NT, bytes, s>>>(*a, (int)tiles_n, (int)tiles);
     LK_LAUNCHED("expand_lean");
     return LYCO_OK;
+}
+
+/* 128-row tiles where lean_big_ok admits them at rank tile 128 and two blocks fit per SM (104 KB),
+   unless LYCO_CUDA_EXPAND_BIG=0 */
+template <typename CT, int RP, bool QT, bool HD, int EPI> int lean_launch(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
+    const int BIG = RP >= 128 && lean_big_ok<EPI, HD>::ON ? 2 * LM : LM; /* no 128-row instance elsewhere */
+    if (BIG != LM && lk_env_int("LYCO_CUDA_EXPAND_BIG", 1) != 0 &&
+        lean_layout<RP, QT, HD, lean_epi<EPI>::GT, BIG>::BYTES + 1024 <= dev->smem_sm / 2 &&
+        lean_layout<RP, QT, HD, lean_epi<EPI>::GT, BIG>::BYTES <= dev->smem_optin)
+        return lean_launch_tm<CT, RP, QT, HD, EPI, BIG>(a, dev, s);
+    return lean_launch_tm<CT, RP, QT, HD, EPI, LM>(a, dev, s);
 }
 
 template <typename CT, int RP, bool QT, bool HD> int lean_mode(const lk_expand_args *a, const lk_device *dev, cudaStream_t s) {
