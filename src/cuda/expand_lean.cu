@@ -38,7 +38,7 @@
  * Shared memory (dynamic), one stage: base/out tile 64×136 CT (17 KB), P 64×(RP+8), Q RP×136 or
  * 128×(RP+8), with the Hadamard pair P2, Q2 again: RP 32 → 31 KB (45 KB with the pair), RP 128 →
  * 68 KB; two stages when one is ≤ 48 KB (3 blocks per SM at RP 32), else one. Rank tile 128
- * without DoRA, statistics or the pair: 128-row tiles (lean_big_ok below), 104 KB. No other memory.
+ * without a base, DoRA, statistics or the pair: 128-row tiles (lean_big_ok below), 104 KB. No other memory.
  * Deterministic (each element's arithmetic is fixed; tiles are independent).
  * LYCO_CUDA_EXPAND_GENERAL=1 sends every call to k_expand (A/B).
  */
@@ -72,17 +72,19 @@ template <int RP, bool QT, bool HD, bool GT, int TM = LM> struct lean_layout {
     static const int STAGES = lean_stages(BYTES, GT);
 };
 
-/* Tile rows (TM): 64, or 128 for rank tile 128 in the epilogues without DoRA, statistics or the
-   Hadamard pair (EPI 0–2, one product). Why (H200 Nsight Compute, LoRA bypass 8192 tok ×
+/* Tile rows (TM): 64, or 128 for rank tile 128 in the persistent epilogues without a base (EPI 1,
+   2: bypass backward's dx = gh·D, ΔW alone). Why (H200 Nsight Compute, LoRA bypass 8192 tok ×
    4096² r128 bf16, docs/kernels.md session 32): the rank-128 expand ran at 71 % of L2 throughput
    and 34 % of DRAM — each 64 × 128 tile of out re-read 48 KB of P and Q from L2 for 16 KB of base.
    128 rows halve Q's re-reads per output byte; warps 2 × 4 of 64 × 32 (MI = 4) read 6 fragments per
    16 mma instead of 4 per 8. Each element's sum is the same k16 sequence through the same mma and
-   its epilogue the same: the same bits. 123–128 registers, 104 KB: two blocks per SM. Rank tile
-   64 keeps 64 rows (there 128 rows would also cost a third of the resident warps, unmeasured).
-   LYCO_CUDA_EXPAND_BIG=0: 64-row tiles (A/B). */
+   its epilogue the same: the same bits. 123–128 registers, 104 KB: two blocks per SM. Measured
+   (ncu, same call): dx 77.0 → 70.1 µs; the plain merge with its base through registers (EPI 0:
+   merge forward, bypass forward's y0 + h·Uᵀ) did not move (37.7 → 39.5, 94.2 → 96.1, 70.7 → 71.5,
+   107.6 → 106.4 µs: two blocks of 8 warps per SM instead of three), so it keeps 64 rows; rank tile
+   64 keeps 64 rows too (unmeasured). LYCO_CUDA_EXPAND_BIG=0: 64-row tiles (A/B). */
 template <int EPI, bool HD> struct lean_big_ok {
-    static const bool ON = EPI <= 2 && !HD;
+    static const bool ON = (EPI == 1 || EPI == 2) && !HD;
 };
 
 template <typename CT> __device__ __forceinline__ float lo16(unsigned u) { return bits16_to_f(u & 0xffffu, ct_of<CT>::dt); }
@@ -178,7 +180,7 @@ __device__ __forceinline__ void lean_fetch_tile(uint4 (&reg)[lean_chunks<TM, LN>
 template <typename CT, int RP, bool QT, bool HD, int EPI, int TM = LM>
 __global__ __launch_bounds__(NT) void k_expand_lean(lk_expand_args a, int tiles_n, int tiles) {
     typedef lean_layout<RP, QT, HD, lean_epi<EPI>::GT, TM> L;
-    static_assert(TM == LM || lean_big_ok<EPI, HD>::ON, "k_expand_lean: 128-row tiles only for EPI 0-2, one product");
+    static_assert(TM == LM || lean_big_ok<EPI, HD>::ON, "k_expand_lean: 128-row tiles only for EPI 1-2, one product");
     const int S = lean_breg<EPI, HD>::ON ? 1 : L::STAGES;
     const int MI = TM / 32; /* warps 2 × 4, each (TM/2) × 32 */
     extern __shared__ __align__(16) char dsm[];
