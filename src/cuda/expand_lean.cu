@@ -148,11 +148,11 @@ __device__ __forceinline__ void lean_load(const lk_expand_args &a, char *st, int
     if (QT) lean_issue<LN, RP>(st + L::Q, a.Q, nb, 0);
     else lean_issue<RP, LN>(st + L::Q, a.Q, 0, nb);
     if (HD) {
-        lean_issue<LM, RP>(st + L::P2, a.P2, mb, 0);
+        lean_issue<TM, RP>(st + L::P2, a.P2, mb, 0);
         lean_issue<RP, LN>(st + L::Q2, a.Q2, 0, nb);
     }
     if (lean_epi<EPI>::BASE && !lean_breg<EPI, HD>::ON) lean_issue<TM, LN>(st, a.base, mb, nb);
-    if (lean_epi<EPI>::GT) lean_issue<LM, LN>(st + L::G, a.G, mb, nb);
+    if (lean_epi<EPI>::GT) lean_issue<TM, LN>(st + L::G, a.G, mb, nb);
 }
 
 /* The base tile's chunks of this thread into registers (lean_fetch, common.cuh): a tile wholly

@@ -13,7 +13,8 @@
  * Three kernels. k_reduce_lean (64 × 64 steps; 128 × 64 for rank tiles 64 and 128) and
  * k_colreduce_lean (128 × 64, or the wide 256 × 32) keep lowrank.cu's split ranges, k order and
  * partial layout and use the same fragments (warp_mma_ldm), so their partials — and everything
- * finalised from them — are the general kernels' bit for bit. k_reduce_wide (32 × 256 steps, rank tiles 16 and 32, the default) chooses
+ * finalised from them — are the general kernels' bit for bit. k_reduce_wide (32 × 256 steps, rank
+ * tiles 16 and 32, the default) chooses
  * its own split (≤ the caller's partial sets) and adds four k slices in a fixed order: deterministic
  * and within the same budgets, but not bitwise the general kernel. lowrank.cu's finalisers run
  * unchanged on all of them.
@@ -66,7 +67,7 @@ template <int RP, int CNT = CN, int RKT = RK> struct cl_layout {
 
 /* BR = 64 rows a block (warp tiles 16 × RP/2), or 128 (warp tiles 32 × RP/2: rank tiles 64 and
    128, where a 16-row warp tile re-read the factor tile from shared memory once per 16 rows and
-   the 64-row block re-read it from L2 once per 64 rows; see rl_big). Each partial is the same
+   the 64-row block re-read it from L2 once per 64 rows; see rl_big_wanted). Each partial is the same
    k16 sequence through the same mma either way: the same bits. */
 template <typename CT, int RP, bool KMAJ, bool COPY, int BR = RM>
 __global__ __launch_bounds__(NT) void k_reduce_lean(lk_view A, lk_view B, lk_view copyA, i64 kper, int S, float *part) {
