@@ -53,6 +53,13 @@
  * (H: also fp16) load each block's x halo once per channel chunk (16 channels × (8+kh−1) ×
  * (16+kw−1) pixels) into shared memory and form the K shifted operand views from there (implicit
  * GEMM, k = (channel chunk, kernel offset)); everything else keeps the round-1 tile routine.
+ * Round 3 (session 33): where x is 16-bit with 16-byte rows and the output width a multiple of 8
+ * (≤ 256), H takes k_h_rows instead of k_h_halo: blocks of 256 consecutive output pixels at full
+ * width (the halo is only the rows above and below), x transposed to pixel-major records in
+ * shared memory as it is stored, fragments by ldmatrix, two buffers (see its section); and the
+ * forward's y = y0 + c·Ur·H runs through lowrank.cu's expand image by image (M = O, N = pixels,
+ * Q = H_n stored in CT) wherever y (and y0) have contiguous pixels, instead of k_y_tc.
+ * LYCO_CUDA_CONV_HROWS=0 / LYCO_CUDA_CONV_YEXPAND=0 restore k_h_halo / k_y_tc (A/B).
  * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
  * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
  * LYCO_CUDA_CONV_HX_GENERIC=1 = k_h_halo's runtime-bound kernel-offset loop for 3 × 3 kernels too
@@ -113,9 +120,11 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/kern_conv.h"
+#include "cuda/kern_lowrank.h"
 
 #define TT 64   /* output tile edge */
 #define TK 16   /* k step */
@@ -276,6 +285,9 @@ __device__ __forceinline__ void acc_clear(float (&acc)[4][4]) {
 }
 __device__ __forceinline__ i64 tile_row(int i) { return (threadIdx.x >> 4) + 16 * i; }
 __device__ __forceinline__ i64 tile_col(int j) { return (threadIdx.x & 15) + 16 * j; }
+
+/* H element i = v (already RN_CT): H is fp32 (the backward's) or CT (the forward's, for the expand) */
+template <typename HT> __device__ __forceinline__ void h_put(HT *H, i64 i, float v) { H[i] = ct_of<HT>::from(v); }
 
 /* c = s·m·RN_CT(σs) */
 template <typename CT> __device__ __forceinline__ float scale_c(const lk_locon &L) {
@@ -916,8 +928,8 @@ __device__ __forceinline__ int st_row(int i) { return (threadIdx.x >> 6) + 4 * i
 
 /* H[n][a][p] = RN_CT(q_a · Σ_j P[a,j]·im2col(x)[j,t]) (Z = 1) or the fp32 partial of k range z
    (part[z][n][a][p]); grid (pixel tiles over all images, rank tiles, Z) */
-template <typename CT, typename MT, int NPA, int NPB>
-__global__ __launch_bounds__(NT) void k_h_tc(lkc_conv C, lkc_act x, const float *P, float *H, float *part, i64 kper) {
+template <typename CT, typename MT, int NPA, int NPB, typename HT>
+__global__ __launch_bounds__(NT) void k_h_tc(lkc_conv C, lkc_act x, const float *P, HT *H, float *part, i64 kper) {
     __shared__ __align__(16) char sm[tc_cfg<MT, NPA, NPB>::BYTES];
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S, t0 = (i64)blockIdx.x * BN, a0 = (i64)blockIdx.y * BM;
@@ -937,17 +949,18 @@ __global__ __launch_bounds__(NT) void k_h_tc(lkc_conv C, lkc_act x, const float 
         const float v = Cs[st_row(i) * (BN + 1) + st_col()];
         const i64 hi = (n * L.r + a) * S + p;
         if (part) part[(i64)blockIdx.z * L.r * T + hi] = v;
-        else H[hi] = rnd_ct<CT>(vget(L.mask, a, 1.0f) * v);
+        else h_put<HT>(H, hi, rnd_ct<CT>(vget(L.mask, a, 1.0f) * v));
     }
 }
 
 /* H[i] = RN_CT(q_a · Σ_z part[z][i]) (fixed order), i over N·r·pixels */
-template <typename CT> __global__ __launch_bounds__(NT) void k_h_fin(lk_locon L, i64 S, i64 T, const float *part, int Z, float *H) {
+template <typename CT, typename HT>
+__global__ __launch_bounds__(NT) void k_h_fin(lk_locon L, i64 S, i64 T, const float *part, int Z, HT *H) {
     const i64 total = L.r * T;
     for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
         float v = 0.0f;
         for (int z = 0; z < Z; z++) v += part[(i64)z * total + i];
-        H[i] = rnd_ct<CT>(vget(L.mask, (i / S) % L.r, 1.0f) * v);
+        h_put<HT>(H, i, rnd_ct<CT>(vget(L.mask, (i / S) % L.r, 1.0f) * v));
     }
 }
 
@@ -1252,8 +1265,8 @@ __device__ __forceinline__ void hx_mma(const CT *xs, const CT *as, int kh_rt, in
 
 /* H (Z = 1) or the partials of channel-chunk range z (Z > 1), as k_h_tc; grid (N · row tiles ·
    column tiles, rank tiles of 16·MI, Z); kc chunks of HX_CC channels per z */
-template <typename CT, int MI, bool K3>
-__global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, float *H, float *part, i64 kc) {
+template <typename CT, int MI, bool K3, typename HT>
+__global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, HT *H, float *part, i64 kc) {
     const int RT = 16 * MI, NA = (RT * HX_KMAX * HX_KMAX * 2 + NT - 1) / NT;
     __shared__ __align__(16) CT xs[HX_HP_MAX * HX_XP];
     __shared__ __align__(16) CT as[RT * HX_AP];
@@ -1311,7 +1324,200 @@ __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *
                 if (a >= L.r || ow >= OW) continue;
                 const i64 hi = (n * L.r + a) * S + (i64)oh * OW + ow;
                 if (part) part[(i64)blockIdx.z * L.r * T + hi] = acc[mi][ni][e];
-                else H[hi] = rnd_ct<CT>(vget(L.mask, a, 1.0f) * acc[mi][ni][e]);
+                else h_put<HT>(H, hi, rnd_ct<CT>(vget(L.mask, a, 1.0f) * acc[mi][ni][e]));
+            }
+}
+
+/* =============================================================================================
+ * row-tile path for H = RN_CT(q ⊙ P·im2col(x)) (default where it applies; LYCO_CUDA_CONV_HROWS=0
+ * restores k_h_halo there, for A/B):
+ * Geometry: 2-D conv, stride 1, dilation 1, kernel ≤ 3 × 3, output width OW a multiple of 8 and
+ * at most HR_PIX, input width a multiple of 8; x in CT (16-bit), 16-byte aligned, rows contiguous
+ * (ss[1] = 1; sn, sc, ss[0] multiples of 8 elements); plain LoCon (Pk as k_h_halo's).
+ * Block: HR_PIX = 256 consecutive output pixels of one image in raster order (every n8 tile lies
+ * in one output row since OW % 8 == 0) × a rank tile RT = 16·MI; k in chunks of HX_CC = 16
+ * channels (Z ranges of chunks per grid.z as k_h_halo, fp32 partials and k_h_fin when Z > 1).
+ * Per chunk, in shared memory:
+ *   xs[hr][hc][c]: the block's halo rows at full width (HWP ≥ W + 2·pad columns, HWP ≡ 2 mod 4),
+ *     one 48-byte record of 16 channels per pixel (HX_XP = 24 elements: ldmatrix's eight rows of
+ *     consecutive pixels are conflict-free). A task = channels (c, c+1) × 8 pixels of one row:
+ *     two 16-byte loads, interleaved by prmt into 8 channel pairs, 8 shared stores of 32 bits
+ *     (lanes = 8 channel pairs × 4 rows: the row pitch HWP·12 words ≡ 8 or 24 mod 32 keeps them
+ *     conflict-free); the padding columns are zeroed once per block (never written again), rows
+ *     outside the image are left at zero, channels ≥ I stored as zeros;
+ *   as[a][κ·16 + c] (pitch HX_AP) = Pk[a0+a][κ][c0+c] by cp.async.
+ * Warp w owns pixels 32w … 32w+31 (four n8 tiles): per kernel offset κ = (dh, dw) one A fragment
+ * per m16 tile and two B fragment pairs by ldmatrix.x4 (B rows: the pixels' records shifted by
+ * dh rows and dw columns), 4·MI MMAs. Two buffers: chunk k+1's x is in registers and its A in
+ * flight (cp.async) while chunk k's MMAs run; one __syncthreads per chunk.
+ * The k order (chunks ascending; within a chunk κ, then 16 channels in one MMA) is k_h_halo's, so
+ * H is the same bits for Z = 1 — the Z ranges differ (HR's grid has other tiles), so partial sums
+ * may round differently.
+ * Shared memory: 2 × (HRR·HWP·48 + RT·HX_AP·2) bytes (HRR = the most output rows 256 pixels
+ * span + kh − 1): 57 KB at OW = 64, 3 × 3, RT = 32.
+ * =========================================================================================== */
+#define HR_PIX 256    /* output pixels per block */
+
+namespace {
+
+/* the row-tile plan's shapes, shared by host and device */
+struct hr_geo {
+    int OW, OH, W, IH, kh, kw, ph, pw;
+    int HWP;          /* halo row pitch in pixel records */
+    int HRR;          /* halo rows a block may need */
+    int tpi;          /* blocks per image */
+};
+
+/* x[n][c0 + 2cp + {0,1}][ih][8v … 8v+7] for this thread's tasks i (two uint4 each; 0 for rows
+   outside the image, channels ≥ I and tasks beyond the block's) */
+template <typename CT, int NL>
+__device__ __forceinline__ void hr_fetch_x(const lkc_act &x, const hr_geo &g, i64 n, int ih0, int hrb, i64 c0, i64 I,
+                                           uint4 (&xv)[NL][2]) {
+    const int nv = g.W >> 3;
+#pragma unroll
+    for (int i = 0; i < NL; i++) {
+        const int t = (int)threadIdx.x + i * NT, cp = t & 7, rest = t >> 5, v = rest % nv;
+        const int hr = (rest / nv) * 4 + ((t >> 3) & 3), ih = ih0 + hr;
+        const i64 c = c0 + 2 * cp;
+        xv[i][0] = make_uint4(0u, 0u, 0u, 0u);
+        xv[i][1] = make_uint4(0u, 0u, 0u, 0u);
+        if (hr < hrb && ih >= 0 && ih < g.IH) {
+            const CT *p = (const CT *)x.p + n * x.sn + c * x.sc + (i64)ih * x.ss[0] + 8 * v;
+            if (c < I) xv[i][0] = *(const uint4 *)p;
+            if (c + 1 < I) xv[i][1] = *(const uint4 *)(p + x.sc);
+        }
+    }
+}
+
+/* → xs: pixel 8v + j of halo row hr gets the channel pair (lo16 of a_j, lo16 of b_j) at word cp */
+template <int NL>
+__device__ __forceinline__ void hr_put_x(const hr_geo &g, int ih0, int hrb, const uint4 (&xv)[NL][2], unsigned *xs) {
+    const int nv = g.W >> 3;
+#pragma unroll
+    for (int i = 0; i < NL; i++) {
+        const int t = (int)threadIdx.x + i * NT, cp = t & 7, rest = t >> 5, v = rest % nv;
+        const int hr = (rest / nv) * 4 + ((t >> 3) & 3), ih = ih0 + hr;
+        if (hr >= hrb || ih < 0 || ih >= g.IH) continue; /* the row stays zero */
+        unsigned *d = xs + (hr * g.HWP + g.pw + 8 * v) * (HX_XP / 2) + cp;
+        const unsigned a[4] = {xv[i][0].x, xv[i][0].y, xv[i][0].z, xv[i][0].w};
+        const unsigned b[4] = {xv[i][1].x, xv[i][1].y, xv[i][1].z, xv[i][1].w};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            d[(2 * q) * (HX_XP / 2)] = __byte_perm(a[q], b[q], 0x5410);
+            d[(2 * q + 1) * (HX_XP / 2)] = __byte_perm(a[q], b[q], 0x7632);
+        }
+    }
+}
+
+/* as[a][κ·16 + c] ← Pk[a0+a][κ][c0 .. c0+15] by cp.async (zeros for a0 + a ≥ r) */
+template <typename CT, int RT>
+__device__ __forceinline__ void hr_fetch_a(const CT *Pk, i64 Ipad, i64 r, i64 a0, int K, i64 c0, CT *as) {
+    const int na = RT * K * 2;
+    for (int u = (int)threadIdx.x; u < na; u += NT) {
+        const int a = u / (2 * K), rem = u - a * 2 * K;
+        const bool in = a0 + a < r;
+        const CT *src = in ? Pk + ((a0 + a) * K + (rem >> 1)) * Ipad + c0 + (rem & 1) * 8 : Pk;
+        cp_async16(as + a * HX_AP + (rem >> 1) * HX_CC + (rem & 1) * 8, src, in ? 16 : 0);
+    }
+    cp_commit();
+}
+
+/* acc += the chunk: warp w's four n8 tiles (records rec[0..1] of this lane's ldmatrix rows) */
+template <typename CT, int MI, bool K3>
+__device__ __forceinline__ void hr_mma(const CT *xs, const CT *as, const hr_geo &g, const int (&rec)[2], float (&acc)[MI][4][4]) {
+    const int lane = threadIdx.x & 31;
+    const int kh = K3 ? 3 : g.kh, kw = K3 ? 3 : g.kw;
+    const int bh = ((lane >> 3) & 1) * 8;
+#pragma unroll(K3 ? 3 : 1)
+    for (int dh = 0; dh < kh; dh++)
+#pragma unroll(K3 ? 3 : 1)
+        for (int dw = 0; dw < kw; dw++) {
+            const int kap = dh * kw + dw, sh = dh * g.HWP + dw;
+            unsigned a[MI][4], b[4][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) ldm4<false>(a[mi], as + (mi * 16 + (lane & 15)) * HX_AP + kap * HX_CC + (lane >> 4) * 8);
+#pragma unroll
+            for (int pr = 0; pr < 2; pr++) {
+                unsigned q[4];
+                ldm4<false>(q, xs + (rec[pr] + sh) * HX_XP + bh);
+                b[2 * pr][0] = q[0];
+                b[2 * pr][1] = q[1];
+                b[2 * pr + 1][0] = q[2];
+                b[2 * pr + 1][1] = q[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) mma16816<CT>(acc[mi][ni], a[mi], b[ni]);
+        }
+}
+
+} // namespace
+
+/* H (Z = 1, HT = CT or float) or the partials of channel-chunk range z; grid (N · tpi, rank
+   tiles of 16·MI, Z); kc chunks of HX_CC channels per z; dynamic shared memory as above */
+template <typename CT, int MI, bool K3, int NL, typename HT>
+__global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
+                                                  i64 kc) {
+    const int RT = 16 * MI;
+    extern __shared__ __align__(16) char hr_sm[];
+    const int xs_elems = g.HRR * g.HWP * HX_XP, as_elems = RT * HX_AP;
+    CT *xs0 = (CT *)hr_sm, *as0 = xs0 + 2 * xs_elems;
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, T = C.N * S;
+    const i64 n = blockIdx.x / g.tpi, p0 = (i64)(blockIdx.x % g.tpi) * HR_PIX;
+    const i64 pl = p0 + HR_PIX - 1 < S ? p0 + HR_PIX - 1 : S - 1;
+    const int oh0 = (int)(p0 / g.OW), hrb = (int)(pl / g.OW) - oh0 + g.kh, ih0 = oh0 - g.ph;
+    const i64 NC = Ipad / HX_CC, cb = (i64)blockIdx.z * kc, ce = cb + kc < NC ? cb + kc : NC;
+    const i64 a0 = (i64)blockIdx.y * RT;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* this lane's ldmatrix rows: n8 tile 2·pr + (lane >> 4) of the warp, pixel lane & 7 */
+    int rec[2];
+#pragma unroll
+    for (int pr = 0; pr < 2; pr++) {
+        const int p = (int)p0 + 32 * w + 8 * (2 * pr + (lane >> 4)) + (lane & 7);
+        rec[pr] = (p / g.OW - oh0) * g.HWP + p % g.OW;
+    }
+    /* both x buffers zeroed once: the padding columns and the rows outside the image stay so */
+    for (int i = (int)threadIdx.x; i < 2 * xs_elems / 8; i += NT) ((uint4 *)xs0)[i] = make_uint4(0u, 0u, 0u, 0u);
+    float acc[MI][4][4];
+    acc_zero<MI, 4>(acc);
+    uint4 xv[NL][2];
+    __syncthreads();
+    if (cb < ce) {
+        hr_fetch_a<CT, RT>(Pk, Ipad, L.r, a0, (int)L.K, cb * HX_CC, as0);
+        hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, cb * HX_CC, C.I, xv);
+        hr_put_x<NL>(g, ih0, hrb, xv, (unsigned *)xs0);
+        cp_wait(0);
+        __syncthreads();
+        for (i64 ch = cb; ch < ce; ch++) {
+            const int cur = (int)((ch - cb) & 1);
+            CT *xs = xs0 + cur * xs_elems, *as = as0 + cur * as_elems;
+            CT *xn = xs0 + (cur ^ 1) * xs_elems, *an = as0 + (cur ^ 1) * as_elems;
+            const bool more = ch + 1 < ce;
+            if (more) {
+                hr_fetch_a<CT, RT>(Pk, Ipad, L.r, a0, (int)L.K, (ch + 1) * HX_CC, an);
+                hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, (ch + 1) * HX_CC, C.I, xv);
+            }
+            hr_mma<CT, MI, K3>(xs, as, g, rec, acc);
+            if (more) {
+                hr_put_x<NL>(g, ih0, hrb, xv, (unsigned *)xn);
+                cp_wait(0);
+            }
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const i64 a = a0 + acc_row(0, mi, e), p = p0 + 32 * w + acc_col(0, ni, e);
+                if (a >= L.r || p >= S) continue;
+                const i64 hi = (n * L.r + a) * S + p;
+                if (part) part[(i64)blockIdx.z * L.r * T + hi] = acc[mi][ni][e];
+                else h_put<HT>(H, hi, rnd_ct<CT>(vget(L.mask, a, 1.0f) * acc[mi][ni][e]));
             }
 }
 
@@ -1885,6 +2091,9 @@ typedef struct {
     int halo, MI, Z;
     i64 kper, Ipad;
     unsigned gx, gy;
+    int rows, NL;   /* k_h_rows (halo set too: it shares Pk and the chunk split) and its tasks per thread */
+    hr_geo rg;
+    int smem;       /* k_h_rows's dynamic shared memory */
 } lkc_hplan;
 
 /* the geometries of the halo paths: dims 0-1 (dim 2 of size 1), stride 1, dilation 1, kernel
@@ -1896,13 +2105,55 @@ static bool halo_geom(const lkc_conv &C) {
            g.st[0] == 1 && g.st[1] == 1 && g.dil[0] == 1 && g.dil[1] == 1 && tiles <= 0x7fffffff && C.L.r > 0 && C.I > 0;
 }
 
-template <typename CT> static lkc_hplan h_plan(const lkc_conv &C) {
+/* LYCO_CUDA_CONV_HROWS=0 (read at each call): H takes k_h_halo where k_h_rows would (A/B) */
+static bool conv_hrows(void) {
+    const char *e = getenv("LYCO_CUDA_CONV_HROWS");
+    return !(e && e[0] == '0');
+}
+
+/* k_h_rows's geometry (see its section) for a halo-path call with x, its tasks per thread and
+   shared memory; false when the call is not its own */
+template <typename CT> static bool hr_fits(const lkc_conv &C, const lkc_act &x, hr_geo *hg, int *NL, int *smem, int MI) {
+    const lkc_geom &g = C.g;
+    if (!conv_hrows() || x.dt != ct_of<CT>::dt || x.unal || x.ss[1] != 1 || ((uintptr_t)x.p & 15) != 0 || (x.sn & 7) != 0 ||
+        (x.sc & 7) != 0 || (x.ss[0] & 7) != 0)
+        return false;
+    const i64 OW = g.out[1], W = g.in[1];
+    if (OW < 8 || OW > HR_PIX || OW % 8 != 0 || W % 8 != 0 || g.out[0] < 1 || g.sout > 0x7fffffff - HR_PIX) return false;
+    hr_geo h;
+    h.OW = (int)OW;
+    h.OH = (int)g.out[0];
+    h.W = (int)W;
+    h.IH = (int)g.in[0];
+    h.kh = (int)g.k[0];
+    h.kw = (int)g.k[1];
+    h.ph = (int)g.pad[0];
+    h.pw = (int)g.pad[1];
+    h.HWP = h.OW + h.kw - 1; /* = W + 2·pw at stride 1 */
+    while (h.HWP % 4 != 2) h.HWP++;
+    i64 rows = HR_PIX % OW == 0 ? HR_PIX / OW : (HR_PIX - 1) / OW + 2;
+    if (rows > g.out[0]) rows = g.out[0];
+    h.HRR = (int)rows + h.kh - 1;
+    h.tpi = (int)cdiv(g.sout, HR_PIX);
+    const i64 tasks = 32 * cdiv(h.HRR, 4) * (W / 8);
+    if (tasks > 4 * NT || C.N * h.tpi > 0x7fffffff) return false;
+    *NL = tasks <= 2 * NT ? 2 : 4;
+    *smem = 2 * (h.HRR * h.HWP * HX_XP + 16 * MI * HX_AP) * (int)sizeof(CT);
+    if (*smem > 200 * 1024) return false;
+    *hg = h;
+    return true;
+}
+
+template <typename CT> static lkc_hplan h_plan(const lkc_conv &C, const lkc_act &x) {
     const lkc_geom &g = C.g;
     const i64 T = C.N * g.sout, r = C.L.r;
     lkc_hplan h = {};
     h.MI = r <= 16 ? 1 : 2;
-    const i64 tiles = C.N * cdiv(g.out[0], HX_TH) * cdiv(g.out[1], HX_TW), rt = cdiv(r, 16 * h.MI);
+    i64 tiles = C.N * cdiv(g.out[0], HX_TH) * cdiv(g.out[1], HX_TW);
+    const i64 rt = cdiv(r, 16 * h.MI);
     h.halo = sizeof(CT) == 2 && !C.M.p && halo_geom(C) && rt <= 65535;
+    h.rows = h.halo && hr_fits<CT>(C, x, &h.rg, &h.NL, &h.smem, h.MI);
+    if (h.rows) tiles = C.N * h.rg.tpi;
     if (!h.halo) {
         tc_split(C.L.IK, r * T, cdiv(T, BN) * cdiv(r, BM), &h.Z, &h.kper);
         h.gx = (unsigned)cdiv(T, BN);
@@ -1910,9 +2161,10 @@ template <typename CT> static lkc_hplan h_plan(const lkc_conv &C) {
         return h;
     }
     h.Ipad = cdiv(C.I, HX_CC) * HX_CC;
-    /* ~512 blocks (≈ 4 per H200 multiprocessor), at least 4 chunks each, Z·r·T < 2^24 */
+    /* ~512 blocks (≈ 4 per H200 multiprocessor; k_h_rows: ~264, 2 per multiprocessor), at least 4
+       chunks each, Z·r·T < 2^24 */
     const i64 nc = h.Ipad / HX_CC, zmax = ((i64)1 << 24) / (r * T > 0 ? r * T : 1);
-    i64 z = cdiv(512, tiles * rt);
+    i64 z = cdiv(h.rows ? 264 : 512, tiles * rt);
     if (z > cdiv(nc, 4)) z = cdiv(nc, 4);
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
@@ -1928,24 +2180,43 @@ template <typename CT> static lkc_hplan h_plan(const lkc_conv &C) {
 static i64 pk_floats(const lkc_conv &C, const lkc_hplan &h) { return h.halo ? cdiv(C.L.r * C.L.K * h.Ipad * 2, 4) : 0; }
 
 /* scratch bytes of H beyond H itself: Pk (halo path) and the k-split partials (Z > 1) */
-template <typename CT> static size_t h_scratch_bytes(const lkc_conv &C) {
-    const lkc_hplan h = h_plan<CT>(C);
+template <typename CT> static size_t h_scratch_bytes(const lkc_conv &C, const lkc_act &x) {
+    const lkc_hplan h = h_plan<CT>(C, x);
     size_t b = h.halo ? carve_bytes(pk_floats(C, h)) : 0;
     if (h.Z > 1) b += carve_bytes((i64)h.Z * C.L.r * C.N * C.g.sout);
     return b;
 }
 
 /* the halo path's launches (Pk, k_h_halo); CT = float never takes it (h_plan) */
-template <typename CT> struct hx_launch {
-    static int run(const lkc_conv &C, const lkc_act &x, const float *P, const lkc_hplan &h, CT *Pk, float *H, float *part,
+/* k_h_rows's instance for (MI, 3 × 3 or not, NL) */
+template <typename CT, int MI, bool K3, int NL, typename HT>
+static int hr_run(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const CT *Pk, HT *H, float *part, cudaStream_t s) {
+    LK_SMEM_OPTIN(h.smem, k_h_rows<CT, MI, K3, NL, HT>);
+    dim3 grid(h.gx, h.gy, (unsigned)h.Z);
+    k_h_rows<CT, MI, K3, NL, HT><<<grid, NT, h.smem, s>>>(C, x, Pk, h.Ipad, h.rg, H, part, h.kper);
+    LK_LAUNCHED("conv locon h (row tiles)");
+    return LYCO_OK;
+}
+template <typename CT, int MI, bool K3, typename HT>
+static int hr_run_nl(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const CT *Pk, HT *H, float *part, cudaStream_t s) {
+    return h.NL == 2 ? hr_run<CT, MI, K3, 2, HT>(C, x, h, Pk, H, part, s) : hr_run<CT, MI, K3, 4, HT>(C, x, h, Pk, H, part, s);
+}
+
+/* the halo path's launches (Pk, then k_h_rows or k_h_halo); CT = float never takes it (h_plan) */
+template <typename CT, typename HT> struct hx_launch {
+    static int run(const lkc_conv &C, const lkc_act &x, const float *P, const lkc_hplan &h, CT *Pk, HT *H, float *part,
                    cudaStream_t s) {
         k_prep_pk<CT><<<nblk_grid(C.L.r * C.L.K * h.Ipad), NT, 0, s>>>(C, P, h.Ipad, Pk);
         LK_LAUNCHED("conv locon h operand (halo path)");
-        dim3 grid(h.gx, h.gy, (unsigned)h.Z);
-        /* 3 × 3 kernels (most conv layers of the diffusion UNets) take the unrolled instance;
+        /* 3 × 3 kernels (most conv layers of the diffusion UNets) take the unrolled instances;
            LYCO_CUDA_CONV_HX_GENERIC=1 (read at each call): the runtime-bound loop (A/B) */
         const char *gen = getenv("LYCO_CUDA_CONV_HX_GENERIC");
         const bool k3 = C.g.k[0] == 3 && C.g.k[1] == 3 && !(gen && gen[0] == '1');
+        if (h.rows) {
+            if (h.MI == 1) return k3 ? hr_run_nl<CT, 1, true>(C, x, h, Pk, H, part, s) : hr_run_nl<CT, 1, false>(C, x, h, Pk, H, part, s);
+            return k3 ? hr_run_nl<CT, 2, true>(C, x, h, Pk, H, part, s) : hr_run_nl<CT, 2, false>(C, x, h, Pk, H, part, s);
+        }
+        dim3 grid(h.gx, h.gy, (unsigned)h.Z);
         if (h.MI == 1 && k3) k_h_halo<CT, 1, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
         else if (h.MI == 1) k_h_halo<CT, 1, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
         else if (k3) k_h_halo<CT, 2, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
@@ -1954,35 +2225,91 @@ template <typename CT> struct hx_launch {
         return LYCO_OK;
     }
 };
-template <> struct hx_launch<float> {
-    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_hplan &, float *, float *, float *, cudaStream_t) {
+template <typename HT> struct hx_launch<float, HT> {
+    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_hplan &, float *, HT *, float *, cudaStream_t) {
         return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon halo path planned for fp32 compute (internal error)");
     }
 };
 
-/* H = RN_CT(q ⊙ P·im2col(x)); hs: h_scratch_bytes<CT>(C) of scratch (or NULL when that is 0) */
-template <typename CT>
-static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, float *H, float *hs, cudaStream_t s) {
+/* H = RN_CT(q ⊙ P·im2col(x)) in HT (fp32, or CT for the forward's expand); hs:
+   h_scratch_bytes<CT>(C, x) of scratch (or NULL when that is 0) */
+template <typename CT, typename HT>
+static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, HT *H, float *hs, cudaStream_t s) {
     const i64 T = C.N * C.g.sout;
-    const lkc_hplan h = h_plan<CT>(C);
+    const lkc_hplan h = h_plan<CT>(C, x);
     lkc_carve cv = {(char *)hs, 0};
     CT *Pk = h.halo ? (CT *)carve_f(&cv, pk_floats(C, h)) : NULL;
     float *part = h.Z > 1 ? carve_f(&cv, (i64)h.Z * C.L.r * T) : NULL;
     int rc;
     if (h.halo) {
-        if ((rc = hx_launch<CT>::run(C, x, P, h, Pk, H, part, s))) return rc;
+        if ((rc = hx_launch<CT, HT>::run(C, x, P, h, Pk, H, part, s))) return rc;
     } else {
         dim3 grid(h.gx, h.gy, (unsigned)h.Z);
         typedef wide<CT> W;
-        if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
-        else k_h_tc<CT, CT, 1, 1><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
+        if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx, HT><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
+        else k_h_tc<CT, CT, 1, 1, HT><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
         LK_LAUNCHED("conv locon h (tensor cores)");
     }
     if (h.Z > 1) {
-        k_h_fin<CT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, part, h.Z, H);
+        k_h_fin<CT, HT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, part, h.Z, H);
         LK_LAUNCHED("conv locon h finalise");
     }
     return LYCO_OK;
+}
+
+/* LYCO_CUDA_CONV_YEXPAND=0 (read at each call): y through k_y_tc where the expand would take it (A/B) */
+static bool conv_yexpand(void) {
+    const char *e = getenv("LYCO_CUDA_CONV_YEXPAND");
+    return !(e && e[0] == '0');
+}
+
+/* image n of an activation as an O × S row-major view (pixels contiguous), else p NULL */
+static lk_view act_image_view(const lkc_act &a, const lkc_geom &g, i64 n, i64 O) {
+    lk_view v;
+    memset(&v, 0, sizeof v);
+    i64 e = 1;
+    for (int d = 2; d >= 0; d--) {
+        if (g.out[d] > 1 && a.ss[d] != e) return v;
+        e *= g.out[d];
+    }
+    if (!a.p) return v;
+    const i64 es = a.dt == DT_F32 ? 4 : 2;
+    v.p = (const char *)a.p + n * a.sn * es;
+    v.s0 = a.sc;
+    v.s1 = 1;
+    v.rows = O;
+    v.cols = g.sout;
+    v.dt = a.dt;
+    v.flags = a.unal ? LK_UNALIGNED : 0;
+    if (!a.unal && ((uintptr_t)v.p & 15) == 0 && (v.s0 * es) % 16 == 0) v.flags |= LK_VEC;
+    return v;
+}
+
+/* y_n = y0_n + c·Ur·H_n through lowrank.cu's expand: M = O output channels, N = S pixels, P = U,
+   Q = H_n (r × S, CT; H may be NULL for the fit test), out / base the images of y / y0 — the
+   products of k_y_tc, fmaf(c, Σ_a RN_CT(U[o,a])·H[a,p], RN_CT(y0)), c = s·m·RN_CT(σs). False when
+   y or y0 has no such view. */
+template <typename CT> static bool y_expand_args(const lkc_bypass_fwd_args *a, const CT *H, i64 n, lk_expand_args *e) {
+    const lkc_conv &C = a->C;
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, es = (i64)sizeof(CT);
+    memset(e, 0, sizeof *e);
+    e->ct = L.ct;
+    e->M = L.O;
+    e->N = S;
+    e->r = L.r;
+    e->P = L.U;
+    e->Q = lk_pitched_view(H + n * L.r * S, L.r, S, S, L.ct);
+    if ((S * es) % 16 != 0) e->Q.flags = 0;
+    e->out = act_image_view(a->y, C.g, n, L.O);
+    e->base = act_image_view(a->y0, C.g, n, L.O);
+    e->sigma = L.sigma;
+    e->row_scale = 1.0;
+    e->mult = L.s * L.m;
+    e->sig_in_mult = 1;
+    e->mode = a->y0.p ? 0 : 1;
+    e->K = 1;
+    return e->out.p && (!a->y0.p || e->base.p);
 }
 
 template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cudaStream_t s) {
@@ -1990,18 +2317,32 @@ template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cu
     const i64 T = C.N * C.g.sout;
     int rc = LYCO_OK;
     if (T == 0 || C.L.O == 0) return rc;
+    lk_device dev;
+    if ((rc = lk_device_query(&dev))) return rc;
+    lk_expand_args e;
+    const bool ex = conv_yexpand() && y_expand_args<CT>(a, NULL, 0, &e) && lk_expand_fits(&e, &dev);
     void *mem = NULL;
-    const size_t hpb = h_scratch_bytes<CT>(C);
-    size_t bytes = carve_bytes(C.L.O * C.L.r) + carve_bytes(C.L.r * C.L.IK) + carve_bytes(T * C.L.r) + hpb;
+    const size_t hpb = h_scratch_bytes<CT>(C, a->x);
+    const i64 hfl = ex ? cdiv(T * C.L.r * (i64)sizeof(CT), 4) : T * C.L.r; /* H: CT for the expand, else fp32 */
+    size_t bytes = (ex ? 0 : carve_bytes(C.L.O * C.L.r)) + carve_bytes(C.L.r * C.L.IK) + carve_bytes(hfl) + hpb;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
     lkc_carve cv = {(char *)mem, 0};
-    float *Ur = carve_f(&cv, C.L.O * C.L.r), *P = carve_f(&cv, C.L.r * C.L.IK), *H = carve_f(&cv, T * C.L.r);
+    float *Ur = ex ? NULL : carve_f(&cv, C.L.O * C.L.r), *P = carve_f(&cv, C.L.r * C.L.IK), *H = carve_f(&cv, hfl);
     float *hp = hpb ? carve_f(&cv, (i64)(hpb / sizeof(float))) : NULL;
-    if (!(rc = prep<CT>(C, Ur, P, s)) && !(rc = launch_h_tc<CT>(C, a->x, P, H, hp, s))) {
+    if (ex) {
+        k_prep_p<CT><<<nblk(C.L.r * C.L.IK), NT, 0, s>>>(C, P);
+        cudaError_t le = cudaGetLastError();
+        if (le != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon prep P failed: %s", cudaGetErrorString(le));
+        if (!rc) rc = launch_h_tc<CT, CT>(C, a->x, P, (CT *)H, hp, s);
+        for (i64 n = 0; n < C.N && !rc; n++) {
+            y_expand_args<CT>(a, (const CT *)H, n, &e);
+            rc = lk_expand(&e, &dev, s);
+        }
+    } else if (!(rc = prep<CT>(C, Ur, P, s)) && !(rc = launch_h_tc<CT, float>(C, a->x, P, H, hp, s))) {
         dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(C.L.O, BM));
         k_y_tc<CT><<<grid, NT, 0, s>>>(C, Ur, H, a->y0, a->y);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon y failed: %s", cudaGetErrorString(e));
+        cudaError_t le = cudaGetLastError();
+        if (le != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon y failed: %s", cudaGetErrorString(le));
     }
     int rf = lk_scratch_free(mem, s);
     return rc ? rc : rf;
@@ -2132,7 +2473,7 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     const i64 S = C.g.sout, T = C.N * S;
     const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
     const lkc_bwd_split b = bwd_split_tc<CT>(C);
-    const size_t hpb = h_scratch_bytes<CT>(C);
+    const size_t hpb = h_scratch_bytes<CT>(C, a->x);
     float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
     float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
@@ -2155,7 +2496,7 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     }
     if (a->dx.p && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, ws, s))) return rc;
     if (want_up) {
-        if (T > 0 && (rc = launch_h_tc<CT>(C, a->x, P, H, hp, s))) return rc;
+        if (T > 0 && (rc = launch_h_tc<CT, float>(C, a->x, P, H, hp, s))) return rc;
         dim3 grid((unsigned)cdiv(L.r, BN), (unsigned)cdiv(L.O, BM), (unsigned)b.Zu);
         k_red_dup_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, H, pu, b.ku);
         LK_LAUNCHED("conv locon d_up partials (tensor cores)");
@@ -2182,7 +2523,7 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     const lkc_bwd_split b = bwd_split_tc<CT>(C);
     size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
                    carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
-                   h_scratch_bytes<CT>(C) + (a->dx.p ? dx_scratch_bytes<CT>(C) : 0);
+                   h_scratch_bytes<CT>(C, a->x) + (a->dx.p ? dx_scratch_bytes<CT>(C) : 0);
     void *mem = NULL;
     int rc;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;

@@ -15,9 +15,11 @@
  * Without a CUDA build or device it prints SKIP and exits 0.
  *
  * Prints one line per run and ends with "N passed, M failed"; exits non-zero on failure. Random
- * data from LYCO_SEED (printed) or the clock.
+ * data from LYCO_SEED (printed) or the clock; LYCO_CASES=substring runs only the cases whose name
+ * contains it.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check/check.h"
@@ -74,6 +76,24 @@ static const lyco_case cases[] = {
     {.name = "cu_linear_mb1_o4100_i520", .algo = LYCO_ALGO_LOCON, .O = 4100, .I = 520, .rank = 32, .tokens = 2, .alpha = 16},
     {.name = "cu_conv2d_mb1_ik72", T_CONV, .conv_dims = 2, .O = 70, .I = 8, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 8, .tokens = 2, .spatial = {6, 6, 1}, .alpha = 4, .opts = CASE_SCALAR},
+    /* H on row tiles (locon_conv.cu k_h_rows: 16-bit x with 16-byte rows, output width a multiple
+       of 8, stride 1): 64 wide — 640 pixels = two full 256-pixel blocks and a half one, 136
+       channels = 8½ chunks of 16 in three Z ranges, rank 20 in a 32-rank tile, σs, rank mask, m ≠ 1;
+       24 wide with a 1 × 3 kernel — blocks start mid-row (rows 10⅔ per block), rank 9 (MI = 1);
+       8 wide — 32 output rows per block (34 halo rows), ranks 40 = two rank tiles, the last partial;
+       a 1 × 1 kernel (no halo, the row pitch padded from 32 to 34); 256 wide (one row per block,
+       four loads per thread); each also runs y = y0 + c·U·H through the expand, image by image */
+    {.name = "cu_conv2d_rows_w64", T_CONV, .conv_dims = 2, .O = 24, .I = 136, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 20, .tokens = 2, .spatial = {10, 64, 1}, .alpha = 4, .multiplier = 0.8,
+     .opts = CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "cu_conv2d_rows_w24_k1x3", T_CONV, .conv_dims = 2, .O = 17, .I = 20, .k = {1, 3, 1}, .stride = {1, 1, 1},
+     .pad = {0, 1, 0}, .dil = {1, 1, 1}, .rank = 9, .tokens = 1, .spatial = {20, 24, 1}, .alpha = 3},
+    {.name = "cu_conv2d_rows_w8_r40", T_CONV, .conv_dims = 2, .O = 9, .I = 17, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 40, .tokens = 2, .spatial = {40, 8, 1}, .alpha = 8, .opts = CASE_SCALAR},
+    {.name = "cu_conv2d_rows_1x1", T_CONV, .conv_dims = 2, .O = 12, .I = 33, .k = {1, 1, 1}, .stride = {1, 1, 1},
+     .pad = {0, 0, 0}, .dil = {1, 1, 1}, .rank = 6, .tokens = 2, .spatial = {9, 32, 1}, .alpha = 2},
+    {.name = "cu_conv2d_rows_w256", T_CONV, .conv_dims = 2, .O = 8, .I = 16, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 4, .tokens = 1, .spatial = {3, 256, 1}, .alpha = 2, .opts = CASE_NO_Y0},
     /* empty batch: outputs empty, gradients zero */
     {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 2, .tokens = 0, .spatial = {5, 5, 1}, .opts = CASE_TUCKER},
@@ -115,9 +135,11 @@ int main(void) {
     printf("SKIP: built without the CUDA backend\n");
     return 0;
 #endif
+    /* LYCO_CASES=substring: only the cases whose name contains it (sanitizer subsets) */
+    const char *only = getenv("LYCO_CASES");
     int passed = 0, failed = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (int d = 0; d < LYCO_DIR_COUNT; d++)
+        for (int d = 0; d < LYCO_DIR_COUNT && !(only && !strstr(cases[ci].name, only)); d++)
             for (int r = 0; r < lyco_dtype_row_count; r++) {
                 const lyco_dtype_row *row = &lyco_dtype_rows[r];
                 lyco_check_opts o;
