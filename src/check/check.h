@@ -160,9 +160,11 @@ int lyco_check_run(const lyco_check_opts *o, FILE *out, int *ran);
 
 /* The accuracy budget (NUMERICS.md §2.7, §4.2) of a case, in ULP_T(rms) on top of the element's
    own 0.5-ULP rounding. eager = the budget of the eager twin's rounding chain; n = the output's element count
-   (its max reaches further into the tail on larger outputs). */
+   (its max reaches further into the tail on larger outputs); rho = the RMS of the output's nonzero
+   exact elements over 2^⌊log2 rms⌋ (fp32 outputs; ≤ 1 counts as 1): the fp32 sums' errors scale
+   with the elements, the score's unit with ulp(rms). */
 double lyco_check_budget(const lyco_case *c, lyco_direction dir, lyco_dtype out, lyco_dtype compute, bool eager,
-                         bool full_reduction, int64_t n);
+                         bool full_reduction, int64_t n, double rho);
 
 
 
