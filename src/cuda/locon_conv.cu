@@ -60,6 +60,15 @@
  * forward's y = y0 + c·Ur·H runs through lowrank.cu's expand image by image (M = O, N = pixels,
  * Q = H_n stored in CT) wherever y (and y0) have contiguous pixels, instead of k_y_tc.
  * LYCO_CUDA_CONV_HROWS=0 / LYCO_CUDA_CONV_YEXPAND=0 restore k_h_halo / k_y_tc (A/B).
+ * Round 4 (session 34): the backward on the same row tiles. k_h_rows is a generic "conv of a
+ * 16-bit activation with a small kernel" and now also computes GH = RN_CT(c·q ⊙ Urᵀ·dy) as a
+ * 1 × 1 conv of dy (and GH's CT copy) and dx as the conv of GH's copy with the flipped kernel at
+ * padding k−1−π (hr_epi picks the epilogue; gh_problem / dx_problem build the problems); the G_P
+ * partials take k_gp_rows (GH's copy × x's pixel records, reduced over pixel tiles). Where they
+ * apply (dy 16-bit with 16-byte rows; dx contiguous in CT; the k_h_rows geometries) they replace
+ * k_gh_tc, k_dx_halo / k_dx_tc and k_gp_halo / k_red_dp_tc; LYCO_CUDA_CONV_HROWS=0 restores all
+ * of those. k_gp_halo and k_dx_halo take GH in one bf16 part now (it is RN_CT: the 3-part split
+ * of earlier rounds multiplied two zero parts).
  * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
  * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
  * LYCO_CUDA_CONV_HX_GENERIC=1 = k_h_halo's runtime-bound kernel-offset loop for 3 × 3 kernels too
@@ -292,6 +301,26 @@ template <typename HT> __device__ __forceinline__ void h_put(HT *H, i64 i, float
 /* c = s·m·RN_CT(σs) */
 template <typename CT> __device__ __forceinline__ float scale_c(const lk_locon &L) {
     return (float)(L.s * L.m) * sigma_ct<CT>(L.sigma);
+}
+
+/* What the row-tile product (k_h_rows, and k_h_fin after its k split) stores for an output
+   element (channel a, index i) of fp32 sum v: HR_H: H = RN_CT(q_a·v); HR_GH: GH = RN_CT(c·q_a·v)
+   (as k_gh_tc), and the same value in CT at H2[i] when H2 is set (dx's operand); HR_RAW: v in
+   HT (dx, no mask: L.mask is NULL for that problem) */
+enum { HR_H = 0, HR_GH = 1, HR_RAW = 2 };
+struct hr_epi {
+    int mode;
+    void *H2;
+};
+template <typename CT, typename HT> __device__ __forceinline__ void hr_store(const lk_locon &L, const hr_epi &e, HT *H, i64 i, i64 a, float v) {
+    if (e.mode == HR_RAW) {
+        h_put<HT>(H, i, v);
+        return;
+    }
+    const float q = vget(L.mask, a, 1.0f);
+    const float u = rnd_ct<CT>((e.mode == HR_GH ? scale_c<CT>(L) * q : q) * v);
+    h_put<HT>(H, i, u);
+    if (e.H2) ((CT *)e.H2)[i] = ct_of<CT>::from(u);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -953,14 +982,14 @@ __global__ __launch_bounds__(NT) void k_h_tc(lkc_conv C, lkc_act x, const float 
     }
 }
 
-/* H[i] = RN_CT(q_a · Σ_z part[z][i]) (fixed order), i over N·r·pixels */
+/* H[i] = hr_store of Σ_z part[z][i] (fixed order; HR_H: RN_CT(q_a · Σ)), i over N·r·pixels */
 template <typename CT, typename HT>
-__global__ __launch_bounds__(NT) void k_h_fin(lk_locon L, i64 S, i64 T, const float *part, int Z, HT *H) {
+__global__ __launch_bounds__(NT) void k_h_fin(lk_locon L, i64 S, i64 T, const float *part, int Z, HT *H, hr_epi e) {
     const i64 total = L.r * T;
     for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
         float v = 0.0f;
         for (int z = 0; z < Z; z++) v += part[(i64)z * total + i];
-        h_put<HT>(H, i, rnd_ct<CT>(vget(L.mask, (i / S) % L.r, 1.0f) * v));
+        hr_store<CT, HT>(L, e, H, i, (i / S) % L.r, v);
     }
 }
 
@@ -1139,12 +1168,18 @@ __global__ __launch_bounds__(NT) void k_red_dp_tc(lkc_conv C, lkc_act x, const f
 namespace {
 
 /* Pk[a][κ][c] = CT(P[a, c·K+κ]) for c < I, 0 for I ≤ c < Ipad */
-template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pk(lkc_conv C, const float *P, i64 Ipad, CT *Pk) {
+/* where Pk's (a, κ, c) comes from: src[base + a·sa + c·sc + κ·sk] (H: P itself, base 0, sa = I·K,
+   sc = K, sk = 1; the backward's GH and dx read Ur and P transposed / flipped through k_h_rows) */
+struct pk_src {
+    const float *p;
+    i64 base, sa, sc, sk;
+};
+template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pk(lkc_conv C, pk_src P, i64 Ipad, CT *Pk) {
     const lk_locon &L = C.L;
     const i64 total = L.r * L.K * Ipad;
     for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
         const i64 c = i % Ipad, ak = i / Ipad, kap = ak % L.K, a = ak / L.K;
-        Pk[i] = ct_of<CT>::from(c < C.I ? P[a * L.IK + c * L.K + kap] : 0.0f);
+        Pk[i] = ct_of<CT>::from(c < C.I ? P.p[P.base + a * P.sa + c * P.sc + kap * P.sk] : 0.0f);
     }
 }
 
@@ -1389,15 +1424,17 @@ __device__ __forceinline__ void hr_fetch_x(const lkc_act &x, const hr_geo &g, i6
     }
 }
 
-/* → xs: pixel 8v + j of halo row hr gets the channel pair (lo16 of a_j, lo16 of b_j) at word cp */
-template <int NL>
+/* → xs: pixel 8v + j of halo row hr gets the channel pair (lo16 of a_j, lo16 of b_j) at word cp;
+   rows outside the image or beyond hrb are skipped (they stay zero), or with ALL written as the
+   zeros hr_fetch_x gave them (every row < HRR: the buffer held another tile's rows) */
+template <int NL, bool ALL = false>
 __device__ __forceinline__ void hr_put_x(const hr_geo &g, int ih0, int hrb, const uint4 (&xv)[NL][2], unsigned *xs) {
     const int nv = g.W >> 3;
 #pragma unroll
     for (int i = 0; i < NL; i++) {
         const int t = (int)threadIdx.x + i * NT, cp = t & 7, rest = t >> 5, v = rest % nv;
         const int hr = (rest / nv) * 4 + ((t >> 3) & 3), ih = ih0 + hr;
-        if (hr >= hrb || ih < 0 || ih >= g.IH) continue; /* the row stays zero */
+        if (ALL ? hr >= g.HRR : (hr >= hrb || ih < 0 || ih >= g.IH)) continue; /* the row stays zero */
         unsigned *d = xs + (hr * g.HWP + g.pw + 8 * v) * (HX_XP / 2) + cp;
         const unsigned a[4] = {xv[i][0].x, xv[i][0].y, xv[i][0].z, xv[i][0].w};
         const unsigned b[4] = {xv[i][1].x, xv[i][1].y, xv[i][1].z, xv[i][1].w};
@@ -1458,7 +1495,7 @@ __device__ __forceinline__ void hr_mma(const CT *xs, const CT *as, const hr_geo 
    tiles of 16·MI, Z); kc chunks of HX_CC channels per z; dynamic shared memory as above */
 template <typename CT, int MI, bool K3, int NL, typename HT>
 __global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
-                                                  i64 kc) {
+                                                  i64 kc, hr_epi e) {
     const int RT = 16 * MI;
     extern __shared__ __align__(16) char hr_sm[];
     const int xs_elems = g.HRR * g.HWP * HX_XP, as_elems = RT * HX_AP;
@@ -1512,12 +1549,12 @@ __global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const C
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const i64 a = a0 + acc_row(0, mi, e), p = p0 + 32 * w + acc_col(0, ni, e);
+            for (int q = 0; q < 4; q++) {
+                const i64 a = a0 + acc_row(0, mi, q), p = p0 + 32 * w + acc_col(0, ni, q);
                 if (a >= L.r || p >= S) continue;
                 const i64 hi = (n * L.r + a) * S + p;
-                if (part) part[(i64)blockIdx.z * L.r * T + hi] = acc[mi][ni][e];
-                else h_put<HT>(H, hi, rnd_ct<CT>(vget(L.mask, a, 1.0f) * acc[mi][ni][e]));
+                if (part) part[(i64)blockIdx.z * L.r * T + hi] = acc[mi][ni][q];
+                else hr_store<CT, HT>(L, e, H, hi, a, acc[mi][ni][q]);
             }
 }
 
@@ -1528,13 +1565,14 @@ __global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const C
  * CT = bf16 only (fp16 keeps k_red_dp_tc: its x would need 2 bf16 parts), plain or Tucker (G_P
  * does not involve P), the geometries of k_h_halo. Block: rank tile RT = 16·MI (MI = 1 as launched: 128 registers, 2 blocks / SM) × a
  * chunk of HX_CC channels × all K kernel offsets; grid (channel chunks, rank tiles, Z ranges of kq output tiles of 8 × 16 pixels of one image). Per
- * pixel tile: the halo xs[hp][c] exactly as k_h_halo, GH's tile as 3 bf16 parts gs[p][a][px]
- * (pitch HX_GP = 136 elements, ≡ 4 words mod 32: conflict-free; 0 outside the image, so the halo
+ * pixel tile: the halo xs[hp][c] exactly as k_h_halo, GH's tile as bf16 gs[a][px] (one part:
+ * k_gh_tc stores GH = RN_CT(c·q ⊙ Urᵀ·dy), exact in CT; until session 34 it went in 3 bf16 parts,
+ * two of them always zero — the same sums, 3× the MMAs) (pitch HX_GP = 136 elements, ≡ 4 words mod 32: conflict-free; 0 outside the image, so the halo
  * values there, real x, never count); one k16 MMA step per tile row: A = GH parts [a][16 pixels
  * of the row], B(c, px) = channel c at halo pixels (hp, hp+1), two 16-bit shared reads (hp + dw
  * may be odd); warp w owns the kernel offsets κ = w and w + 8 (K ≤ 9). Partials as k_red_dp_tc
  * (every cell written by one block per z, zeros for an empty range); k_fin_dp sums them.
- * Shared memory 21.7 KB static (MI = 1).
+ * Shared memory 13.0 KB static (MI = 1).
  * =========================================================================================== */
 #define HX_GP (HX_TH * HX_TW + 8)
 
@@ -1553,19 +1591,18 @@ __device__ __forceinline__ void gp_fetch_gh(const float *GH, const lkc_conv &C, 
     }
 }
 
-template <typename CT, int RT, int NG> __device__ __forceinline__ void gp_put_gh(const float (&gv)[NG], CT *gs) {
-    CT *parts[3] = {gs, gs + RT * HX_GP, gs + 2 * RT * HX_GP};
+template <typename CT, int NG> __device__ __forceinline__ void gp_put_gh(const float (&gv)[NG], CT *gs) {
 #pragma unroll
     for (int i = 0; i < NG; i++) {
         const int e = (int)threadIdx.x + i * NT;
-        store_parts<CT>(parts, 3, (e >> 7) * HX_GP + (e & 127), gv[i]);
+        gs[(e >> 7) * HX_GP + (e & 127)] = ct_of<CT>::from(gv[i]);   /* exact: GH is RN_CT already */
     }
 }
 
 /* acc[u] += the tile in shared memory for κ = w + 8u */
 template <typename CT, int MI>
 __device__ __forceinline__ void gp_mma(const CT *xs, const CT *gs, int kh, int kw, int HW, float (&acc)[2][MI][2][4]) {
-    const int RT = 16 * MI, K = kh * kw;
+    const int K = kh * kw;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
     const unsigned short *xu = (const unsigned short *)xs;
 #pragma unroll 1
@@ -1581,12 +1618,11 @@ __device__ __forceinline__ void gp_mma(const CT *xs, const CT *gs, int kh, int k
                 b[u][ni][1] = (unsigned)xu[(hp + 8) * HX_XP + c] | ((unsigned)xu[(hp + 9) * HX_XP + c] << 16);
             }
         }
-#pragma unroll
-        for (int p = 2; p >= 0; p--) {
+        {
             unsigned a[MI][4];
 #pragma unroll
             for (int mi = 0; mi < MI; mi++) {
-                const CT *ap = gs + p * RT * HX_GP + (mi * 16 + gq) * HX_GP + rho * HX_TW + 2 * t;
+                const CT *ap = gs + (mi * 16 + gq) * HX_GP + rho * HX_TW + 2 * t;
                 a[mi][0] = *(const unsigned *)ap;
                 a[mi][1] = *(const unsigned *)(ap + 8 * HX_GP);
                 a[mi][2] = *(const unsigned *)(ap + 8);
@@ -1610,7 +1646,7 @@ template <typename CT, int MI>
 __global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const float *GH, float *part, i64 kq) {
     const int RT = 16 * MI, NG = RT * HX_TH * HX_TW / NT;
     __shared__ __align__(16) CT xs[HX_HP_MAX * HX_XP];
-    __shared__ __align__(16) CT gs[3 * RT * HX_GP];
+    __shared__ __align__(16) CT gs[RT * HX_GP];
     const lk_locon &L = C.L;
     const lkc_geom &g = C.g;
     const int kh = (int)g.k[0], kw = (int)g.k[1], K = kh * kw, HW = HX_TW + kw - 1, hp_n = (HX_TH + kh - 1) * HW;
@@ -1634,7 +1670,7 @@ __global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const 
         hx_fetch_x(s, c0, xv);
         gp_fetch_gh<NG>(GH, C, n, oh0, ow0, s.a0, gv);
         hx_put_x<CT>(hp_n, xv, xs);
-        gp_put_gh<CT, RT, NG>(gv, gs);
+        gp_put_gh<CT, NG>(gv, gs);
         __syncthreads();
         for (i64 q = qb; q < qe; q++) {
             const bool more = q + 1 < qe;
@@ -1648,7 +1684,7 @@ __global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const 
             __syncthreads();
             if (more) {
                 hx_put_x<CT>(hp_n, xv, xs);
-                gp_put_gh<CT, RT, NG>(gv, gs);
+                gp_put_gh<CT, NG>(gv, gs);
             }
             __syncthreads();
         }
@@ -1671,14 +1707,172 @@ __global__ __launch_bounds__(NT, 2) void k_gp_halo(lkc_conv C, lkc_act x, const 
 }
 
 /* =============================================================================================
+ * row-tile path for the G_P partials of the bypass backward (default where k_h_rows takes H and
+ * GH; LYCO_CUDA_CONV_HROWS=0 restores k_gp_halo / k_red_dp_tc):
+ *   part[z][a][c·K+κ] = Σ_{p in z's pixel tiles} GH[a,p]·RN_CT(x)[c, p shifted by κ]
+ * The geometries of k_h_rows (x 16-bit with 16-byte rows, OW and W multiples of 8, stride 1,
+ * kernel ≤ 3 × 3), plain or Tucker (G_P does not involve P), CT bf16 or fp16: GH enters as its CT
+ * copy (exact: GH is RN_CT), so one MMA pass.
+ * Block: a chunk of HX_CC = 16 channels (grid.x) × a rank tile of 32 (grid.y) × a Z range of kq
+ * pixel tiles of HR_PIX = 256 consecutive output pixels (raster order over all images; grid.z).
+ * Per tile, in shared memory (two buffers, one __syncthreads per tile): the x halo rows as
+ * k_h_rows stages them (rows outside the image written as zeros: the buffer held another tile's
+ * rows; HRR not capped at the image height, so pixels past the image's end read zeros) and GH's
+ * tile gs[a][px] (pitch GP_PITCH = 264: ldmatrix rows conflict-free; 0 past the image's end).
+ * Warps: w >> 2 picks the pixel half (128 pixels, 8 k16 steps), w & 3 the output tile (m16 rank
+ * half, n8 channel half), for every kernel offset κ < K ≤ 9 (acc[9][4]): per k step one A
+ * fragment (ldmatrix.x4 of gs) and the B fragments of two offsets per ldmatrix.x4.trans (lanes
+ * 0-15 address the 16 pixels' records shifted by κ, lanes 16-31 by κ+1). The pixel halves' sums
+ * are added once at the end through shared memory (fixed order); k_fin_dp sums the Z partials.
+ * Extra memory: Z·r·I·K fp32 partials and GH's CT copy (N·r·pixels). Shared memory
+ * 2 × (HRR·HWP·48 + 32·264·2) bytes: 73 KB at OW = 64, 3 × 3.
+ * =========================================================================================== */
+#define GP_PITCH (HR_PIX + 8)
+
+namespace {
+
+/* GH's tile ghc[n][a0 + a][p0 … p0+255] as uint4 (thread's e = tid + i·NT: a = e / 32, v = e % 32) */
+template <typename CT>
+__device__ __forceinline__ void gp_fetch_gs(const CT *ghc, i64 r, i64 S, i64 n, i64 p0, i64 a0, uint4 (&gv)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int e = (int)threadIdx.x + i * NT, a = e >> 5, v = e & 31;
+        gv[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (a0 + a < r && p0 + 8 * v < S) gv[i] = *(const uint4 *)(ghc + (n * r + a0 + a) * S + p0 + 8 * v);
+    }
+}
+template <typename CT> __device__ __forceinline__ void gp_put_gs(const uint4 (&gv)[4], CT *gs) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int e = (int)threadIdx.x + i * NT;
+        *(uint4 *)(gs + (e >> 5) * GP_PITCH + 8 * (e & 31)) = gv[i];
+    }
+}
+
+/* acc[κ] += this warp's tile of the pixel tile starting at p0 (output row oh0) */
+template <typename CT, bool K3>
+__device__ __forceinline__ void gp_rows_mma(const CT *xs, const CT *gs, const hr_geo &g, i64 p0, int oh0, float (&acc)[9][4]) {
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int mi = (w >> 1) & 1, ni = w & 1;
+    const int kw = K3 ? 3 : g.kw, K = K3 ? 9 : g.kh * g.kw;
+#pragma unroll 1
+    for (int j = 0; j < 8; j++) {
+        const int px = (w >> 2) * 128 + 16 * j;
+        unsigned a[4];
+        ldm4<false>(a, gs + (mi * 16 + (lane & 15)) * GP_PITCH + px + (lane >> 4) * 8);
+        const int pp = (int)p0 + px + (lane & 15);
+        const CT *xb = xs + ((pp / g.OW - oh0) * g.HWP + pp % g.OW) * HX_XP + ni * 8;
+#pragma unroll
+        for (int u = 0; u < 5; u++) {
+            const int k1 = 2 * u, k2 = k1 + 1;
+            if (k1 >= K) break;
+            if (k2 < K) {
+                const int kl = lane < 16 ? k1 : k2, dh = kl / kw, dw = kl - dh * kw;
+                unsigned b[4];
+                ldm4<true>(b, xb + (dh * g.HWP + dw) * HX_XP);
+                const unsigned b1[2] = {b[0], b[1]}, b2[2] = {b[2], b[3]};
+                mma16816<CT>(acc[k1], a, b1);
+                mma16816<CT>(acc[k2], a, b2);
+            } else {
+                const int dh = k1 / kw, dw = k1 - dh * kw;
+                unsigned b[2];
+                ldm2<true>(b, xb + (dh * g.HWP + dw) * HX_XP);
+                mma16816<CT>(acc[k1], a, b);
+            }
+        }
+    }
+}
+
+/* tile q's image, first pixel, first output row, rows needed and first input row */
+__device__ __forceinline__ void gp_tile(const hr_geo &g, i64 S, i64 q, i64 &n, i64 &p0, int &oh0, int &hrb, int &ih0) {
+    n = q / g.tpi;
+    p0 = (q % g.tpi) * HR_PIX;
+    const i64 pl = p0 + HR_PIX - 1 < S ? p0 + HR_PIX - 1 : S - 1;
+    oh0 = (int)(p0 / g.OW);
+    hrb = (int)(pl / g.OW) - oh0 + g.kh;
+    ih0 = oh0 - g.ph;
+}
+
+} // namespace
+
+/* partials part[z][a][c·K+κ] of G_P; grid (channel chunks, rank tiles of 32, Z ranges of kq tiles) */
+template <typename CT, bool K3, int NL>
+__global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const CT *ghc, hr_geo g, float *part, i64 kq) {
+    extern __shared__ __align__(16) char gp_sm[];
+    const int xs_elems = g.HRR * g.HWP * HX_XP, gs_elems = 32 * GP_PITCH;
+    CT *xs0 = (CT *)gp_sm, *gs0 = xs0 + 2 * xs_elems;
+    const lk_locon &L = C.L;
+    const i64 S = C.g.sout, ntile = C.N * g.tpi, c0 = (i64)blockIdx.x * HX_CC, a0 = (i64)blockIdx.y * 32;
+    const i64 qb = (i64)blockIdx.z * kq, qe = qb + kq < ntile ? qb + kq : ntile;
+    const int K = K3 ? 9 : g.kh * g.kw;
+    /* both x buffers zeroed once: the padding columns stay so */
+    for (int i = (int)threadIdx.x; i < 2 * xs_elems / 8; i += NT) ((uint4 *)xs0)[i] = make_uint4(0u, 0u, 0u, 0u);
+    float acc[9][4];
+#pragma unroll
+    for (int k = 0; k < 9; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[k][e] = 0.0f;
+    uint4 xv[NL][2], gv[4];
+    i64 n, p0;
+    int oh0, hrb, ih0;
+    __syncthreads();
+    if (qb < qe) {
+        gp_tile(g, S, qb, n, p0, oh0, hrb, ih0);
+        hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, c0, C.I, xv);
+        gp_fetch_gs<CT>(ghc, L.r, S, n, p0, a0, gv);
+        hr_put_x<NL, true>(g, ih0, hrb, xv, (unsigned *)xs0);
+        gp_put_gs<CT>(gv, gs0);
+        __syncthreads();
+        for (i64 q = qb; q < qe; q++) {
+            const int cur = (int)((q - qb) & 1);
+            const i64 pc = p0;
+            const int ohc = oh0;
+            const bool more = q + 1 < qe;
+            if (more) {
+                gp_tile(g, S, q + 1, n, p0, oh0, hrb, ih0);
+                hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, c0, C.I, xv);
+                gp_fetch_gs<CT>(ghc, L.r, S, n, p0, a0, gv);
+            }
+            gp_rows_mma<CT, K3>(xs0 + cur * xs_elems, gs0 + cur * gs_elems, g, pc, ohc, acc);
+            if (more) {
+                hr_put_x<NL, true>(g, ih0, hrb, xv, (unsigned *)(xs0 + (cur ^ 1) * xs_elems));
+                gp_put_gs<CT>(gv, gs0 + (cur ^ 1) * gs_elems);
+            }
+            __syncthreads();
+        }
+    }
+    /* the second pixel half's sums → shared memory, added to the first half's (fixed order) */
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *red = (float *)gp_sm;   /* 4 warps × 32 lanes × 36 floats ≤ the buffers */
+    if (w >= 4)
+#pragma unroll
+        for (int k = 0; k < 9; k++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) red[((w - 4) * 36 + k * 4 + e) * 32 + lane] = acc[k][e];
+    __syncthreads();
+    if (w >= 4) return;
+    const int mi = (w >> 1) & 1, ni = w & 1;
+#pragma unroll
+    for (int k = 0; k < 9; k++) {
+        if (k >= K) break;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const i64 a = a0 + acc_row(0, mi, e), c = c0 + acc_col(0, ni, e);
+            if (a < L.r && c < C.I) part[((i64)blockIdx.z * L.r + a) * L.IK + c * K + k] = acc[k][e] + red[(w * 36 + k * 4 + e) * 32 + lane];
+        }
+    }
+}
+
+/* =============================================================================================
  * halo path for dx (default; LYCO_CUDA_CONV_DXHALO=0 = k_dx_tc): col2im as an implicit
  * GEMM over the input-pixel tile, dx[n,c,ih,iw] = Σ_{a,κ} P[a, c·K+κ]·GH[n, a, ih+π−dh, iw+π−dw]
  * (stride 1, dilation 1: the flipped kernel). bf16 CT, plain LoCon (P = RN_CT(D) exact), the
  * geometries of k_h_halo. Block: 8 × 16 input pixels of one image × RT = 32 channels (grid.y),
  * chunks of 16 ranks: the GH halo ((8+kh−1) × (16+kw−1) output pixels, 0 outside the output
- * image) as 3 bf16 parts xs[p][hp][a] (store_parts' split), A = Pt[c][κ][a] (a CT copy of P in
- * that order, ranks padded to 16, k_prep_pt) with 16-byte loads; per kernel offset one k16 MMA
- * step per part; each dx element written once (dx's dtype), no atomics. Shared 35.6 KB static.
+ * image) as bf16 xs[hp][a] (one part: GH is RN_CT already; 3 bf16 parts until session 34, two
+ * always zero), A = Pt[c][κ][a] (a CT copy of P in that order, ranks padded to 16, k_prep_pt)
+ * with 16-byte loads; per kernel offset one k16 MMA step; each dx element written once (dx's
+ * dtype), no atomics. Shared 18.3 KB static.
  * =========================================================================================== */
 namespace {
 
@@ -1692,32 +1886,15 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pt(lkc_conv 
     }
 }
 
-/* 16 GH values → xs[p][hp][0..15], p = 0..2 (store_parts' split), threads hp < hp_n */
+/* 16 GH values → xs[hp][0..15] (exact: k_gh_tc stores GH rounded to CT), threads hp < hp_n */
 template <typename CT> __device__ __forceinline__ void dx_put_gh(int hp_n, const float (&gv)[HX_CC], CT *xs) {
     if ((int)threadIdx.x >= hp_n) return;
-    unsigned wv[3][8];
+    unsigned wv[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        unsigned short b[3][2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const float v = gv[2 * j + e];
-            const CT h = ct_of<CT>::from(v);
-            const float r1 = v - ct_of<CT>::to(h);
-            const CT m = ct_of<CT>::from(r1);
-            b[0][e] = ct_bits<CT>(h);
-            b[1][e] = ct_bits<CT>(m);
-            b[2][e] = ct_bits<CT>(ct_of<CT>::from(r1 - ct_of<CT>::to(m)));
-        }
-#pragma unroll
-        for (int p = 0; p < 3; p++) wv[p][j] = (unsigned)b[p][0] | ((unsigned)b[p][1] << 16);
-    }
-#pragma unroll
-    for (int p = 0; p < 3; p++) {
-        CT *d = xs + p * HX_HP_MAX * HX_XP + threadIdx.x * HX_XP;
-        *(uint4 *)d = make_uint4(wv[p][0], wv[p][1], wv[p][2], wv[p][3]);
-        *(uint4 *)(d + 8) = make_uint4(wv[p][4], wv[p][5], wv[p][6], wv[p][7]);
-    }
+    for (int j = 0; j < 8; j++) wv[j] = hx_pack<CT>(gv[2 * j], gv[2 * j + 1]);
+    CT *d = xs + threadIdx.x * HX_XP;
+    *(uint4 *)d = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+    *(uint4 *)(d + 8) = make_uint4(wv[4], wv[5], wv[6], wv[7]);
 }
 
 } // namespace
@@ -1725,7 +1902,7 @@ template <typename CT> __device__ __forceinline__ void dx_put_gh(int hp_n, const
 template <typename CT>
 __global__ __launch_bounds__(NT, 2) void k_dx_halo(lkc_conv C, const float *GH, const CT *Pt, i64 rpad, lkc_act dx) {
     const int MI = 2, RT = 16 * MI, NA = (RT * HX_KMAX * HX_KMAX * 2 + NT - 1) / NT;
-    __shared__ __align__(16) CT xs[3 * HX_HP_MAX * HX_XP];
+    __shared__ __align__(16) CT xs[HX_HP_MAX * HX_XP];
     __shared__ __align__(16) CT as[RT * HX_AP];
     const lk_locon &L = C.L;
     const lkc_geom &g = C.g;
@@ -1776,12 +1953,11 @@ __global__ __launch_bounds__(NT, 2) void k_dx_halo(lkc_conv C, const float *GH, 
                     a[mi][2] = *(const unsigned *)(ap + 8);
                     a[mi][3] = *(const unsigned *)(ap + 8 * HX_AP + 8);
                 }
-#pragma unroll
-                for (int p = 2; p >= 0; p--) {
+                {
                     unsigned b[2][2];
 #pragma unroll
                     for (int ni = 0; ni < 2; ni++) {
-                        const CT *bp = xs + p * HX_HP_MAX * HX_XP + (hb + ni * 8 + gq) * HX_XP + 2 * t;
+                        const CT *bp = xs + (hb + ni * 8 + gq) * HX_XP + 2 * t;
                         b[ni][0] = *(const unsigned *)bp;
                         b[ni][1] = *(const unsigned *)(bp + 8);
                     }
@@ -2187,46 +2363,54 @@ template <typename CT> static size_t h_scratch_bytes(const lkc_conv &C, const lk
     return b;
 }
 
-/* the halo path's launches (Pk, k_h_halo); CT = float never takes it (h_plan) */
 /* k_h_rows's instance for (MI, 3 × 3 or not, NL) */
 template <typename CT, int MI, bool K3, int NL, typename HT>
-static int hr_run(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const CT *Pk, HT *H, float *part, cudaStream_t s) {
+static int hr_run(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const CT *Pk, HT *H, float *part, hr_epi e,
+                  cudaStream_t s) {
     LK_SMEM_OPTIN(h.smem, k_h_rows<CT, MI, K3, NL, HT>);
     dim3 grid(h.gx, h.gy, (unsigned)h.Z);
-    k_h_rows<CT, MI, K3, NL, HT><<<grid, NT, h.smem, s>>>(C, x, Pk, h.Ipad, h.rg, H, part, h.kper);
-    LK_LAUNCHED("conv locon h (row tiles)");
+    k_h_rows<CT, MI, K3, NL, HT><<<grid, NT, h.smem, s>>>(C, x, Pk, h.Ipad, h.rg, H, part, h.kper, e);
+    LK_LAUNCHED("conv locon row-tile product (h, gh or dx)");
     return LYCO_OK;
 }
 template <typename CT, int MI, bool K3, typename HT>
-static int hr_run_nl(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const CT *Pk, HT *H, float *part, cudaStream_t s) {
-    return h.NL == 2 ? hr_run<CT, MI, K3, 2, HT>(C, x, h, Pk, H, part, s) : hr_run<CT, MI, K3, 4, HT>(C, x, h, Pk, H, part, s);
+static int hr_run_nl(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const CT *Pk, HT *H, float *part, hr_epi e,
+                     cudaStream_t s) {
+    return h.NL == 2 ? hr_run<CT, MI, K3, 2, HT>(C, x, h, Pk, H, part, e, s) : hr_run<CT, MI, K3, 4, HT>(C, x, h, Pk, H, part, e, s);
 }
 
-/* the halo path's launches (Pk, then k_h_rows or k_h_halo); CT = float never takes it (h_plan) */
+/* the halo path's launches: Pk from src, then k_h_rows (any hr_epi; k_h_fin after a k split) or
+   k_h_halo (H only); CT = float never takes it (h_plan) */
 template <typename CT, typename HT> struct hx_launch {
-    static int run(const lkc_conv &C, const lkc_act &x, const float *P, const lkc_hplan &h, CT *Pk, HT *H, float *part,
+    static int run(const lkc_conv &C, const lkc_act &x, pk_src src, const lkc_hplan &h, CT *Pk, HT *H, float *part, hr_epi e,
                    cudaStream_t s) {
-        k_prep_pk<CT><<<nblk_grid(C.L.r * C.L.K * h.Ipad), NT, 0, s>>>(C, P, h.Ipad, Pk);
-        LK_LAUNCHED("conv locon h operand (halo path)");
+        k_prep_pk<CT><<<nblk_grid(C.L.r * C.L.K * h.Ipad), NT, 0, s>>>(C, src, h.Ipad, Pk);
+        LK_LAUNCHED("conv locon row-tile / halo operand");
         /* 3 × 3 kernels (most conv layers of the diffusion UNets) take the unrolled instances;
            LYCO_CUDA_CONV_HX_GENERIC=1 (read at each call): the runtime-bound loop (A/B) */
         const char *gen = getenv("LYCO_CUDA_CONV_HX_GENERIC");
         const bool k3 = C.g.k[0] == 3 && C.g.k[1] == 3 && !(gen && gen[0] == '1');
+        int rc = LYCO_OK;
         if (h.rows) {
-            if (h.MI == 1) return k3 ? hr_run_nl<CT, 1, true>(C, x, h, Pk, H, part, s) : hr_run_nl<CT, 1, false>(C, x, h, Pk, H, part, s);
-            return k3 ? hr_run_nl<CT, 2, true>(C, x, h, Pk, H, part, s) : hr_run_nl<CT, 2, false>(C, x, h, Pk, H, part, s);
+            if (h.MI == 1) rc = k3 ? hr_run_nl<CT, 1, true>(C, x, h, Pk, H, part, e, s) : hr_run_nl<CT, 1, false>(C, x, h, Pk, H, part, e, s);
+            else rc = k3 ? hr_run_nl<CT, 2, true>(C, x, h, Pk, H, part, e, s) : hr_run_nl<CT, 2, false>(C, x, h, Pk, H, part, e, s);
+        } else {
+            if (e.mode != HR_H) return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon gh / dx planned on the halo kernel (internal error)");
+            dim3 grid(h.gx, h.gy, (unsigned)h.Z);
+            if (h.MI == 1 && k3) k_h_halo<CT, 1, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+            else if (h.MI == 1) k_h_halo<CT, 1, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+            else if (k3) k_h_halo<CT, 2, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+            else k_h_halo<CT, 2, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
+            LK_LAUNCHED("conv locon h (halo path)");
         }
-        dim3 grid(h.gx, h.gy, (unsigned)h.Z);
-        if (h.MI == 1 && k3) k_h_halo<CT, 1, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
-        else if (h.MI == 1) k_h_halo<CT, 1, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
-        else if (k3) k_h_halo<CT, 2, true><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
-        else k_h_halo<CT, 2, false><<<grid, NT, 0, s>>>(C, x, Pk, h.Ipad, H, part, h.kper);
-        LK_LAUNCHED("conv locon h (halo path)");
+        if (rc || h.Z <= 1) return rc;
+        k_h_fin<CT, HT><<<nblk_grid(C.L.r * C.N * C.g.sout), NT, 0, s>>>(C.L, C.g.sout, C.N * C.g.sout, part, h.Z, H, e);
+        LK_LAUNCHED("conv locon row-tile / halo finalise");
         return LYCO_OK;
     }
 };
 template <typename HT> struct hx_launch<float, HT> {
-    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_hplan &, float *, HT *, float *, cudaStream_t) {
+    static int run(const lkc_conv &, const lkc_act &, pk_src, const lkc_hplan &, float *, HT *, float *, hr_epi, cudaStream_t) {
         return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon halo path planned for fp32 compute (internal error)");
     }
 };
@@ -2240,18 +2424,18 @@ static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, HT *
     lkc_carve cv = {(char *)hs, 0};
     CT *Pk = h.halo ? (CT *)carve_f(&cv, pk_floats(C, h)) : NULL;
     float *part = h.Z > 1 ? carve_f(&cv, (i64)h.Z * C.L.r * T) : NULL;
-    int rc;
+    const hr_epi e = {HR_H, NULL};
     if (h.halo) {
-        if ((rc = hx_launch<CT, HT>::run(C, x, P, h, Pk, H, part, s))) return rc;
-    } else {
-        dim3 grid(h.gx, h.gy, (unsigned)h.Z);
-        typedef wide<CT> W;
-        if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx, HT><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
-        else k_h_tc<CT, CT, 1, 1, HT><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
-        LK_LAUNCHED("conv locon h (tensor cores)");
+        const pk_src src = {P, 0, C.L.IK, C.L.K, 1};
+        return hx_launch<CT, HT>::run(C, x, src, h, Pk, H, part, e, s);
     }
+    dim3 grid(h.gx, h.gy, (unsigned)h.Z);
+    typedef wide<CT> W;
+    if (C.M.p) k_h_tc<CT, typename W::MT, W::nf, W::nx, HT><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
+    else k_h_tc<CT, CT, 1, 1, HT><<<grid, NT, 0, s>>>(C, x, P, H, part, h.kper);
+    LK_LAUNCHED("conv locon h (tensor cores)");
     if (h.Z > 1) {
-        k_h_fin<CT, HT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, part, h.Z, H);
+        k_h_fin<CT, HT><<<nblk_grid(C.L.r * T), NT, 0, s>>>(C.L, C.g.sout, T, part, h.Z, H, e);
         LK_LAUNCHED("conv locon h finalise");
     }
     return LYCO_OK;
@@ -2467,19 +2651,175 @@ static int launch_dx_tc(const lkc_conv &C, const float *P, const float *GH, cons
     return LYCO_OK;
 }
 
+/* The backward's other row-tile products, through k_h_rows (LYCO_CUDA_CONV_HROWS=0 restores
+   k_gh_tc and the dx kernels): GH = RN_CT(c·q ⊙ Urᵀ·dy) is a 1 × 1 conv of dy (O channels in, r
+   out, Pk = Urᵀ); dx = conv(GH, P flipped) at stride 1 with padding k−1−π (r channels in, I out,
+   Pk[c][κ'][a] = P[a, c·K + K−1−κ']), its input GH's CT copy (GH is RN_CT, so exact) and its
+   output written raw (fp32 sum → RN_CT) into a contiguous dx of dtype CT (dy is CT there too). */
+static lkc_conv gh_problem(const lkc_conv &C) {
+    lkc_conv G = C;
+    G.I = C.L.O;
+    G.L.K = 1;
+    G.L.IK = C.L.O;
+    G.M.p = NULL;
+    for (int d = 0; d < 3; d++) {
+        G.g.in[d] = C.g.out[d];
+        G.g.k[d] = G.g.st[d] = G.g.dil[d] = 1;
+        G.g.pad[d] = 0;
+    }
+    G.g.sin = C.g.sout;
+    return G;
+}
+static lkc_conv dx_problem(const lkc_conv &C) {
+    lkc_conv D = C;
+    D.I = C.L.r;
+    D.L.r = C.I;
+    D.L.IK = C.L.r * C.L.K;
+    D.L.mask.p = NULL;   /* q is in GH already */
+    D.M.p = NULL;
+    for (int d = 0; d < 3; d++) {
+        D.g.in[d] = C.g.out[d];
+        D.g.out[d] = C.g.in[d];
+        D.g.pad[d] = C.g.k[d] - 1 - C.g.pad[d];
+    }
+    D.g.sin = C.g.sout;
+    D.g.sout = C.g.sin;
+    return D;
+}
+
+typedef struct {
+    int gh, dx;          /* GH / dx through k_h_rows */
+    lkc_conv G, D;       /* their problems */
+    lkc_hplan hg, hd;
+    lkc_act ghc;         /* dx's input: GH's CT copy [n][a][pixel] (p set when carved) */
+    int gp;              /* G_P's partials through k_gp_rows (reads GH's CT copy) */
+    hr_geo gg;           /* its geometry (HRR not capped at the image height) */
+    int gnl, gsmem, gz;  /* tasks per thread, dynamic shared memory, Z ranges */
+    i64 gkq;             /* pixel tiles per Z range */
+    unsigned ggx, ggy;   /* channel chunks, rank tiles of 32 */
+} lkc_rplan;
+
+/* k_gp_rows's plan into p (p->gp stays 0 when the call is not its own) */
+template <typename CT> static void gp_rows_plan(const lkc_bypass_bwd_args *a, lkc_rplan *p) {
+    const lkc_conv &C = a->C;
+    hr_geo h;
+    int nl, smem;
+    if (!p->gh || !(a->gD.p || a->gM.p) || !halo_geom(C) || !hr_fits<CT>(C, a->x, &h, &nl, &smem, 2)) return;
+    const i64 rows = HR_PIX % h.OW == 0 ? HR_PIX / h.OW : (HR_PIX - 1) / h.OW + 2;
+    h.HRR = (int)rows + h.kh - 1;
+    const i64 tasks = 32 * cdiv(h.HRR, 4) * (h.W / 8);
+    const i64 bytes = 2 * ((i64)h.HRR * h.HWP * HX_XP + 32 * GP_PITCH) * (i64)sizeof(CT);
+    const i64 nc = cdiv(C.I, HX_CC), rt = cdiv(C.L.r, 32), tiles = C.N * h.tpi;
+    if (tasks > 4 * NT || bytes > 200 * 1024 || rt > 65535 || nc > 0x7fffffff) return;
+    /* one wave of ≤ 264 blocks (2 per H200 multiprocessor), ≥ 2 tiles each, Z·r·I·K < 2^24 */
+    const i64 zmax = ((i64)1 << 24) / (C.L.r * C.L.IK);
+    i64 z = 264 / (nc * rt);
+    if (z > cdiv(tiles, 2)) z = cdiv(tiles, 2);
+    if (z > 64) z = 64;
+    if (z > zmax) z = zmax;
+    if (z < 1) z = 1;
+    p->gp = 1;
+    p->gg = h;
+    p->gnl = tasks <= 2 * NT ? 2 : 4;
+    p->gsmem = (int)bytes;
+    p->gkq = cdiv(tiles, z);
+    p->gz = (int)cdiv(tiles, p->gkq);
+    p->ggx = (unsigned)nc;
+    p->ggy = (unsigned)rt;
+}
+
+template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) {
+    lkc_rplan p;
+    memset(&p, 0, sizeof p);
+    const lkc_conv &C = a->C;
+    const lkc_geom &g = C.g;
+    if (sizeof(CT) != 2 || !conv_hrows() || C.N * g.sout <= 0 || C.L.r <= 0 || C.L.O <= 0) return p;
+    p.G = gh_problem(C);
+    p.hg = h_plan<CT>(p.G, a->dy);
+    p.gh = p.hg.rows;
+    gp_rows_plan<CT>(a, &p);
+    const lkc_act &dx = a->dx;
+    if (!p.gh || !dx.p || C.M.p || !halo_geom(C) || g.pad[0] > g.k[0] - 1 || g.pad[1] > g.k[1] - 1 || dx.unal ||
+        dx.dt != ct_of<CT>::dt || dx.sc != g.sin || dx.sn != C.I * g.sin || dx.ss[1] != 1 ||
+        (g.in[0] > 1 && dx.ss[0] != g.in[1]))
+        return p;
+    p.D = dx_problem(C);
+    p.ghc.p = (const void *)(uintptr_t)256;   /* carved: 256-byte aligned */
+    p.ghc.sn = C.L.r * g.sout;
+    p.ghc.sc = g.sout;
+    p.ghc.ss[0] = g.out[1];
+    p.ghc.ss[1] = 1;
+    p.ghc.ss[2] = 1;
+    p.ghc.dt = ct_of<CT>::dt;
+    p.hd = h_plan<CT>(p.D, p.ghc);
+    p.dx = p.hd.rows;
+    return p;
+}
+
+/* scratch bytes of the row-tile GH (Pk, partials), GH's CT copy (dx, G_P) and dx (Pk, partials) */
+static size_t rows_scratch_bytes(const lkc_conv &C, const lkc_rplan &p) {
+    size_t b = 0;
+    if (p.gh) b += carve_bytes(pk_floats(p.G, p.hg)) + (p.hg.Z > 1 ? carve_bytes((i64)p.hg.Z * C.L.r * C.N * C.g.sout) : 0);
+    if (p.dx || p.gp) b += carve_bytes(cdiv(C.N * C.L.r * C.g.sout, 2));
+    if (p.dx) b += carve_bytes(pk_floats(p.D, p.hd)) + (p.hd.Z > 1 ? carve_bytes((i64)p.hd.Z * C.I * C.N * C.g.sin) : 0);
+    return b;
+}
+
+/* GH (fp32, and its CT copy ghc when dx or G_P takes the rows) and dx by k_h_rows */
+template <typename CT>
+static int rows_gh_dx(const lkc_bypass_bwd_args *a, lkc_rplan p, const float *Ur, const float *P, float *GH, CT *ghc,
+                      lkc_carve *cv, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    CT *Pg = (CT *)carve_f(cv, pk_floats(p.G, p.hg));
+    float *pg = p.hg.Z > 1 ? carve_f(cv, (i64)p.hg.Z * C.L.r * C.N * C.g.sout) : NULL;
+    CT *Pd = p.dx ? (CT *)carve_f(cv, pk_floats(p.D, p.hd)) : NULL;
+    float *pd = p.dx && p.hd.Z > 1 ? carve_f(cv, (i64)p.hd.Z * C.I * C.N * C.g.sin) : NULL;
+    const pk_src sg = {Ur, 0, 1, C.L.r, 0};
+    const hr_epi eg = {HR_GH, ghc};
+    int rc = hx_launch<CT, float>::run(p.G, a->dy, sg, p.hg, Pg, GH, pg, eg, s);
+    if (rc || !p.dx) return rc;
+    p.ghc.p = ghc;
+    const pk_src sd = {P, C.L.K - 1, C.L.K, C.L.IK, -1};
+    const hr_epi ed = {HR_RAW, NULL};
+    return hx_launch<CT, CT>::run(p.D, p.ghc, sd, p.hd, Pd, (CT *)a->dx.p, pd, ed, s);
+}
+
+/* k_gp_rows's launch (16-bit CT only: rows_plan) */
+template <typename CT, bool K3, int NL>
+static int gpr_run(const lkc_conv &C, const lkc_act &x, const CT *ghc, const lkc_rplan &p, float *part, cudaStream_t s) {
+    LK_SMEM_OPTIN(p.gsmem, k_gp_rows<CT, K3, NL>);
+    k_gp_rows<CT, K3, NL><<<dim3(p.ggx, p.ggy, (unsigned)p.gz), NT, p.gsmem, s>>>(C, x, ghc, p.gg, part, p.gkq);
+    LK_LAUNCHED("conv locon d_down partials (row tiles)");
+    return LYCO_OK;
+}
+template <typename CT> struct gpr_launch {
+    static int run(const lkc_conv &C, const lkc_act &x, const CT *ghc, const lkc_rplan &p, float *part, cudaStream_t s) {
+        if (C.g.k[0] == 3 && C.g.k[1] == 3) return p.gnl == 2 ? gpr_run<CT, true, 2>(C, x, ghc, p, part, s) : gpr_run<CT, true, 4>(C, x, ghc, p, part, s);
+        return p.gnl == 2 ? gpr_run<CT, false, 2>(C, x, ghc, p, part, s) : gpr_run<CT, false, 4>(C, x, ghc, p, part, s);
+    }
+};
+template <> struct gpr_launch<float> {
+    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_rplan &, float *, cudaStream_t) {
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon G_P row tiles planned for fp32 compute (internal error)");
+    }
+};
+
 template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, lkc_carve *cv, cudaStream_t s) {
     const lkc_conv &C = a->C;
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S;
     const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
-    const lkc_bwd_split b = bwd_split_tc<CT>(C);
+    const lkc_rplan rp = rows_plan<CT>(a);
+    lkc_bwd_split b = bwd_split_tc<CT>(C);
+    if (rp.gp) b.Zp = rp.gz;
     const size_t hpb = h_scratch_bytes<CT>(C, a->x);
     float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
     float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
     float *hp = hpb ? carve_f(cv, (i64)(hpb / sizeof(float))) : NULL;
-    const size_t dxb = a->dx.p ? dx_scratch_bytes<CT>(C) : 0;
+    const size_t dxb = a->dx.p && !rp.dx ? dx_scratch_bytes<CT>(C) : 0;
     float *ws = dxb ? carve_f(cv, (i64)(dxb / sizeof(float))) : NULL;
+    CT *ghc = rp.dx || rp.gp ? (CT *)carve_f(cv, cdiv(C.N * L.r * S, 2)) : NULL;
     int rc;
     if ((rc = prep<CT>(C, Ur, P, s))) return rc;
     if (a->dy0.p && T > 0 && L.O > 0) {
@@ -2489,12 +2829,14 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
         k_dy0_tc<CT><<<dim3((unsigned)cdiv(T, NT), (unsigned)cdiv(L.O, och)), NT, 0, s>>>(C, a->dy, a->dy0, a->dy0_zero, och);
         LK_LAUNCHED("conv locon dy0");
     }
-    if (T > 0 && (a->dx.p || want_p)) {
+    if (rp.gh && (a->dx.p || want_p)) {
+        if ((rc = rows_gh_dx<CT>(a, rp, Ur, P, GH, ghc, cv, s))) return rc;
+    } else if (T > 0 && (a->dx.p || want_p)) {
         dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(L.r, BM));
         k_gh_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, Ur, GH);
         LK_LAUNCHED("conv locon gh (tensor cores)");
     }
-    if (a->dx.p && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, ws, s))) return rc;
+    if (a->dx.p && !rp.dx && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, ws, s))) return rc;
     if (want_up) {
         if (T > 0 && (rc = launch_h_tc<CT, float>(C, a->x, P, H, hp, s))) return rc;
         dim3 grid((unsigned)cdiv(L.r, BN), (unsigned)cdiv(L.O, BM), (unsigned)b.Zu);
@@ -2504,14 +2846,16 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     }
     if (want_p) {
         const lkc_gplan gp = gp_plan<CT>(C);
-        if (gp.halo) {
+        if (rp.gp) {
+            if ((rc = gpr_launch<CT>::run(C, a->x, ghc, rp, pp, s))) return rc;
+        } else if (gp.halo) {
             if ((rc = gp_launch<CT>::run(C, a->x, GH, gp, pp, s))) return rc;
         } else {
             dim3 grid(gp.gx, gp.gy, (unsigned)gp.Z);
             k_red_dp_tc<CT><<<grid, NT, 0, s>>>(C, a->x, GH, pp, gp.kper);
             LK_LAUNCHED("conv locon d_down partials (tensor cores)");
         }
-        if ((rc = finish_gp<CT>(C, pp, gp.Z, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
+        if ((rc = finish_gp<CT>(C, pp, rp.gp ? rp.gz : gp.Z, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
     }
     return LYCO_OK;
 }
@@ -2520,10 +2864,12 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     const lkc_conv &C = a->C;
     const lk_locon &L = C.L;
     const i64 T = C.N * C.g.sout;
-    const lkc_bwd_split b = bwd_split_tc<CT>(C);
+    const lkc_rplan rp = rows_plan<CT>(a);
+    lkc_bwd_split b = bwd_split_tc<CT>(C);
+    if (rp.gp) b.Zp = rp.gz;
     size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
                    carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
-                   h_scratch_bytes<CT>(C, a->x) + (a->dx.p ? dx_scratch_bytes<CT>(C) : 0);
+                   h_scratch_bytes<CT>(C, a->x) + rows_scratch_bytes(C, rp) + (a->dx.p && !rp.dx ? dx_scratch_bytes<CT>(C) : 0);
     void *mem = NULL;
     int rc;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;

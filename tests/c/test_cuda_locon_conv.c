@@ -92,6 +92,11 @@ static const lyco_case cases[] = {
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 40, .tokens = 2, .spatial = {40, 8, 1}, .alpha = 8, .opts = CASE_SCALAR},
     {.name = "cu_conv2d_rows_1x1", T_CONV, .conv_dims = 2, .O = 12, .I = 33, .k = {1, 1, 1}, .stride = {1, 1, 1},
      .pad = {0, 0, 0}, .dil = {1, 1, 1}, .rank = 6, .tokens = 2, .spatial = {9, 32, 1}, .alpha = 2},
+    /* the backward's GH (a 1 × 1 row-tile product of dy, O = 136: three channel-chunk partials) and
+       dx (the flipped kernel on GH's CT copy, r = 72: two rank-chunk partials, 24 output channels) */
+    {.name = "cu_conv2d_rows_bwd_split", T_CONV, .conv_dims = 2, .O = 136, .I = 24, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 72, .tokens = 1, .spatial = {8, 16, 1}, .alpha = 8, .multiplier = 0.7,
+     .opts = CASE_SCALAR | CASE_RANK_MASK},
     {.name = "cu_conv2d_rows_w256", T_CONV, .conv_dims = 2, .O = 8, .I = 16, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 4, .tokens = 1, .spatial = {3, 256, 1}, .alpha = 2, .opts = CASE_NO_Y0},
     /* empty batch: outputs empty, gradients zero */
