@@ -4,9 +4,9 @@
 # kernels it replaced (LYCO_CUDA_CONV_HROWS=0 LYCO_CUDA_CONV_YEXPAND=0), side by side:
 #   1. test_cuda_locon_conv (every case; then the five rows_* cases with the switches off);
 #   2. lyco check --backend cuda --algo locon,dylora --require-fused, default and switches off;
-#   3. compute-sanitizer memcheck (LYCO_CASES=rows) and racecheck (LYCO_CASES=rows_w);
-#   4. Nsight Compute per-kernel device times of the bf16 conv bypass rows, both ways (ncu_rows.py);
-#   5. lyco bench --algo lora-conv, both ways.
+#   3. Nsight Compute per-kernel device times of the bf16 conv bypass rows, both ways (ncu_rows.py);
+#   4. lyco bench --algo lora-conv, both ways;
+#   5. compute-sanitizer memcheck and racecheck over the rows_* cases (150 s each at most).
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
 set -u
@@ -39,24 +39,15 @@ for mode in default off; do
     tail -1 "$OUT/check-$mode.txt" | tee -a "$S"; grep " FAIL " "$OUT/check-$mode.txt" | head -10 | tee -a "$S"
 done
 
-if command -v compute-sanitizer >/dev/null; then
-    say "memcheck LYCO_CASES=rows"
-    LYCO_CASES=rows LYCO_SEED=3303 compute-sanitizer --tool memcheck --error-exitcode 9 $T >"$OUT/memcheck.txt" 2>&1 || status=1
-    grep -E "ERROR SUMMARY|^test_cuda" "$OUT/memcheck.txt" | tail -2 | tee -a "$S"
-    say "racecheck LYCO_CASES=rows_w"
-    LYCO_CASES=rows_w LYCO_SEED=3304 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $T >"$OUT/racecheck.txt" 2>&1 || status=1
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^test_cuda" "$OUT/racecheck.txt" | tail -2 | tee -a "$S"
-fi
-
 if command -v ncu >/dev/null; then
     for mode in default off; do
         say "ncu bf16 conv bypass rows ($mode)"
         cmd="$L bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --quick --seed 3305"
         if [ $mode = default ]; then
-            ncu --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+            ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
                 $cmd >"$OUT/ncu-$mode.csv" 2>"$OUT/ncu-$mode.err"
         else
-            env $OFF ncu --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+            env $OFF ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
                 $cmd >"$OUT/ncu-$mode.csv" 2>"$OUT/ncu-$mode.err"
         fi
         python3 tools/ncu_rows.py "$OUT/ncu-$mode.csv" >"$OUT/ncu-$mode.txt" 2>&1
@@ -74,5 +65,14 @@ for mode in default off; do
     grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/bench-$mode.txt" | cut -c1-200 | tee -a "$S"
     sed -n '/^geomean/,$p' "$OUT/bench-$mode.txt" | head -12 | tee -a "$S"
 done
+if command -v compute-sanitizer >/dev/null; then
+    say "memcheck LYCO_CASES=rows"
+    LYCO_CASES=rows LYCO_SEED=3303 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $T >"$OUT/memcheck.txt" 2>&1 || status=1
+    grep -E "ERROR SUMMARY|passed," "$OUT/memcheck.txt" | tail -2 | tee -a "$S"
+    say "racecheck LYCO_CASES=rows_"
+    LYCO_CASES=rows_ LYCO_SEED=3304 timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $T >"$OUT/racecheck.txt" 2>&1 || status=1
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/racecheck.txt" | tail -2 | tee -a "$S"
+fi
+
 say "done (status $status)"
 exit $status
