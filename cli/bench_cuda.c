@@ -395,6 +395,28 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
     cudaMemPool_t pool = NULL;
     if (!rc && cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) pool = NULL;
     res->extra_mib = 0;
+    /* LYCO_BENCH_GRAPH=1: each set's call captured once into a CUDA graph (after a plain warm-up
+       call) and the graph replayed, so the time is the device's alone, host overhead excluded
+       (the peers' method, BENCH.md §3); extra memory then lives in the graph's pool (not measured) */
+    cudaGraphExec_t gexec[NSETS] = {0};
+    const char *ge = getenv("LYCO_BENCH_GRAPH");
+    if (!rc && ge && ge[0] == '1')
+        for (int k = 0; k < NSETS && !rc; k++) {
+            cudaGraph_t graph = NULL;
+            if (lyco_prepared_invoke(ctx, set[k]) || cudaStreamSynchronize(cudaStreamPerThread) != cudaSuccess ||
+                cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+                rc = -1;
+                break;
+            }
+            lyco_status st = lyco_prepared_invoke(ctx, set[k]);
+            cudaError_t ce = cudaStreamEndCapture(cudaStreamPerThread, &graph);
+            if (st || ce != cudaSuccess || cudaGraphInstantiate(&gexec[k], graph, 0) != cudaSuccess) {
+                fprintf(stderr, "lyco bench: %s %s: graph capture failed (%s)\n", c->name, lyco_direction_name(dir),
+                        st ? lyco_last_error() : cudaGetErrorString(cudaGetLastError()));
+                rc = -1;
+            }
+            if (graph) cudaGraphDestroy(graph);
+        }
     for (int i = 0; !rc && i < 3 + reps; i++) {
         if (cudaMemsetAsync(flush, i & 0xff, flush_bytes, cudaStreamPerThread) != cudaSuccess) rc = -1;
         if (pool && i == 2) {   /* peak extra memory of one call: the pool's high-water mark */
@@ -403,7 +425,12 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
             cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
         }
         cudaEventRecord(e0, cudaStreamPerThread);
-        lyco_status st = lyco_prepared_invoke(ctx, set[i % NSETS]);
+        lyco_status st = LYCO_OK;
+        if (gexec[i % NSETS]) {
+            if (cudaGraphLaunch(gexec[i % NSETS], cudaStreamPerThread) != cudaSuccess) rc = -1;
+        } else {
+            st = lyco_prepared_invoke(ctx, set[i % NSETS]);
+        }
         cudaEventRecord(e1, cudaStreamPerThread);
         if (st) {
             snprintf(res->path, sizeof res->path, "%s: %s", lyco_status_name(st), lyco_last_error());
@@ -439,6 +466,8 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
         res->gbs = (double)min_bytes / (res->med_us * 1e-6) / 1e9;
     }
     free(t);
+    for (int k = 0; k < NSETS; k++)
+        if (gexec[k]) cudaGraphExecDestroy(gexec[k]);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     if (flush) cudaFree(flush);
@@ -527,6 +556,10 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
     printf("lyco bench: backend cuda, device %s (sm_%d%d, %d SMs, L2 %d MB), driver %d, runtime %d, commit %s, seed %llu\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, drv, rtv, commit ? commit : "?",
            (unsigned long long)co->seed);
+    const char *gm = getenv("LYCO_BENCH_GRAPH");
+    printf("timing: CUDA events around %s, L2 flushed between repeats\n",
+           gm && gm[0] == '1' ? "a CUDA-graph replay of each call (LYCO_BENCH_GRAPH=1: device time only, extra memory not measured)"
+                              : "each call (host overhead included where the device waits for it; LYCO_BENCH_GRAPH=1 replays graphs)");
     double bw = 0, rate = 0;
     char why[160] = "";
     if (copy_bandwidth(&bw) || gemm_rate(&rate, why, sizeof why)) return 2;

@@ -1508,11 +1508,15 @@ __global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const C
     const i64 NC = Ipad / HX_CC, cb = (i64)blockIdx.z * kc, ce = cb + kc < NC ? cb + kc : NC;
     const i64 a0 = (i64)blockIdx.y * RT;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* this lane's ldmatrix rows: n8 tile 2·pr + (lane >> 4) of the warp, pixel lane & 7 */
+    /* this lane's ldmatrix rows: n8 tile 2·pr + (lane >> 4) of the warp, pixel lane & 7; pixels
+       past the image's end (their columns are never stored) read the last pixel's records: their
+       own rows can lie past the buffer (HRR is capped at the image height), in the other buffer
+       that the next chunk's stores are filling (racecheck, session 34) */
     int rec[2];
 #pragma unroll
     for (int pr = 0; pr < 2; pr++) {
-        const int p = (int)p0 + 32 * w + 8 * (2 * pr + (lane >> 4)) + (lane & 7);
+        int p = (int)p0 + 32 * w + 8 * (2 * pr + (lane >> 4)) + (lane & 7);
+        if (p > (int)S - 1) p = (int)S - 1;
         rec[pr] = (p / g.OW - oh0) * g.HWP + p % g.OW;
     }
     /* both x buffers zeroed once: the padding columns and the rows outside the image stay so */
@@ -2469,6 +2473,15 @@ static lk_view act_image_view(const lkc_act &a, const lkc_geom &g, i64 n, i64 O)
     return v;
 }
 
+/* every image of an activation as one (N·Ch) × S row-major view (pixels contiguous, sn = Ch·sc),
+   else false */
+static bool act_rows_view(const lkc_act &a, const lkc_conv &C, i64 Ch, lk_view *v) {
+    *v = act_image_view(a, C.g, 0, Ch);
+    if (!v->p || (C.N > 1 && a.sn != Ch * a.sc)) return false;
+    v->rows = C.N * Ch;
+    return true;
+}
+
 /* y_n = y0_n + c·Ur·H_n through lowrank.cu's expand: M = O output channels, N = S pixels, P = U,
    Q = H_n (r × S, CT; H may be NULL for the fit test), out / base the images of y / y0 — the
    products of k_y_tc, fmaf(c, Σ_a RN_CT(U[o,a])·H[a,p], RN_CT(y0)), c = s·m·RN_CT(σs). False when
@@ -2822,7 +2835,10 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     CT *ghc = rp.dx || rp.gp ? (CT *)carve_f(cv, cdiv(C.N * L.r * S, 2)) : NULL;
     int rc;
     if ((rc = prep<CT>(C, Ur, P, s))) return rc;
-    if (a->dy0.p && T > 0 && L.O > 0) {
+    lk_view dv, sv;
+    if (a->dy0.p && T > 0 && L.O > 0 && act_rows_view(a->dy0, C, L.O, &dv) && act_rows_view(a->dy, C, L.O, &sv)) {
+        if ((rc = lk_copy_round(&dv, a->dy0_zero ? NULL : &sv, L.ct, s))) return rc; /* 16-byte rows */
+    } else if (a->dy0.p && T > 0 && L.O > 0) {
         i64 ny = cdiv(L.O, 16);
         if (ny > 65535) ny = 65535;
         const i64 och = cdiv(L.O, ny);
