@@ -395,31 +395,50 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
     cudaMemPool_t pool = NULL;
     if (!rc && cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) pool = NULL;
     res->extra_mib = 0;
-    /* LYCO_BENCH_GRAPH=1: each set's call captured once into a CUDA graph (after a plain warm-up
-       call) and the graph replayed, so the time is the device's alone, host overhead excluded
-       (the peers' method, BENCH.md §3); extra memory then lives in the graph's pool (not measured) */
+    /* Device time (BENCH.md §3): each set's call is captured once into a CUDA graph (after a plain
+       warm-up call, which also gives the peak extra memory) and the graph is replayed, so the time
+       is the device's alone — the peers' method; around a plain call the events also count the
+       host's enqueue wherever it outlasts the flush (measured: 25–55 µs on the conv rows, session
+       34). LYCO_BENCH_GRAPH=0, or a call that cannot be captured, times plain calls (the row's
+       path then says "[events]"). */
     cudaGraphExec_t gexec[NSETS] = {0};
     const char *ge = getenv("LYCO_BENCH_GRAPH");
-    if (!rc && ge && ge[0] == '1')
-        for (int k = 0; k < NSETS && !rc; k++) {
-            cudaGraph_t graph = NULL;
-            if (lyco_prepared_invoke(ctx, set[k]) || cudaStreamSynchronize(cudaStreamPerThread) != cudaSuccess ||
-                cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-                rc = -1;
-                break;
-            }
-            lyco_status st = lyco_prepared_invoke(ctx, set[k]);
-            cudaError_t ce = cudaStreamEndCapture(cudaStreamPerThread, &graph);
-            if (st || ce != cudaSuccess || cudaGraphInstantiate(&gexec[k], graph, 0) != cudaSuccess) {
-                fprintf(stderr, "lyco bench: %s %s: graph capture failed (%s)\n", c->name, lyco_direction_name(dir),
-                        st ? lyco_last_error() : cudaGetErrorString(cudaGetLastError()));
-                rc = -1;
-            }
-            if (graph) cudaGraphDestroy(graph);
+    bool graphs = !(ge && ge[0] == '0');
+    for (int k = 0; graphs && k < NSETS && !rc; k++) {
+        if (k == 0 && pool) {
+            unsigned long long zero = 0;
+            cudaStreamSynchronize(cudaStreamPerThread);
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
         }
+        if (lyco_prepared_invoke(ctx, set[k]) || cudaStreamSynchronize(cudaStreamPerThread) != cudaSuccess) {
+            rc = -1;
+            break;
+        }
+        if (k == 0 && pool) {
+            unsigned long long high = 0;
+            cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high);
+            res->extra_mib = (double)high / 1048576.0;
+        }
+        cudaGraph_t graph = NULL;
+        lyco_status st = LYCO_ERR_BACKEND;
+        cudaError_t ce = cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal);
+        if (ce == cudaSuccess) {
+            st = lyco_prepared_invoke(ctx, set[k]);
+            ce = cudaStreamEndCapture(cudaStreamPerThread, &graph);
+        }
+        if (st || ce != cudaSuccess || cudaGraphInstantiate(&gexec[k], graph, 0) != cudaSuccess) {
+            fprintf(stderr, "lyco bench: %s %s %s: graph capture failed (%s); timing plain calls\n", c->name,
+                    lyco_direction_name(dir), row->name, st ? lyco_last_error() : cudaGetErrorString(ce));
+            (void)cudaGetLastError();
+            for (int j = 0; j <= k; j++)
+                if (gexec[j]) cudaGraphExecDestroy(gexec[j]), gexec[j] = NULL;
+            graphs = false;
+        }
+        if (graph) cudaGraphDestroy(graph);
+    }
     for (int i = 0; !rc && i < 3 + reps; i++) {
         if (cudaMemsetAsync(flush, i & 0xff, flush_bytes, cudaStreamPerThread) != cudaSuccess) rc = -1;
-        if (pool && i == 2) {   /* peak extra memory of one call: the pool's high-water mark */
+        if (pool && i == 2 && !graphs) {   /* peak extra memory of one call: the pool's high-water mark */
             cudaStreamSynchronize(cudaStreamPerThread);
             unsigned long long zero = 0; /* cuuint64_t */
             cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
@@ -440,7 +459,7 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
         double ms;
         if (event_ms(e0, e1, &ms)) rc = -1;
         else if (i >= 3) t[i - 3] = ms;
-        if (pool && i == 2) {
+        if (pool && i == 2 && !graphs) {
             unsigned long long high = 0;
             cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high);
             res->extra_mib = (double)high / 1048576.0;
@@ -449,7 +468,7 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
     if (!rc) {
         lyco_path p;
         lyco_ctx_last_path(ctx, &p);
-        snprintf(res->path, sizeof res->path, "%s%s%s", lyco_path_name(p.kind), p.why[0] ? ": " : "", p.why);
+        snprintf(res->path, sizeof res->path, "%s%s%s%s", lyco_path_name(p.kind), p.why[0] ? ": " : "", p.why, graphs ? "" : " [events]");
         uint64_t h1 = 0, h2 = 1;
         if (lyco_prepared_invoke(ctx, set[0]) || lyco_prepared_output_hash(set[0], &h1) || lyco_prepared_invoke(ctx, set[0]) ||
             lyco_prepared_output_hash(set[0], &h2))
@@ -558,8 +577,8 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
            (unsigned long long)co->seed);
     const char *gm = getenv("LYCO_BENCH_GRAPH");
     printf("timing: CUDA events around %s, L2 flushed between repeats\n",
-           gm && gm[0] == '1' ? "a CUDA-graph replay of each call (LYCO_BENCH_GRAPH=1: device time only, extra memory not measured)"
-                              : "each call (host overhead included where the device waits for it; LYCO_BENCH_GRAPH=1 replays graphs)");
+           gm && gm[0] == '0' ? "each call (LYCO_BENCH_GRAPH=0: the host's enqueue counts where the device waits for it)"
+                              : "a CUDA-graph replay of each call (device time; LYCO_BENCH_GRAPH=0 times plain calls)");
     double bw = 0, rate = 0;
     char why[160] = "";
     if (copy_bandwidth(&bw) || gemm_rate(&rate, why, sizeof why)) return 2;

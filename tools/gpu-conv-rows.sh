@@ -7,8 +7,9 @@
 #   2. lyco check --backend cuda --algo locon,dylora --require-fused (CR_OFF_CHECK=1: switched off too);
 #   3. Nsight Compute per-kernel device times of the bf16 conv bypass rows (ncu_rows.py), and with
 #      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel;
-#   4. lyco bench --algo lora-conv: events around each call, then CUDA-graph replay
-#      (LYCO_BENCH_GRAPH=1), default and switched off;
+#   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
+#      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
+#      off); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
 #   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_).
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
@@ -45,7 +46,7 @@ if [ "${CR_OFF_CHECK:-0}" = 1 ]; then
 fi
 
 BCMD="$L bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --quick --seed $SEED"
-if command -v ncu >/dev/null; then
+if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
     say "ncu bf16 conv bypass rows"
     ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
         $BCMD >"$OUT/ncu-default.csv" 2>"$OUT/ncu-default.err"
@@ -59,17 +60,24 @@ if command -v ncu >/dev/null; then
     done
 fi
 
-for mode in default graph graph-off; do
+for mode in ${CR_BENCH_MODES:-default events off}; do
     say "bench --algo lora-conv ($mode)"
     case $mode in
         default) $L bench --backend cuda --algo lora-conv --seed $SEED --json "$OUT/bench-default.json" >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
-        graph) LYCO_BENCH_GRAPH=1 $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
-        graph-off) env $OFF LYCO_BENCH_GRAPH=1 $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
+        events) LYCO_BENCH_GRAPH=0 $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
+        off) env $OFF $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
     esac
     grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/bench-$mode.txt" | cut -c1-200 | tee -a "$S"
     sed -n '/^geomean/,$p' "$OUT/bench-$mode.txt" | head -12 | tee -a "$S"
     grep "graph capture failed" "$OUT/bench-$mode.txt" | head -3 | tee -a "$S"
 done
+
+if [ "${CR_QUICK_ALL:-0}" = 1 ]; then
+    say "bench --quick --dtypes bf16, every family"
+    timeout 240 $L bench --backend cuda --quick --dtypes bf16 --seed $SEED --json "$OUT/bench-quick.json" >"$OUT/bench-quick.txt" 2>&1 || status=1
+    sed -n '/^geomean/,$p' "$OUT/bench-quick.txt" | head -60 | tee -a "$S"
+    grep -E "graph capture failed|\[events\]" "$OUT/bench-quick.txt" | head -5 | tee -a "$S"
+fi
 
 if command -v compute-sanitizer >/dev/null; then
     SAN=${CR_SAN:-rows_}

@@ -311,6 +311,7 @@ enum { HR_H = 0, HR_GH = 1, HR_RAW = 2 };
 struct hr_epi {
     int mode;
     void *H2;
+    int pair;   /* H is aligned to two elements: k_h_rows stores adjacent columns as one word */
 };
 template <typename CT, typename HT> __device__ __forceinline__ void hr_store(const lk_locon &L, const hr_epi &e, HT *H, i64 i, i64 a, float v) {
     if (e.mode == HR_RAW) {
@@ -321,6 +322,31 @@ template <typename CT, typename HT> __device__ __forceinline__ void hr_store(con
     const float u = rnd_ct<CT>((e.mode == HR_GH ? scale_c<CT>(L) * q : q) * v);
     h_put<HT>(H, i, u);
     if (e.H2) ((CT *)e.H2)[i] = ct_of<CT>::from(u);
+}
+
+/* elements i and i + 1 (i even, same channel a) at once where e.pair allows */
+template <typename HT> struct pair_of;
+template <> struct pair_of<float> { typedef float2 T; static __device__ float2 make(float a, float b) { return make_float2(a, b); } };
+template <> struct pair_of<bf16_t> {
+    typedef __nv_bfloat162 T;
+    static __device__ __nv_bfloat162 make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct pair_of<f16_t> { typedef __half2 T; static __device__ __half2 make(float a, float b) { return __floats2half2_rn(a, b); } };
+template <typename CT, typename HT>
+__device__ __forceinline__ void hr_store2(const lk_locon &L, const hr_epi &e, HT *H, i64 i, i64 a, float v0, float v1) {
+    if (!e.pair) {
+        hr_store<CT, HT>(L, e, H, i, a, v0);
+        hr_store<CT, HT>(L, e, H, i + 1, a, v1);
+        return;
+    }
+    float u0 = v0, u1 = v1;
+    if (e.mode != HR_RAW) {
+        const float q = vget(L.mask, a, 1.0f), f = e.mode == HR_GH ? scale_c<CT>(L) * q : q;
+        u0 = rnd_ct<CT>(f * v0);
+        u1 = rnd_ct<CT>(f * v1);
+    }
+    *(typename pair_of<HT>::T *)(H + i) = pair_of<HT>::make(u0, u1);   /* exact conversions: u is RN_CT or HT = float */
+    if (e.H2) *(typename pair_of<CT>::T *)((CT *)e.H2 + i) = pair_of<CT>::make(u0, u1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1548,17 +1574,18 @@ __global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const C
             __syncthreads();
         }
     }
+    /* columns p, p + 1 of a row at once (p even; S is a multiple of 8) */
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
+            for (int q = 0; q < 4; q += 2) {
                 const i64 a = a0 + acc_row(0, mi, q), p = p0 + 32 * w + acc_col(0, ni, q);
                 if (a >= L.r || p >= S) continue;
                 const i64 hi = (n * L.r + a) * S + p;
-                if (part) part[(i64)blockIdx.z * L.r * T + hi] = acc[mi][ni][q];
-                else hr_store<CT, HT>(L, e, H, hi, a, acc[mi][ni][q]);
+                if (part) *(float2 *)(part + (i64)blockIdx.z * L.r * T + hi) = make_float2(acc[mi][ni][q], acc[mi][ni][q + 1]);
+                else hr_store2<CT, HT>(L, e, H, hi, a, acc[mi][ni][q], acc[mi][ni][q + 1]);
             }
 }
 
@@ -2428,7 +2455,7 @@ static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, HT *
     lkc_carve cv = {(char *)hs, 0};
     CT *Pk = h.halo ? (CT *)carve_f(&cv, pk_floats(C, h)) : NULL;
     float *part = h.Z > 1 ? carve_f(&cv, (i64)h.Z * C.L.r * T) : NULL;
-    const hr_epi e = {HR_H, NULL};
+    const hr_epi e = {HR_H, NULL, 1};   /* H is scratch */
     if (h.halo) {
         const pk_src src = {P, 0, C.L.IK, C.L.K, 1};
         return hx_launch<CT, HT>::run(C, x, src, h, Pk, H, part, e, s);
@@ -2788,12 +2815,12 @@ static int rows_gh_dx(const lkc_bypass_bwd_args *a, lkc_rplan p, const float *Ur
     CT *Pd = p.dx ? (CT *)carve_f(cv, pk_floats(p.D, p.hd)) : NULL;
     float *pd = p.dx && p.hd.Z > 1 ? carve_f(cv, (i64)p.hd.Z * C.I * C.N * C.g.sin) : NULL;
     const pk_src sg = {Ur, 0, 1, C.L.r, 0};
-    const hr_epi eg = {HR_GH, ghc};
+    const hr_epi eg = {HR_GH, ghc, 1};   /* GH, ghc: scratch */
     int rc = hx_launch<CT, float>::run(p.G, a->dy, sg, p.hg, Pg, GH, pg, eg, s);
     if (rc || !p.dx) return rc;
     p.ghc.p = ghc;
     const pk_src sd = {P, C.L.K - 1, C.L.K, C.L.IK, -1};
-    const hr_epi ed = {HR_RAW, NULL};
+    const hr_epi ed = {HR_RAW, NULL, ((uintptr_t)a->dx.p & 3) == 0};   /* dx: the caller's */
     return hx_launch<CT, CT>::run(p.D, p.ghc, sd, p.hd, Pd, (CT *)a->dx.p, pd, ed, s);
 }
 
