@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# gpu-conv-rows.sh — one device call that verifies and times conv LoCon's row-tile paths
+# (locon_conv.cu rounds 3-4: k_h_rows for H, GH and dx, k_gp_rows for the d_down partials, the
+# forward's expand) beside the kernels they replaced (LYCO_CUDA_CONV_HROWS=0
+# LYCO_CUDA_CONV_YEXPAND=0):
+#   1. test_cuda_locon_conv, every case (and with CR_OFF_TESTS=1 the rows_* cases switched off);
+#   2. lyco check --backend cuda --algo locon,dylora --require-fused (CR_OFF_CHECK=1: switched off too);
+#   3. Nsight Compute per-kernel device times of the bf16 conv bypass rows (ncu_rows.py), and with
+#      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel;
+#   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
+#      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
+#      off); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
+#   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_).
+# Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
+# summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/conv-rows-out}"; mkdir -p "$OUT"
+B=build-gpu; mkdir -p $B
+[ -f build-carry/prebuilt.tar.xz ] && xz -dc build-carry/prebuilt.tar.xz | tar -xf - -C $B
+export LD_LIBRARY_PATH="$PWD/build-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+L=$B/lyco; T=$B/tests/test_cuda_locon_conv
+OFF="LYCO_CUDA_CONV_HROWS=0 LYCO_CUDA_CONV_YEXPAND=0"
+SEED=${LYCO_SEED:-3401}
+S=$OUT/summary.txt; : >"$S"
+t0=$(date +%s); say() { echo "== $* ($(($(date +%s) - t0)) s)" | tee -a "$S"; }
+status=0
+say "commit $(cat build-carry/prebuilt.commit 2>/dev/null || echo '?') (prebuilt); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1); seed $SEED"
+
+say "test_cuda_locon_conv"
+LYCO_SEED=$SEED $T >"$OUT/t-default.txt" 2>&1 || status=1
+tail -n 1 "$OUT/t-default.txt" | tee -a "$S"; grep "FAIL" "$OUT/t-default.txt" | head -10 | tee -a "$S"
+if [ "${CR_OFF_TESTS:-0}" = 1 ]; then
+    say "test_cuda_locon_conv rows_* switched off"
+    env $OFF LYCO_CASES=rows LYCO_SEED=$SEED $T >"$OUT/t-off.txt" 2>&1 || status=1
+    tail -n 1 "$OUT/t-off.txt" | tee -a "$S"; grep "FAIL" "$OUT/t-off.txt" | head -10 | tee -a "$S"
+fi
+
+say "check locon,dylora --require-fused"
+$L check --backend cuda --algo locon,dylora --require-fused --seed $SEED >"$OUT/check-default.txt" 2>&1 || status=1
+tail -n 1 "$OUT/check-default.txt" | tee -a "$S"; grep " FAIL " "$OUT/check-default.txt" | head -10 | tee -a "$S"
+if [ "${CR_OFF_CHECK:-0}" = 1 ]; then
+    say "check locon,dylora --require-fused, switched off"
+    env $OFF $L check --backend cuda --algo locon,dylora --require-fused --seed $SEED >"$OUT/check-off.txt" 2>&1 || status=1
+    tail -n 1 "$OUT/check-off.txt" | tee -a "$S"; grep " FAIL " "$OUT/check-off.txt" | head -10 | tee -a "$S"
+fi
+
+BCMD="$L bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --quick --seed $SEED"
+if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+    say "ncu bf16 conv bypass rows"
+    ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        $BCMD >"$OUT/ncu-default.csv" 2>"$OUT/ncu-default.err"
+    python3 tools/ncu_rows.py "$OUT/ncu-default.csv" >"$OUT/ncu-default.txt" 2>&1
+    head -40 "$OUT/ncu-default.txt" | tee -a "$S"
+    # the full section set of the first timed launch (the second one: the first is the accuracy proxy's)
+    for k in ${CR_NCU_FULL:-}; do
+        say "ncu --set full: $k"
+        ncu --set full --clock-control none -k "regex:$k" --launch-skip 1 -c 1 $BCMD >"$OUT/ncu-full-$k.txt" 2>&1
+        grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Memory Throughput|DRAM Throughput|L2 Hit|Block Limit|Stall|Warp Cycles Per Issued|Eligible Warps|No Eligible|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu-full-$k.txt" | head -40 | tee -a "$S"
+    done
+fi
+
+for mode in ${CR_BENCH_MODES:-default events off}; do
+    say "bench --algo lora-conv ($mode)"
+    case $mode in
+        default) $L bench --backend cuda --algo lora-conv --seed $SEED --json "$OUT/bench-default.json" >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
+        events) LYCO_BENCH_GRAPH=0 $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
+        off) env $OFF $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
+    esac
+    grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/bench-$mode.txt" | cut -c1-200 | tee -a "$S"
+    sed -n '/^geomean/,$p' "$OUT/bench-$mode.txt" | head -12 | tee -a "$S"
+    grep "graph capture failed" "$OUT/bench-$mode.txt" | head -3 | tee -a "$S"
+done
+
+if [ "${CR_QUICK_ALL:-0}" = 1 ]; then
+    say "bench --quick --dtypes bf16, every family"
+    timeout 240 $L bench --backend cuda --quick --dtypes bf16 --seed $SEED --json "$OUT/bench-quick.json" >"$OUT/bench-quick.txt" 2>&1 || status=1
+    sed -n '/^geomean/,$p' "$OUT/bench-quick.txt" | head -60 | tee -a "$S"
+    grep -E "graph capture failed|\[events\]" "$OUT/bench-quick.txt" | head -5 | tee -a "$S"
+fi
+
+if command -v compute-sanitizer >/dev/null; then
+    SAN=${CR_SAN:-rows_}
+    say "memcheck LYCO_CASES=$SAN"
+    LYCO_CASES=$SAN LYCO_SEED=$SEED timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $T >"$OUT/memcheck.txt" 2>&1 || status=1
+    grep -E "ERROR SUMMARY|passed," "$OUT/memcheck.txt" | tail -n 2 | tee -a "$S"
+    say "racecheck LYCO_CASES=$SAN"
+    LYCO_CASES=$SAN LYCO_SEED=$SEED timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $T >"$OUT/racecheck.txt" 2>&1 || status=1
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/racecheck.txt" | tail -n 2 | tee -a "$S"
+fi
+say "done (status $status)"
+exit $status
