@@ -453,7 +453,8 @@ def budgets(dtname, K, n):
         acc = 0.5
         return 1.0 + acc + 4.0, 2.0 + acc + 48.0 * 0.5
     tail = math.log2(n) / 12.0 if n > 4096 else 1.0
-    acc = 8.0 + 1.5 * math.sqrt(K) * tail + 16.0
+    # lyco_check_budget's 8 + 2·ρ·sqrt(K)·tail at ρ = 1 (ρ ≥ 1 is the RMS over its binade's floor)
+    acc = 8.0 + 2.0 * math.sqrt(K) * tail + 16.0
     return 1.0 + acc + 4.0, 2.0 + acc + 48.0 * 0.5 * math.sqrt(K)
 
 

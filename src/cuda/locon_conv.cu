@@ -121,9 +121,14 @@
  * Extra memory (fp32 scratch, stream-ordered): O·r + r·I·K, bypass + N·r·pixels (H; backward
  * also GH), backward Z·(O·r + r·I·K) partials + r·I·K + a few σs partials; tensor-core path
  * also Z_h·N·r·pixels H partials when H's k range is split (Z_h > 1; Z·cells < 2^24 floats);
- * halo path also Pk (r·K·⌈I/16⌉·16 CT elements).
- * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80 (k_gp_halo: 128,
- * __launch_bounds__(NT, 2)), no spills (sm_90).
+ * halo path also Pk (r·K·⌈I/16⌉·16 CT elements); row tiles (backward) also GH's Pk (r·⌈O/16⌉·16
+ * CT) and its partials (Z_g·N·r·pixels fp32), GH's CT copy (N·r·pixels), dx's Pk (I·K·⌈r/16⌉·16
+ * CT) and partials (Z_d·N·I·in-pixels fp32, Z_d > 1 only for r > 64 on small images).
+ * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80 (k_gp_halo,
+ * k_dx_halo, k_h_rows, k_gp_rows: ≤ 128, __launch_bounds__(NT, 2)); dynamic shared memory of
+ * the row-tile kernels ≤ 200 KB (57 KB / 73 KB at OW = 64, 3 × 3); no spills (sm_90) except
+ * k_h_rows's four MI = 2, 3 × 3, NL = 4 instances (images wider than 128: 4 bytes, one register,
+ * since the paired stores of session 34) and k_red_dp_tc<half> (older).
  * Activations: any strides and alignment (lkc_act). Groups must be 1, and N, ⌈O/64⌉, ⌈r/64⌉ at most
  * 65535 (grid limits): the dispatcher declines the rest.
  */
