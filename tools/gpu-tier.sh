@@ -300,6 +300,19 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
     rc=$?
     tail -3 "$OUT/racecheck.txt" | tee -a "$LOG"
     [ $rc = 99 ] && fail "racecheck found hazards (see racecheck.txt)"
+    # the case table's conv shapes miss the conv row-tile kernels (k_h_rows, k_gp_rows: output
+    # widths that are multiples of 8): test_cuda_locon_conv's rows_* cases reach them (session 34's
+    # racecheck found a hazard there that no check row showed)
+    CT_TEST="${LYCO_BUILD_DIR:-build-gpu}/tests/test_cuda_locon_conv"
+    if [ -x "$CT_TEST" ]; then
+        for tool in memcheck racecheck; do
+            say "compute-sanitizer $tool (test_cuda_locon_conv, the row-tile cases)"
+            LYCO_CASES=rows_ LYCO_SEED="$SEED" compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 "$CT_TEST" >"$OUT/$tool-rows.txt" 2>&1
+            rc=$?
+            tail -2 "$OUT/$tool-rows.txt" | tee -a "$LOG"
+            [ $rc != 0 ] && fail "$tool on the row-tile cases (see $tool-rows.txt)"
+        done
+    fi
 else
     fail "compute-sanitizer not found"
 fi
