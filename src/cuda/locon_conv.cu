@@ -592,14 +592,14 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_tm_dp(lkc_conv C,
 /* d_up[o,a] = v·coef_o·σ' with v = Σ_z part; σs partial Σ Ur·v·coef_o of this block.
    bypass: coef_o = s·m (H is masked); merge: coef_o = s·q_o·m */
 __global__ __launch_bounds__(NT) void k_fin_dup(lk_locon L, int merge, const float *part, int Z, const float *Ur, lk_view gU,
-                                                float *sigpart) {
+                                                float *sigpart, int trans) {
     __shared__ float red[NT / 32];
     const i64 idx = (i64)blockIdx.x * NT + threadIdx.x;
     float sp = 0.0f;
     if (idx < L.O * L.r) {
         i64 o = idx / L.r, a = idx % L.r;
         float v = 0.0f;
-        for (int z = 0; z < Z; z++) v += part[((i64)z * L.O + o) * L.r + a];
+        for (int z = 0; z < Z; z++) v += trans ? part[((i64)z * L.r + a) * L.O + o] : part[((i64)z * L.O + o) * L.r + a];
         float coef = merge ? (float)L.s * vget(L.mask, o, 1.0f) * (float)L.m : (float)(L.s * L.m);
         float sig = L.sigma.p ? round_to(vload(L.sigma, 0, 0), L.ct) : 1.0f;
         if (gU.p) vstore(gU, o, a, v * coef * sig);
@@ -2103,11 +2103,12 @@ static int finish_gp(const lkc_conv &C, const float *part, int Z, float coef, in
 }
 
 /* d_up and dσs from partials part[z][o][a] */
+/* d_up and dσs from partials part[z][o][a] (trans: part[z][a][o], k_gp_rows's layout) */
 static int finish_dup(const lk_locon &L, int merge, const float *part, int Z, const float *Ur, lk_view gU, lk_view gsig,
-                      float *sigpart, cudaStream_t s) {
+                      float *sigpart, cudaStream_t s, int trans = 0) {
     if (!gU.p && !gsig.p) return LYCO_OK;
     unsigned nb = nblk(L.O * L.r);
-    k_fin_dup<<<nb, NT, 0, s>>>(L, merge, part, Z, Ur, gU, gsig.p ? sigpart : NULL);
+    k_fin_dup<<<nb, NT, 0, s>>>(L, merge, part, Z, Ur, gU, gsig.p ? sigpart : NULL, trans);
     LK_LAUNCHED("locon d_up finalise");
     if (!gsig.p) return LYCO_OK;
     k_fin_sum<<<1, NT, 0, s>>>(sigpart, (i64)nb, gsig);
@@ -2732,30 +2733,37 @@ static lkc_conv dx_problem(const lkc_conv &C) {
     return D;
 }
 
+/* k_gp_rows's plan: geometry (HRR not capped at the image height), tasks per thread, dynamic
+   shared memory, Z ranges of gkq pixel tiles, grid (channel chunks, rank tiles of 32) */
+typedef struct {
+    hr_geo gg;
+    int gnl, gsmem, gz;
+    i64 gkq;
+    unsigned ggx, ggy;
+} lkc_gpplan;
+
 typedef struct {
     int gh, dx;          /* GH / dx through k_h_rows */
     lkc_conv G, D;       /* their problems */
     lkc_hplan hg, hd;
     lkc_act ghc;         /* dx's input: GH's CT copy [n][a][pixel] (p set when carved) */
-    int gp;              /* G_P's partials through k_gp_rows (reads GH's CT copy) */
-    hr_geo gg;           /* its geometry (HRR not capped at the image height) */
-    int gnl, gsmem, gz;  /* tasks per thread, dynamic shared memory, Z ranges */
-    i64 gkq;             /* pixel tiles per Z range */
-    unsigned ggx, ggy;   /* channel chunks, rank tiles of 32 */
+    int gp;              /* G_P's partials through k_gp_rows (x with GH's CT copy) */
+    lkc_gpplan gpp;
+    int up;              /* d_up's partials through k_gp_rows (dy with H in CT, as a 1 × 1 conv) */
+    lkc_gpplan upp;
 } lkc_rplan;
 
-/* k_gp_rows's plan into p (p->gp stays 0 when the call is not its own) */
-template <typename CT> static void gp_rows_plan(const lkc_bypass_bwd_args *a, lkc_rplan *p) {
-    const lkc_conv &C = a->C;
+/* k_gp_rows's plan for the problem C with activation x (false when the call is not its own) */
+template <typename CT> static bool gpr_plan(const lkc_conv &C, const lkc_act &x, lkc_gpplan *p) {
     hr_geo h;
     int nl, smem;
-    if (!p->gh || !(a->gD.p || a->gM.p) || !halo_geom(C) || !hr_fits<CT>(C, a->x, &h, &nl, &smem, 2)) return;
+    if (!halo_geom(C) || !hr_fits<CT>(C, x, &h, &nl, &smem, 2)) return false;
     const i64 rows = HR_PIX % h.OW == 0 ? HR_PIX / h.OW : (HR_PIX - 1) / h.OW + 2;
     h.HRR = (int)rows + h.kh - 1;
     const i64 tasks = 32 * cdiv(h.HRR, 4) * (h.W / 8);
     const i64 bytes = 2 * ((i64)h.HRR * h.HWP * HX_XP + 32 * GP_PITCH) * (i64)sizeof(CT);
     const i64 nc = cdiv(C.I, HX_CC), rt = cdiv(C.L.r, 32), tiles = C.N * h.tpi;
-    if (tasks > 4 * NT || bytes > 200 * 1024 || rt > 65535 || nc > 0x7fffffff) return;
+    if (tasks > 4 * NT || bytes > 200 * 1024 || rt > 65535 || nc > 0x7fffffff) return false;
     /* one wave of ≤ 264 blocks (2 per H200 multiprocessor), ≥ 2 tiles each, Z·r·I·K < 2^24 */
     const i64 zmax = ((i64)1 << 24) / (C.L.r * C.L.IK);
     i64 z = 264 / (nc * rt);
@@ -2763,7 +2771,6 @@ template <typename CT> static void gp_rows_plan(const lkc_bypass_bwd_args *a, lk
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
     if (z < 1) z = 1;
-    p->gp = 1;
     p->gg = h;
     p->gnl = tasks <= 2 * NT ? 2 : 4;
     p->gsmem = (int)bytes;
@@ -2771,6 +2778,7 @@ template <typename CT> static void gp_rows_plan(const lkc_bypass_bwd_args *a, lk
     p->gz = (int)cdiv(tiles, p->gkq);
     p->ggx = (unsigned)nc;
     p->ggy = (unsigned)rt;
+    return true;
 }
 
 template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) {
@@ -2782,7 +2790,9 @@ template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) 
     p.G = gh_problem(C);
     p.hg = h_plan<CT>(p.G, a->dy);
     p.gh = p.hg.rows;
-    gp_rows_plan<CT>(a, &p);
+    p.gp = p.gh && (a->gD.p || a->gM.p) && gpr_plan<CT>(C, a->x, &p.gpp);
+    /* d_up = c·Σ dy·Hᵀ: k_gp_rows on GH's problem (dy, 1 × 1) with H (RN_CT, so CT) for GH */
+    p.up = p.gh && (a->gU.p || a->gsigma.p) && gpr_plan<CT>(p.G, a->dy, &p.upp);
     const lkc_act &dx = a->dx;
     if (!p.gh || !dx.p || C.M.p || !halo_geom(C) || g.pad[0] > g.k[0] - 1 || g.pad[1] > g.k[1] - 1 || dx.unal ||
         dx.dt != ct_of<CT>::dt || dx.sc != g.sin || dx.sn != C.I * g.sin || dx.ss[1] != 1 ||
@@ -2831,20 +2841,20 @@ static int rows_gh_dx(const lkc_bypass_bwd_args *a, lkc_rplan p, const float *Ur
 
 /* k_gp_rows's launch (16-bit CT only: rows_plan) */
 template <typename CT, bool K3, int NL>
-static int gpr_run(const lkc_conv &C, const lkc_act &x, const CT *ghc, const lkc_rplan &p, float *part, cudaStream_t s) {
+static int gpr_run(const lkc_conv &C, const lkc_act &x, const CT *ghc, const lkc_gpplan &p, float *part, cudaStream_t s) {
     LK_SMEM_OPTIN(p.gsmem, k_gp_rows<CT, K3, NL>);
     k_gp_rows<CT, K3, NL><<<dim3(p.ggx, p.ggy, (unsigned)p.gz), NT, p.gsmem, s>>>(C, x, ghc, p.gg, part, p.gkq);
-    LK_LAUNCHED("conv locon d_down partials (row tiles)");
+    LK_LAUNCHED("conv locon d_down / d_up partials (row tiles)");
     return LYCO_OK;
 }
 template <typename CT> struct gpr_launch {
-    static int run(const lkc_conv &C, const lkc_act &x, const CT *ghc, const lkc_rplan &p, float *part, cudaStream_t s) {
+    static int run(const lkc_conv &C, const lkc_act &x, const CT *ghc, const lkc_gpplan &p, float *part, cudaStream_t s) {
         if (C.g.k[0] == 3 && C.g.k[1] == 3) return p.gnl == 2 ? gpr_run<CT, true, 2>(C, x, ghc, p, part, s) : gpr_run<CT, true, 4>(C, x, ghc, p, part, s);
         return p.gnl == 2 ? gpr_run<CT, false, 2>(C, x, ghc, p, part, s) : gpr_run<CT, false, 4>(C, x, ghc, p, part, s);
     }
 };
 template <> struct gpr_launch<float> {
-    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_rplan &, float *, cudaStream_t) {
+    static int run(const lkc_conv &, const lkc_act &, const float *, const lkc_gpplan &, float *, cudaStream_t) {
         return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon G_P row tiles planned for fp32 compute (internal error)");
     }
 };
@@ -2856,7 +2866,8 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
     const lkc_rplan rp = rows_plan<CT>(a);
     lkc_bwd_split b = bwd_split_tc<CT>(C);
-    if (rp.gp) b.Zp = rp.gz;
+    if (rp.gp) b.Zp = rp.gpp.gz;
+    if (rp.up) b.Zu = rp.upp.gz;
     const size_t hpb = h_scratch_bytes<CT>(C, a->x);
     float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
@@ -2885,7 +2896,11 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
         LK_LAUNCHED("conv locon gh (tensor cores)");
     }
     if (a->dx.p && !rp.dx && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, ws, s))) return rc;
-    if (want_up) {
+    if (want_up && rp.up) {   /* H in CT (H's buffer), then k_gp_rows: partials [z][a][o] */
+        if ((rc = launch_h_tc<CT, CT>(C, a->x, P, (CT *)H, hp, s))) return rc;
+        if ((rc = gpr_launch<CT>::run(rp.G, a->dy, (const CT *)H, rp.upp, pu, s))) return rc;
+        if ((rc = finish_dup(L, 0, pu, b.Zu, Ur, a->gU, a->gsigma, sigpart, s, 1))) return rc;
+    } else if (want_up) {
         if (T > 0 && (rc = launch_h_tc<CT, float>(C, a->x, P, H, hp, s))) return rc;
         dim3 grid((unsigned)cdiv(L.r, BN), (unsigned)cdiv(L.O, BM), (unsigned)b.Zu);
         k_red_dup_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, H, pu, b.ku);
@@ -2895,7 +2910,7 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
     if (want_p) {
         const lkc_gplan gp = gp_plan<CT>(C);
         if (rp.gp) {
-            if ((rc = gpr_launch<CT>::run(C, a->x, ghc, rp, pp, s))) return rc;
+            if ((rc = gpr_launch<CT>::run(C, a->x, ghc, rp.gpp, pp, s))) return rc;
         } else if (gp.halo) {
             if ((rc = gp_launch<CT>::run(C, a->x, GH, gp, pp, s))) return rc;
         } else {
@@ -2903,7 +2918,7 @@ template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *
             k_red_dp_tc<CT><<<grid, NT, 0, s>>>(C, a->x, GH, pp, gp.kper);
             LK_LAUNCHED("conv locon d_down partials (tensor cores)");
         }
-        if ((rc = finish_gp<CT>(C, pp, rp.gp ? rp.gz : gp.Z, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
+        if ((rc = finish_gp<CT>(C, pp, rp.gp ? rp.gpp.gz : gp.Z, 1.0f, 0, a->gD, a->gM, Gp, s))) return rc;
     }
     return LYCO_OK;
 }
@@ -2914,7 +2929,8 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     const i64 T = C.N * C.g.sout;
     const lkc_rplan rp = rows_plan<CT>(a);
     lkc_bwd_split b = bwd_split_tc<CT>(C);
-    if (rp.gp) b.Zp = rp.gz;
+    if (rp.gp) b.Zp = rp.gpp.gz;
+    if (rp.up) b.Zu = rp.upp.gz;
     size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
                    carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
                    h_scratch_bytes<CT>(C, a->x) + rows_scratch_bytes(C, rp) + (a->dx.p && !rp.dx ? dx_scratch_bytes<CT>(C) : 0);
