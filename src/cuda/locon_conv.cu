@@ -68,7 +68,9 @@
  * apply (dy 16-bit with 16-byte rows; dx contiguous in CT; the k_h_rows geometries) they replace
  * k_gh_tc, k_dx_halo / k_dx_tc and k_gp_halo / k_red_dp_tc; LYCO_CUDA_CONV_HROWS=0 restores all
  * of those. k_gp_halo and k_dx_halo take GH in one bf16 part now (it is RN_CT: the 3-part split
- * of earlier rounds multiplied two zero parts).
+ * of earlier rounds multiplied two zero parts). Opt-in, not yet run on a GPU:
+ * LYCO_CUDA_CONV_UPROWS=1 takes d_up's partials through k_gp_rows too (GH's 1 × 1 problem on dy,
+ * H recomputed in CT as its "GH"; partials [z][a][o], k_fin_dup's trans) instead of k_red_dup_tc.
  * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
  * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
  * LYCO_CUDA_CONV_HX_GENERIC=1 = k_h_halo's runtime-bound kernel-offset loop for 3 × 3 kernels too
@@ -2791,8 +2793,11 @@ template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) 
     p.hg = h_plan<CT>(p.G, a->dy);
     p.gh = p.hg.rows;
     p.gp = p.gh && (a->gD.p || a->gM.p) && gpr_plan<CT>(C, a->x, &p.gpp);
-    /* d_up = c·Σ dy·Hᵀ: k_gp_rows on GH's problem (dy, 1 × 1) with H (RN_CT, so CT) for GH */
-    p.up = p.gh && (a->gU.p || a->gsigma.p) && gpr_plan<CT>(p.G, a->dy, &p.upp);
+    /* d_up = c·Σ dy·Hᵀ: k_gp_rows on GH's problem (dy, 1 × 1) with H (RN_CT, so CT) for GH.
+       Opt-in (LYCO_CUDA_CONV_UPROWS=1, read at each call) until it has run on a GPU: written in
+       session 34 after that session's device time was spent; k_red_dup_tc by default */
+    const char *up = getenv("LYCO_CUDA_CONV_UPROWS");
+    p.up = up && up[0] == '1' && p.gh && (a->gU.p || a->gsigma.p) && gpr_plan<CT>(p.G, a->dy, &p.upp);
     const lkc_act &dx = a->dx;
     if (!p.gh || !dx.p || C.M.p || !halo_geom(C) || g.pad[0] > g.k[0] - 1 || g.pad[1] > g.k[1] - 1 || dx.unal ||
         dx.dt != ct_of<CT>::dt || dx.sc != g.sin || dx.sn != C.I * g.sin || dx.ss[1] != 1 ||
