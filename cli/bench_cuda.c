@@ -595,7 +595,9 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
     if (csv)
         fprintf(csv, "family,dir,shape,rank,dtypes,ulp_fused,ulp_eager,ulp_budget,time_med_us,time_min_us,floor_us,time_over_floor,gb_s,"
                      "extra_mib,deterministic,path,pass\n");
-    if (json) fprintf(json, "{\"device\": \"%s\", \"copy_gb_s\": %.1f, \"gemm_tflop_s\": %.1f, \"rows\": [\n", prop.name, bw / 1e9, rate / 1e12);
+    if (json)
+        fprintf(json, "{\"device\": \"%s\", \"copy_gb_s\": %.1f, \"gemm_tflop_s\": %.1f, \"timing\": \"%s\", \"rows\": [\n", prop.name,
+                bw / 1e9, rate / 1e12, gm && gm[0] == '0' ? "events around each call" : "events around a CUDA-graph replay of each call");
     printf("%-9s %-10s %-26s %-17s | %9s %9s %9s | %9s %9s | %9s %6s | %6s %8s | %-3s | %s\n", "family", "dir", "shape", "dtypes", "ulp_fused",
            "ulp_eager", "budget", "med_us", "min_us", "floor_us", "t/fl", "GB/s", "extraMiB", "det", "path");
     enum { NFAM = 16 };
