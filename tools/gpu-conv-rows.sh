@@ -10,7 +10,9 @@
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
 #      off); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
-#   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_).
+#   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_);
+#   6. CR_TRY="VAR=1 ...": an opt-in path (e.g. LYCO_CUDA_CONV_UPROWS=1) through the rows_* cases,
+#      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above.
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
 set -u
@@ -87,6 +89,21 @@ if command -v compute-sanitizer >/dev/null; then
     say "racecheck LYCO_CASES=$SAN"
     LYCO_CASES=$SAN LYCO_SEED=$SEED timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $T >"$OUT/racecheck.txt" 2>&1 || status=1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/racecheck.txt" | tail -n 2 | tee -a "$S"
+fi
+if [ -n "${CR_TRY:-}" ]; then
+    say "opt-in: $CR_TRY"
+    env $CR_TRY LYCO_CASES=rows_ LYCO_SEED=$SEED $T >"$OUT/t-try.txt" 2>&1 || status=1
+    tail -n 1 "$OUT/t-try.txt" | tee -a "$S"; grep "FAIL" "$OUT/t-try.txt" | head -10 | tee -a "$S"
+    env $CR_TRY $L check --backend cuda --algo locon,dylora --require-fused --seed $SEED >"$OUT/check-try.txt" 2>&1 || status=1
+    tail -n 1 "$OUT/check-try.txt" | tee -a "$S"; grep " FAIL " "$OUT/check-try.txt" | head -10 | tee -a "$S"
+    env $CR_TRY $L bench --backend cuda --algo lora-conv --seed $SEED >"$OUT/bench-try.txt" 2>&1 || status=1
+    grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/bench-try.txt" | cut -c1-200 | tee -a "$S"
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck; do
+            env $CR_TRY LYCO_CASES=rows_bwd LYCO_SEED=$SEED timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $T >"$OUT/$tool-try.txt" 2>&1 || status=1
+            grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/$tool-try.txt" | tail -n 2 | tee -a "$S"
+        done
+    fi
 fi
 say "done (status $status)"
 exit $status
