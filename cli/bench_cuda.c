@@ -371,6 +371,12 @@ static lyco_case proxy_of(const lyco_case *c) {
     return p;
 }
 
+/* LYCO_BENCH_GRAPH=0: plain calls timed instead of graph replays */
+static bool bench_graphs(void) {
+    const char *e = getenv("LYCO_BENCH_GRAPH");
+    return !(e && e[0] == '0');
+}
+
 static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row *row, uint64_t seed, int reps, double bw,
                     double rate, row_result *res) {
     lyco_prepared *set[NSETS] = {0};
@@ -402,8 +408,7 @@ static int time_row(const lyco_case *c, lyco_direction dir, const lyco_dtype_row
        34). LYCO_BENCH_GRAPH=0, or a call that cannot be captured, times plain calls (the row's
        path then says "[events]"). */
     cudaGraphExec_t gexec[NSETS] = {0};
-    const char *ge = getenv("LYCO_BENCH_GRAPH");
-    bool graphs = !(ge && ge[0] == '0');
+    bool graphs = bench_graphs();
     for (int k = 0; graphs && k < NSETS && !rc; k++) {
         if (k == 0 && pool) {
             unsigned long long zero = 0;
@@ -575,9 +580,9 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
     printf("lyco bench: backend cuda, device %s (sm_%d%d, %d SMs, L2 %d MB), driver %d, runtime %d, commit %s, seed %llu\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, drv, rtv, commit ? commit : "?",
            (unsigned long long)co->seed);
-    const char *gm = getenv("LYCO_BENCH_GRAPH");
+    const bool graphs = bench_graphs();
     printf("timing: CUDA events around %s, L2 flushed between repeats\n",
-           gm && gm[0] == '0' ? "each call (LYCO_BENCH_GRAPH=0: the host's enqueue counts where the device waits for it)"
+           !graphs ? "each call (LYCO_BENCH_GRAPH=0: the host's enqueue counts where the device waits for it)"
                               : "a CUDA-graph replay of each call (device time; LYCO_BENCH_GRAPH=0 times plain calls)");
     double bw = 0, rate = 0;
     char why[160] = "";
@@ -597,7 +602,7 @@ int lyco_bench_cuda(const lyco_check_opts *co, const char *csv_path, const char 
                      "extra_mib,deterministic,path,pass\n");
     if (json)
         fprintf(json, "{\"device\": \"%s\", \"copy_gb_s\": %.1f, \"gemm_tflop_s\": %.1f, \"timing\": \"%s\", \"rows\": [\n", prop.name,
-                bw / 1e9, rate / 1e12, gm && gm[0] == '0' ? "events around each call" : "events around a CUDA-graph replay of each call");
+                bw / 1e9, rate / 1e12, !graphs ? "events around each call" : "events around a CUDA-graph replay of each call");
     printf("%-9s %-10s %-26s %-17s | %9s %9s %9s | %9s %9s | %9s %6s | %6s %8s | %-3s | %s\n", "family", "dir", "shape", "dtypes", "ulp_fused",
            "ulp_eager", "budget", "med_us", "min_us", "floor_us", "t/fl", "GB/s", "extraMiB", "det", "path");
     enum { NFAM = 16 };

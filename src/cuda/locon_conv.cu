@@ -130,7 +130,7 @@
  * k_dx_halo, k_h_rows, k_gp_rows: ≤ 128, __launch_bounds__(NT, 2)); dynamic shared memory of
  * the row-tile kernels ≤ 200 KB (57 KB / 73 KB at OW = 64, 3 × 3); no spills (sm_90) except
  * k_h_rows's four MI = 2, 3 × 3, NL = 4 instances (images wider than 128: 4 bytes, one register,
- * since the paired stores of session 34) and k_red_dp_tc<half> (older).
+ * since the paired stores of session 34), and (older) k_h_halo<*, 2, 3 × 3> and k_red_dp_tc<half>.
  * Activations: any strides and alignment (lkc_act). Groups must be 1, and N, ⌈O/64⌉, ⌈r/64⌉ at most
  * 65535 (grid limits): the dispatcher declines the rest.
  */
@@ -320,13 +320,13 @@ struct hr_epi {
     void *H2;
     int pair;   /* H is aligned to two elements: k_h_rows stores adjacent columns as one word */
 };
-template <typename CT, typename HT> __device__ __forceinline__ void hr_store(const lk_locon &L, const hr_epi &e, HT *H, i64 i, i64 a, float v) {
-    if (e.mode == HR_RAW) {
-        h_put<HT>(H, i, v);
-        return;
-    }
+template <typename CT> __device__ __forceinline__ float hr_value(const lk_locon &L, const hr_epi &e, i64 a, float v) {
+    if (e.mode == HR_RAW) return v;
     const float q = vget(L.mask, a, 1.0f);
-    const float u = rnd_ct<CT>((e.mode == HR_GH ? scale_c<CT>(L) * q : q) * v);
+    return rnd_ct<CT>((e.mode == HR_GH ? scale_c<CT>(L) * q : q) * v);
+}
+template <typename CT, typename HT> __device__ __forceinline__ void hr_store(const lk_locon &L, const hr_epi &e, HT *H, i64 i, i64 a, float v) {
+    const float u = hr_value<CT>(L, e, a, v);
     h_put<HT>(H, i, u);
     if (e.H2) ((CT *)e.H2)[i] = ct_of<CT>::from(u);
 }
@@ -346,12 +346,7 @@ __device__ __forceinline__ void hr_store2(const lk_locon &L, const hr_epi &e, HT
         hr_store<CT, HT>(L, e, H, i + 1, a, v1);
         return;
     }
-    float u0 = v0, u1 = v1;
-    if (e.mode != HR_RAW) {
-        const float q = vget(L.mask, a, 1.0f), f = e.mode == HR_GH ? scale_c<CT>(L) * q : q;
-        u0 = rnd_ct<CT>(f * v0);
-        u1 = rnd_ct<CT>(f * v1);
-    }
+    const float u0 = hr_value<CT>(L, e, a, v0), u1 = hr_value<CT>(L, e, a, v1);
     *(typename pair_of<HT>::T *)(H + i) = pair_of<HT>::make(u0, u1);   /* exact conversions: u is RN_CT or HT = float */
     if (e.H2) *(typename pair_of<CT>::T *)((CT *)e.H2 + i) = pair_of<CT>::make(u0, u1);
 }
@@ -1924,16 +1919,6 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pt(lkc_conv 
     }
 }
 
-/* 16 GH values → xs[hp][0..15] (exact: k_gh_tc stores GH rounded to CT), threads hp < hp_n */
-template <typename CT> __device__ __forceinline__ void dx_put_gh(int hp_n, const float (&gv)[HX_CC], CT *xs) {
-    if ((int)threadIdx.x >= hp_n) return;
-    unsigned wv[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) wv[j] = hx_pack<CT>(gv[2 * j], gv[2 * j + 1]);
-    CT *d = xs + threadIdx.x * HX_XP;
-    *(uint4 *)d = make_uint4(wv[0], wv[1], wv[2], wv[3]);
-    *(uint4 *)(d + 8) = make_uint4(wv[4], wv[5], wv[6], wv[7]);
-}
 
 } // namespace
 
@@ -1976,7 +1961,7 @@ __global__ __launch_bounds__(NT, 2) void k_dx_halo(lkc_conv C, const float *GH, 
             gv[j] = hin && a < L.r ? GH[goff + a * S] : 0.0f;
         }
         hx_fetch_a<CT, RT, NA>(s, Pt, ch * HX_CC, av);
-        dx_put_gh<CT>(hp_n, gv, xs);
+        hx_put_x<CT>(hp_n, gv, xs);   /* GH is RN_CT: exact in CT */
         hx_put_a<CT, RT, NA>(s, av, as);
         __syncthreads();
         for (int dh = 0; dh < kh; dh++)
@@ -2864,15 +2849,13 @@ template <> struct gpr_launch<float> {
     }
 };
 
-template <typename CT> static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, lkc_carve *cv, cudaStream_t s) {
+template <typename CT>
+static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, const lkc_rplan &rp, const lkc_bwd_split &b, lkc_carve *cv,
+                              cudaStream_t s) {
     const lkc_conv &C = a->C;
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S;
     const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
-    const lkc_rplan rp = rows_plan<CT>(a);
-    lkc_bwd_split b = bwd_split_tc<CT>(C);
-    if (rp.gp) b.Zp = rp.gpp.gz;
-    if (rp.up) b.Zu = rp.upp.gz;
     const size_t hpb = h_scratch_bytes<CT>(C, a->x);
     float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
@@ -2943,7 +2926,7 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     int rc;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
     lkc_carve cv = {(char *)mem, 0};
-    rc = bypass_bwd_tc_body<CT>(a, &cv, s);
+    rc = bypass_bwd_tc_body<CT>(a, rp, b, &cv, s);
     int rf = lk_scratch_free(mem, s);
     return rc ? rc : rf;
 }
