@@ -10,8 +10,9 @@
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
 #      off); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
-#   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_);
-#   6. CR_TRY="VAR=1 ...": an opt-in path (e.g. LYCO_CUDA_CONV_UPROWS=1) through the rows_* cases,
+#   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_;
+#      racecheck stopped after CR_RACE_S seconds, default 200);
+#   6. CR_TRY="VAR=1 ...": a switched path (e.g. LYCO_CUDA_CONV_UPROWS=0) through the rows_* cases,
 #      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above.
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
@@ -87,7 +88,7 @@ if command -v compute-sanitizer >/dev/null; then
     LYCO_CASES=$SAN LYCO_SEED=$SEED timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $T >"$OUT/memcheck.txt" 2>&1 || status=1
     grep -E "ERROR SUMMARY|passed," "$OUT/memcheck.txt" | tail -n 2 | tee -a "$S"
     say "racecheck LYCO_CASES=$SAN"
-    LYCO_CASES=$SAN LYCO_SEED=$SEED timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $T >"$OUT/racecheck.txt" 2>&1 || status=1
+    LYCO_CASES=$SAN LYCO_SEED=$SEED timeout ${CR_RACE_S:-200} compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $T >"$OUT/racecheck.txt" 2>&1 || status=1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/racecheck.txt" | tail -n 2 | tee -a "$S"
 fi
 if [ -n "${CR_TRY:-}" ]; then
