@@ -1413,7 +1413,12 @@ __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *
  * Warp w owns pixels 32w … 32w+31 (four n8 tiles): per kernel offset κ = (dh, dw) one A fragment
  * per m16 tile and two B fragment pairs by ldmatrix.x4 (B rows: the pixels' records shifted by
  * dh rows and dw columns), 4·MI MMAs. Two buffers: chunk k+1's x is in registers and its A in
- * flight (cp.async) while chunk k's MMAs run; one __syncthreads per chunk.
+ * flight (cp.async) while chunk k's MMAs run; one __syncthreads per chunk. A thread's x tasks
+ * (halo row, column group, shared word, element offset) are set once per block (hr_tasks: the
+ * chunk loop has no divisions; session 35), A's pieces map thread → (rank row, piece) directly.
+ * Resident x (session 35): where a block's k range is at most two chunks (dx: r ≤ 32 ranks of GH
+ * in) and Z = 1, h_plan gives each block rtb rank tiles so the grid is one wave; the block stages
+ * x once (chunk k in buffer k) and only streams A for its later rank tiles.
  * The k order (chunks ascending; within a chunk κ, then 16 channels in one MMA) is k_h_halo's, so
  * H is the same bits for Z = 1 — the Z ranges differ (HR's grid has other tiles), so partial sums
  * may round differently.
