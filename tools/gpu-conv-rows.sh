@@ -12,7 +12,7 @@
 #      off); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
 #   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_;
 #      racecheck stopped after CR_RACE_S seconds, default 200);
-#   6. CR_TRY="VAR=1 ...": a switched path (e.g. LYCO_CUDA_CONV_UPROWS=0) through the rows_* cases,
+#   6. CR_TRY="VAR=value ...": a switched path (e.g. LYCO_CUDA_CONV_UPROWS=0) through the rows_* cases,
 #      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above.
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
@@ -92,7 +92,7 @@ if command -v compute-sanitizer >/dev/null; then
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/racecheck.txt" | tail -n 2 | tee -a "$S"
 fi
 if [ -n "${CR_TRY:-}" ]; then
-    say "opt-in: $CR_TRY"
+    say "switched: $CR_TRY"
     env $CR_TRY LYCO_CASES=rows_ LYCO_SEED=$SEED $T >"$OUT/t-try.txt" 2>&1 || status=1
     tail -n 1 "$OUT/t-try.txt" | tee -a "$S"; grep "FAIL" "$OUT/t-try.txt" | head -10 | tee -a "$S"
     env $CR_TRY $L check --backend cuda --algo locon,dylora --require-fused --seed $SEED >"$OUT/check-try.txt" 2>&1 || status=1
