@@ -1198,7 +1198,9 @@ namespace {
 
 /* Pk[a][κ][c] = CT(P[a, c·K+κ]) for c < I, 0 for I ≤ c < Ipad */
 /* where Pk's (a, κ, c) comes from: src[base + a·sa + c·sc + κ·sk] (H: P itself, base 0, sa = I·K,
-   sc = K, sk = 1; the backward's GH and dx read Ur and P transposed / flipped through k_h_rows) */
+   sc = K, sk = 1; the backward's GH and dx read Ur and P transposed / flipped through k_h_rows);
+   p = NULL: RN_CT(down[a][c·K + κ]) read from C.L.D — plain LoCon's P itself, so the forward
+   skips k_prep_p (the same bits: CT(RN_CT(d)) = RN_CT(d)) */
 struct pk_src {
     const float *p;
     i64 base, sa, sc, sk;
@@ -1208,7 +1210,8 @@ template <typename CT> __global__ __launch_bounds__(NT) void k_prep_pk(lkc_conv 
     const i64 total = L.r * L.K * Ipad;
     for (i64 i = (i64)blockIdx.x * NT + threadIdx.x; i < total; i += (i64)gridDim.x * NT) {
         const i64 c = i % Ipad, ak = i / Ipad, kap = ak % L.K, a = ak / L.K;
-        Pk[i] = ct_of<CT>::from(c < C.I ? P.p[P.base + a * P.sa + c * P.sc + kap * P.sk] : 0.0f);
+        const float v = c >= C.I ? 0.0f : P.p ? P.p[P.base + a * P.sa + c * P.sc + kap * P.sk] : rnd_ct<CT>(vload(L.D, a, c * L.K + kap));
+        Pk[i] = ct_of<CT>::from(v);
     }
 }
 
@@ -2505,7 +2508,8 @@ template <typename HT> struct hx_launch<float, HT> {
     }
 };
 
-/* H = RN_CT(q ⊙ P·im2col(x)) in HT (fp32, or CT for the forward's expand); hs:
+/* H = RN_CT(q ⊙ P·im2col(x)) in HT (fp32, or CT for the forward's expand); P = NULL: plain LoCon on
+   the halo path only, Pk from down (pk_src); hs:
    h_scratch_bytes<CT>(C, x) of scratch (or NULL when that is 0) */
 template <typename CT, typename HT>
 static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, HT *H, float *hs, cudaStream_t s) {
@@ -2604,18 +2608,22 @@ template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cu
     if ((rc = lk_device_query(&dev))) return rc;
     lk_expand_args e;
     const bool ex = conv_yexpand() && y_expand_args<CT>(a, NULL, 0, &e) && lk_expand_fits(&e, &dev);
+    /* plain LoCon on the halo / row-tile path with the expand: Pk straight from down, no P */
+    const bool pk_from_d = ex && !C.M.p && h_plan<CT>(C, a->x).halo;
     void *mem = NULL;
     const size_t hpb = h_scratch_bytes<CT>(C, a->x);
     const i64 hfl = ex ? cdiv(T * C.L.r * (i64)sizeof(CT), 4) : T * C.L.r; /* H: CT for the expand, else fp32 */
-    size_t bytes = (ex ? 0 : carve_bytes(C.L.O * C.L.r)) + carve_bytes(C.L.r * C.L.IK) + carve_bytes(hfl) + hpb;
+    size_t bytes = (ex ? 0 : carve_bytes(C.L.O * C.L.r)) + (pk_from_d ? 0 : carve_bytes(C.L.r * C.L.IK)) + carve_bytes(hfl) + hpb;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
     lkc_carve cv = {(char *)mem, 0};
-    float *Ur = ex ? NULL : carve_f(&cv, C.L.O * C.L.r), *P = carve_f(&cv, C.L.r * C.L.IK), *H = carve_f(&cv, hfl);
-    float *hp = hpb ? carve_f(&cv, (i64)(hpb / sizeof(float))) : NULL;
+    float *Ur = ex ? NULL : carve_f(&cv, C.L.O * C.L.r), *P = pk_from_d ? NULL : carve_f(&cv, C.L.r * C.L.IK);
+    float *H = carve_f(&cv, hfl), *hp = hpb ? carve_f(&cv, (i64)(hpb / sizeof(float))) : NULL;
     if (ex) {
-        k_prep_p<CT><<<nblk(C.L.r * C.L.IK), NT, 0, s>>>(C, P);
-        cudaError_t le = cudaGetLastError();
-        if (le != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon prep P failed: %s", cudaGetErrorString(le));
+        if (!pk_from_d) {
+            k_prep_p<CT><<<nblk(C.L.r * C.L.IK), NT, 0, s>>>(C, P);
+            cudaError_t le = cudaGetLastError();
+            if (le != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon prep P failed: %s", cudaGetErrorString(le));
+        }
         if (!rc) rc = launch_h_tc<CT, CT>(C, a->x, P, (CT *)H, hp, s);
         for (i64 n = 0; n < C.N && !rc; n++) {
             y_expand_args<CT>(a, (const CT *)H, n, &e);
