@@ -3,17 +3,20 @@
 # (locon_conv.cu rounds 3-4: k_h_rows for H, GH and dx, k_gp_rows for the d_down partials, the
 # forward's expand) beside the kernels they replaced (LYCO_CUDA_CONV_HROWS=0
 # LYCO_CUDA_CONV_YEXPAND=0):
-#   1. test_cuda_locon_conv, every case (and with CR_OFF_TESTS=1 the rows_* cases switched off);
+#   1. (CR_TESTS=0 skips 1 and 2) test_cuda_locon_conv, every case (and with CR_OFF_TESTS=1 the rows_* cases switched off);
 #   2. lyco check --backend cuda --algo locon,dylora --require-fused (CR_OFF_CHECK=1: switched off too);
 #   3. Nsight Compute per-kernel device times of the bf16 conv bypass rows (ncu_rows.py), and with
 #      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel;
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
-#      off); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
+#      off; "none": no bench); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
 #   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_;
 #      racecheck stopped after CR_RACE_S seconds, default 200);
 #   6. CR_TRY="VAR=value ...": a switched path (e.g. LYCO_CUDA_CONV_UPROWS=0) through the rows_* cases,
-#      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above.
+#      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above;
+#   7. CR_AB_BIN=path: another lyco binary (an older commit's, carried in build-carry): the bf16
+#      conv bypass rows by it and by this one, alternately, CR_AB_ROUNDS times (default 3), and
+#      with CR_AB_NCU=1 its per-kernel ncu times as in 3.
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
 set -u
@@ -30,6 +33,7 @@ t0=$(date +%s); say() { echo "== $* ($(($(date +%s) - t0)) s)" | tee -a "$S"; }
 status=0
 say "commit $(cat build-carry/prebuilt.commit 2>/dev/null || echo '?') (prebuilt); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1); seed $SEED"
 
+if [ "${CR_TESTS:-1}" = 1 ]; then   # CR_TESTS=0: no tests, no check (a bench- or sanitizer-only call)
 say "test_cuda_locon_conv"
 LYCO_SEED=$SEED $T >"$OUT/t-default.txt" 2>&1 || status=1
 tail -n 1 "$OUT/t-default.txt" | tee -a "$S"; grep "FAIL" "$OUT/t-default.txt" | head -10 | tee -a "$S"
@@ -47,6 +51,7 @@ if [ "${CR_OFF_CHECK:-0}" = 1 ]; then
     env $OFF $L check --backend cuda --algo locon,dylora --require-fused --seed $SEED >"$OUT/check-off.txt" 2>&1 || status=1
     tail -n 1 "$OUT/check-off.txt" | tee -a "$S"; grep " FAIL " "$OUT/check-off.txt" | head -10 | tee -a "$S"
 fi
+fi   # CR_TESTS
 
 BCMD="$L bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --quick --seed $SEED"
 if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
@@ -64,6 +69,7 @@ if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
 fi
 
 for mode in ${CR_BENCH_MODES:-default events off}; do
+    [ "$mode" = none ] && continue
     say "bench --algo lora-conv ($mode)"
     case $mode in
         default) $L bench --backend cuda --algo lora-conv --seed $SEED --json "$OUT/bench-default.json" >"$OUT/bench-$mode.txt" 2>&1 || status=1 ;;
@@ -104,6 +110,23 @@ if [ -n "${CR_TRY:-}" ]; then
             env $CR_TRY LYCO_CASES=rows_bwd LYCO_SEED=$SEED timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $T >"$OUT/$tool-try.txt" 2>&1 || status=1
             grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/$tool-try.txt" | tail -n 2 | tee -a "$S"
         done
+    fi
+fi
+if [ -n "${CR_AB_BIN:-}" ]; then
+    ABCMD="bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --no-scaling --seed $SEED"
+    for i in $(seq 1 "${CR_AB_ROUNDS:-3}"); do
+        for b in "$CR_AB_BIN" "$L"; do
+            say "A/B round $i: $b"
+            $b $ABCMD >"$OUT/ab-$i-$(basename "$b").txt" 2>&1 || status=1
+            grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/ab-$i-$(basename "$b").txt" | awk -F'|' '{print $1 "|" $3 "|" $4}' | cut -c1-150 | tee -a "$S"
+        done
+    done
+    if [ "${CR_AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+        say "ncu bf16 conv bypass rows, $CR_AB_BIN"
+        ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+            ${BCMD/#$L/$CR_AB_BIN} >"$OUT/ncu-ab.csv" 2>"$OUT/ncu-ab.err"
+        python3 tools/ncu_rows.py "$OUT/ncu-ab.csv" >"$OUT/ncu-ab.txt" 2>&1
+        head -40 "$OUT/ncu-ab.txt" | tee -a "$S"
     fi
 fi
 say "done (status $status)"
