@@ -72,6 +72,12 @@
  * problem on dy, H recomputed in CT as its "GH"; partials [z][a][o], k_fin_dup's trans) instead of
  * k_red_dup_tc (session 35: bypass backward 184.7 → 160.1 µs at 3×3 640 ch 64² r32 bf16, 277.3 →
  * 228.2 at 320 ch 128² r16); LYCO_CUDA_CONV_UPROWS=0 restores k_red_dup_tc.
+ * Session 36: the forward (plain LoCon, row-tile path, expand) builds Pk straight from down (no
+ * k_prep_p launch, no P scratch: 72.2 → 69.4 µs at 320 ch 128² r16). Tried and reverted (A/B in
+ * one call, docs/kernels.md): k_h_rows's x tasks set once per block (no divisions in the chunk
+ * loop) made H 21.6 → 23.6 µs and the 1 × 1 GH 13.5 → 21.1 (ncu) — the chunk loop is not bound by
+ * those instructions; dx with GH resident and several rank tiles per block: 39.8 → 38.8, not
+ * worth its code.
  * A/B switches (read at each call): LYCO_CUDA_CONV_TC1=1 = round 1 exactly (H and G_P through
  * tc_gemm's gathers); LYCO_CUDA_CONV_LEGACY=1 = the FFMA kernels (takes precedence);
  * LYCO_CUDA_CONV_HX_GENERIC=1 = k_h_halo's runtime-bound kernel-offset loop for 3 × 3 kernels too
@@ -1416,12 +1422,7 @@ __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *
  * Warp w owns pixels 32w … 32w+31 (four n8 tiles): per kernel offset κ = (dh, dw) one A fragment
  * per m16 tile and two B fragment pairs by ldmatrix.x4 (B rows: the pixels' records shifted by
  * dh rows and dw columns), 4·MI MMAs. Two buffers: chunk k+1's x is in registers and its A in
- * flight (cp.async) while chunk k's MMAs run; one __syncthreads per chunk. A thread's x tasks
- * (halo row, column group, shared word, element offset) are set once per block (hr_tasks: the
- * chunk loop has no divisions; session 35), A's pieces map thread → (rank row, piece) directly.
- * Resident x (session 35): where a block's k range is at most two chunks (dx: r ≤ 32 ranks of GH
- * in) and Z = 1, h_plan gives each block rtb rank tiles so the grid is one wave; the block stages
- * x once (chunk k in buffer k) and only streams A for its later rank tiles.
+ * flight (cp.async) while chunk k's MMAs run; one __syncthreads per chunk.
  * The k order (chunks ascending; within a chunk κ, then 16 channels in one MMA) is k_h_halo's, so
  * H is the same bits for Z = 1 — the Z ranges differ (HR's grid has other tiles), so partial sums
  * may round differently.
@@ -1438,43 +1439,23 @@ struct hr_geo {
     int HWP;          /* halo row pitch in pixel records */
     int HRR;          /* halo rows a block may need */
     int tpi;          /* blocks per image */
-    int rtb;          /* rank tiles per block (> 1 only with x resident: at most two chunks, Z = 1) */
 };
 
-/* this thread's x tasks, fixed per block (set once by hr_tasks; no divisions in the chunk loop).
-   Task i = t = tid + i·NT: channel pair cp = t & 7 (the same for every i, NT being a multiple of
-   32), halo row hr = ((t >> 5) / nv)·4 + ((t >> 3) & 3), column group v = (t >> 5) % nv (nv = W/8).
-   dst[i] = the shared word of its first record | hr << 16 (words < 2^16: hr_fits caps the
-   buffers); src[i] = hr·ss[0] + 8v, x's element offset from row ih0 of channel c0 + 2cp */
-template <int NL> struct hr_tasks {
-    int dst[NL], src[NL];
-};
-template <int NL> __device__ __forceinline__ void hr_task_init(const hr_geo &g, i64 ss0, hr_tasks<NL> &tk) {
-    const int nv = g.W >> 3, cp = threadIdx.x & 7;
-#pragma unroll
-    for (int i = 0; i < NL; i++) {
-        const int t = (int)threadIdx.x + i * NT, rest = t >> 5, v = rest % nv;
-        int hr = (rest / nv) * 4 + ((t >> 3) & 3);
-        if (hr >= g.HRR) hr = 0x7fff;   /* never fetched or stored (hrb ≤ HRR) */
-        tk.dst[i] = (hr < g.HRR ? (hr * g.HWP + g.pw + 8 * v) * (HX_XP / 2) + cp : 0) | hr << 16;
-        tk.src[i] = hr < g.HRR ? (int)(hr * ss0) + 8 * v : 0;
-    }
-}
-
-/* x[n][c0 + 2cp + {0,1}][ih0 + hr][8v … 8v+7] for this thread's tasks (two uint4 each; 0 for rows
-   outside the image or ≥ hrb, and channels ≥ I) */
+/* x[n][c0 + 2cp + {0,1}][ih][8v … 8v+7] for this thread's tasks i (two uint4 each; 0 for rows
+   outside the image, channels ≥ I and tasks beyond the block's) */
 template <typename CT, int NL>
-__device__ __forceinline__ void hr_fetch_x(const lkc_act &x, const hr_geo &g, const hr_tasks<NL> &tk, i64 n, int ih0, int hrb,
-                                           i64 c0, i64 I, uint4 (&xv)[NL][2]) {
-    const i64 c = c0 + 2 * (threadIdx.x & 7);
-    const CT *b = (const CT *)x.p + (n * x.sn + c * x.sc + (i64)ih0 * x.ss[0]);
+__device__ __forceinline__ void hr_fetch_x(const lkc_act &x, const hr_geo &g, i64 n, int ih0, int hrb, i64 c0, i64 I,
+                                           uint4 (&xv)[NL][2]) {
+    const int nv = g.W >> 3;
 #pragma unroll
     for (int i = 0; i < NL; i++) {
-        const int hr = tk.dst[i] >> 16, ih = ih0 + hr;
+        const int t = (int)threadIdx.x + i * NT, cp = t & 7, rest = t >> 5, v = rest % nv;
+        const int hr = (rest / nv) * 4 + ((t >> 3) & 3), ih = ih0 + hr;
+        const i64 c = c0 + 2 * cp;
         xv[i][0] = make_uint4(0u, 0u, 0u, 0u);
         xv[i][1] = make_uint4(0u, 0u, 0u, 0u);
         if (hr < hrb && ih >= 0 && ih < g.IH) {
-            const CT *p = b + tk.src[i];
+            const CT *p = (const CT *)x.p + n * x.sn + c * x.sc + (i64)ih * x.ss[0] + 8 * v;
             if (c < I) xv[i][0] = *(const uint4 *)p;
             if (c + 1 < I) xv[i][1] = *(const uint4 *)(p + x.sc);
         }
@@ -1485,13 +1466,14 @@ __device__ __forceinline__ void hr_fetch_x(const lkc_act &x, const hr_geo &g, co
    rows outside the image or beyond hrb are skipped (they stay zero), or with ALL written as the
    zeros hr_fetch_x gave them (every row < HRR: the buffer held another tile's rows) */
 template <int NL, bool ALL = false>
-__device__ __forceinline__ void hr_put_x(const hr_geo &g, const hr_tasks<NL> &tk, int ih0, int hrb, const uint4 (&xv)[NL][2],
-                                         unsigned *xs) {
+__device__ __forceinline__ void hr_put_x(const hr_geo &g, int ih0, int hrb, const uint4 (&xv)[NL][2], unsigned *xs) {
+    const int nv = g.W >> 3;
 #pragma unroll
     for (int i = 0; i < NL; i++) {
-        const int hr = tk.dst[i] >> 16, ih = ih0 + hr;
+        const int t = (int)threadIdx.x + i * NT, cp = t & 7, rest = t >> 5, v = rest % nv;
+        const int hr = (rest / nv) * 4 + ((t >> 3) & 3), ih = ih0 + hr;
         if (ALL ? hr >= g.HRR : (hr >= hrb || ih < 0 || ih >= g.IH)) continue; /* the row stays zero */
-        unsigned *d = xs + (tk.dst[i] & 0xffff);
+        unsigned *d = xs + (hr * g.HWP + g.pw + 8 * v) * (HX_XP / 2) + cp;
         const unsigned a[4] = {xv[i][0].x, xv[i][0].y, xv[i][0].z, xv[i][0].w};
         const unsigned b[4] = {xv[i][1].x, xv[i][1].y, xv[i][1].z, xv[i][1].w};
 #pragma unroll
@@ -1502,20 +1484,15 @@ __device__ __forceinline__ void hr_put_x(const hr_geo &g, const hr_tasks<NL> &tk
     }
 }
 
-/* as[a][κ·16 + c] ← Pk[a0+a][κ][c0 .. c0+15] by cp.async (zeros for a0 + a ≥ r). Thread → rank
-   row a = tid / 8 (RT ≤ 32), 16-byte pieces j = tid % 8 + 8i < 2K (K ≤ 9): piece j is
-   as[a][8j … 8j+7] and Pk[a0+a][j/2][c0 + 8(j%2) …] — no division */
+/* as[a][κ·16 + c] ← Pk[a0+a][κ][c0 .. c0+15] by cp.async (zeros for a0 + a ≥ r) */
 template <typename CT, int RT>
 __device__ __forceinline__ void hr_fetch_a(const CT *Pk, i64 Ipad, i64 r, i64 a0, int K, i64 c0, CT *as) {
-    const int a = threadIdx.x >> 3;
-    if (a < RT) {
+    const int na = RT * K * 2;
+    for (int u = (int)threadIdx.x; u < na; u += NT) {
+        const int a = u / (2 * K), rem = u - a * 2 * K;
         const bool in = a0 + a < r;
-        const CT *row = in ? Pk + (a0 + a) * K * Ipad + c0 : Pk;
-#pragma unroll
-        for (int i = 0; i < 3; i++) {
-            const int j = (threadIdx.x & 7) + 8 * i;
-            if (j < 2 * K) cp_async16(as + a * HX_AP + 8 * j, in ? row + (j >> 1) * Ipad + (j & 1) * 8 : Pk, in ? 16 : 0);
-        }
+        const CT *src = in ? Pk + ((a0 + a) * K + (rem >> 1)) * Ipad + c0 + (rem & 1) * 8 : Pk;
+        cp_async16(as + a * HX_AP + (rem >> 1) * HX_CC + (rem & 1) * 8, src, in ? 16 : 0);
     }
     cp_commit();
 }
@@ -1552,13 +1529,63 @@ __device__ __forceinline__ void hr_mma(const CT *xs, const CT *as, const hr_geo 
 
 } // namespace
 
-/* the block's rank tile a0 out of acc (H / GH / dx through the epilogue, or the partials of z) */
-template <typename CT, int MI, typename HT>
-__device__ __forceinline__ void hr_store_tile(const lkc_conv &C, i64 n, i64 p0, i64 a0, HT *H, float *part, const hr_epi &e,
-                                              const float (&acc)[MI][4][4]) {
+/* H (Z = 1, HT = CT or float) or the partials of channel-chunk range z; grid (N · tpi, rank
+   tiles of 16·MI, Z); kc chunks of HX_CC channels per z; dynamic shared memory as above */
+template <typename CT, int MI, bool K3, int NL, typename HT>
+__global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
+                                                  i64 kc, hr_epi e) {
+    const int RT = 16 * MI;
+    extern __shared__ __align__(16) char hr_sm[];
+    const int xs_elems = g.HRR * g.HWP * HX_XP, as_elems = RT * HX_AP;
+    CT *xs0 = (CT *)hr_sm, *as0 = xs0 + 2 * xs_elems;
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S;
-    const int w = threadIdx.x >> 5;
+    const i64 n = blockIdx.x / g.tpi, p0 = (i64)(blockIdx.x % g.tpi) * HR_PIX;
+    const i64 pl = p0 + HR_PIX - 1 < S ? p0 + HR_PIX - 1 : S - 1;
+    const int oh0 = (int)(p0 / g.OW), hrb = (int)(pl / g.OW) - oh0 + g.kh, ih0 = oh0 - g.ph;
+    const i64 NC = Ipad / HX_CC, cb = (i64)blockIdx.z * kc, ce = cb + kc < NC ? cb + kc : NC;
+    const i64 a0 = (i64)blockIdx.y * RT;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* this lane's ldmatrix rows: n8 tile 2·pr + (lane >> 4) of the warp, pixel lane & 7; pixels
+       past the image's end (their columns are never stored) read the last pixel's records: their
+       own rows can lie past the buffer (HRR is capped at the image height), in the other buffer
+       that the next chunk's stores are filling (racecheck, session 34) */
+    int rec[2];
+#pragma unroll
+    for (int pr = 0; pr < 2; pr++) {
+        int p = (int)p0 + 32 * w + 8 * (2 * pr + (lane >> 4)) + (lane & 7);
+        if (p > (int)S - 1) p = (int)S - 1;
+        rec[pr] = (p / g.OW - oh0) * g.HWP + p % g.OW;
+    }
+    /* both x buffers zeroed once: the padding columns and the rows outside the image stay so */
+    for (int i = (int)threadIdx.x; i < 2 * xs_elems / 8; i += NT) ((uint4 *)xs0)[i] = make_uint4(0u, 0u, 0u, 0u);
+    float acc[MI][4][4];
+    acc_zero<MI, 4>(acc);
+    uint4 xv[NL][2];
+    __syncthreads();
+    if (cb < ce) {
+        hr_fetch_a<CT, RT>(Pk, Ipad, L.r, a0, (int)L.K, cb * HX_CC, as0);
+        hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, cb * HX_CC, C.I, xv);
+        hr_put_x<NL>(g, ih0, hrb, xv, (unsigned *)xs0);
+        cp_wait(0);
+        __syncthreads();
+        for (i64 ch = cb; ch < ce; ch++) {
+            const int cur = (int)((ch - cb) & 1);
+            CT *xs = xs0 + cur * xs_elems, *as = as0 + cur * as_elems;
+            CT *xn = xs0 + (cur ^ 1) * xs_elems, *an = as0 + (cur ^ 1) * as_elems;
+            const bool more = ch + 1 < ce;
+            if (more) {
+                hr_fetch_a<CT, RT>(Pk, Ipad, L.r, a0, (int)L.K, (ch + 1) * HX_CC, an);
+                hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, (ch + 1) * HX_CC, C.I, xv);
+            }
+            hr_mma<CT, MI, K3>(xs, as, g, rec, acc);
+            if (more) {
+                hr_put_x<NL>(g, ih0, hrb, xv, (unsigned *)xn);
+                cp_wait(0);
+            }
+            __syncthreads();
+        }
+    }
     /* columns p, p + 1 of a row at once (p even; S is a multiple of 8) */
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
@@ -1572,80 +1599,6 @@ __device__ __forceinline__ void hr_store_tile(const lkc_conv &C, i64 n, i64 p0, 
                 if (part) *(float2 *)(part + (i64)blockIdx.z * L.r * T + hi) = make_float2(acc[mi][ni][q], acc[mi][ni][q + 1]);
                 else hr_store2<CT, HT>(L, e, H, hi, a, acc[mi][ni][q], acc[mi][ni][q + 1]);
             }
-}
-
-/* H (Z = 1, HT = CT or float) or the partials of channel-chunk range z; grid (N · tpi, groups of
-   g.rtb rank tiles of 16·MI, Z); kc chunks of HX_CC channels per z; dynamic shared memory as above.
-   A block runs steps j over (its rank tiles) × (its chunks), A double-buffered by j's parity; with
-   at most two chunks (g.rtb > 1 needs that: h_plan) x stays resident, chunk k in buffer k, and only
-   A is fetched for the later rank tiles */
-template <typename CT, int MI, bool K3, int NL, typename HT>
-__global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
-                                                  i64 kc, hr_epi e) {
-    const int RT = 16 * MI;
-    static_assert(RT <= NT / 8 && 2 * HX_KMAX * HX_KMAX <= 24, "hr_fetch_a's thread map");
-    extern __shared__ __align__(16) char hr_sm[];
-    const int xs_elems = g.HRR * g.HWP * HX_XP, as_elems = RT * HX_AP;
-    CT *xs0 = (CT *)hr_sm, *as0 = xs0 + 2 * xs_elems;
-    const lk_locon &L = C.L;
-    const i64 S = C.g.sout;
-    const i64 n = blockIdx.x / g.tpi, p0 = (i64)(blockIdx.x % g.tpi) * HR_PIX;
-    const i64 pl = p0 + HR_PIX - 1 < S ? p0 + HR_PIX - 1 : S - 1;
-    const int oh0 = (int)(p0 / g.OW), hrb = (int)(pl / g.OW) - oh0 + g.kh, ih0 = oh0 - g.ph;
-    const i64 NC = Ipad / HX_CC, cb = (i64)blockIdx.z * kc, ce = cb + kc < NC ? cb + kc : NC;
-    const int nck = (int)(ce - cb), rtn = (int)cdiv(L.r, RT), tb = (int)blockIdx.y * g.rtb;
-    const int ntile = tb + g.rtb < rtn ? g.rtb : rtn - tb, steps = nck * ntile;
-    const bool resident = nck <= 2;
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* this lane's ldmatrix rows: n8 tile 2·pr + (lane >> 4) of the warp, pixel lane & 7; pixels
-       past the image's end (their columns are never stored) read the last pixel's records: their
-       own rows can lie past the buffer (HRR is capped at the image height), in the other buffer
-       that the next chunk's stores are filling (racecheck, session 34) */
-    int rec[2];
-#pragma unroll
-    for (int pr = 0; pr < 2; pr++) {
-        int p = (int)p0 + 32 * w + 8 * (2 * pr + (lane >> 4)) + (lane & 7);
-        if (p > (int)S - 1) p = (int)S - 1;
-        rec[pr] = (p / g.OW - oh0) * g.HWP + p % g.OW;
-    }
-    hr_tasks<NL> tk;
-    hr_task_init<NL>(g, x.ss[0], tk);
-    /* both x buffers zeroed once: the padding columns and the rows outside the image stay so */
-    for (int i = (int)threadIdx.x; i < 2 * xs_elems / 8; i += NT) ((uint4 *)xs0)[i] = make_uint4(0u, 0u, 0u, 0u);
-    float acc[MI][4][4];
-    acc_zero<MI, 4>(acc);
-    uint4 xv[NL][2];
-    __syncthreads();
-    if (nck <= 0)   /* an empty chunk range (h_plan makes none): zero partials, as every z writes its cells */
-        for (int t = tb; t < tb + ntile; t++) hr_store_tile<CT, MI, HT>(C, n, p0, (i64)t * RT, H, part, e, acc);
-    if (steps <= 0) return;
-    hr_fetch_a<CT, RT>(Pk, Ipad, L.r, (i64)tb * RT, (int)L.K, cb * HX_CC, as0);
-    hr_fetch_x<CT, NL>(x, g, tk, n, ih0, hrb, cb * HX_CC, C.I, xv);
-    hr_put_x<NL>(g, tk, ih0, hrb, xv, (unsigned *)xs0);
-    cp_wait(0);
-    __syncthreads();
-    for (int j = 0, k = 0, t = tb; j < steps; j++) {   /* step j: chunk cb + k of rank tile t */
-        const int cur = j & 1, xb = resident ? k : cur;
-        const bool more = j + 1 < steps, last = k == nck - 1;
-        const int kn = last ? 0 : k + 1, tn = last ? t + 1 : t;
-        const bool xnext = more && !(resident && j + 1 >= nck);
-        if (more) {
-            hr_fetch_a<CT, RT>(Pk, Ipad, L.r, (i64)tn * RT, (int)L.K, (cb + kn) * HX_CC, as0 + (cur ^ 1) * as_elems);
-            if (xnext) hr_fetch_x<CT, NL>(x, g, tk, n, ih0, hrb, (cb + kn) * HX_CC, C.I, xv);
-        }
-        hr_mma<CT, MI, K3>(xs0 + xb * xs_elems, as0 + cur * as_elems, g, rec, acc);
-        if (last) {
-            hr_store_tile<CT, MI, HT>(C, n, p0, (i64)t * RT, H, part, e, acc);
-            acc_zero<MI, 4>(acc);
-        }
-        if (more) {
-            if (xnext) hr_put_x<NL>(g, tk, ih0, hrb, xv, (unsigned *)(xs0 + (resident ? kn : cur ^ 1) * xs_elems));
-            cp_wait(0);
-        }
-        __syncthreads();
-        k = kn;
-        t = tn;
-    }
 }
 
 /* =============================================================================================
@@ -1905,14 +1858,12 @@ __global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const 
     uint4 xv[NL][2], gv[4];
     i64 n, p0;
     int oh0, hrb, ih0;
-    hr_tasks<NL> tk;
-    hr_task_init<NL>(g, x.ss[0], tk);
     __syncthreads();
     if (qb < qe) {
         gp_tile(g, S, qb, n, p0, oh0, hrb, ih0);
-        hr_fetch_x<CT, NL>(x, g, tk, n, ih0, hrb, c0, C.I, xv);
+        hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, c0, C.I, xv);
         gp_fetch_gs<CT>(ghc, L.r, S, n, p0, a0, gv);
-        hr_put_x<NL, true>(g, tk, ih0, hrb, xv, (unsigned *)xs0);
+        hr_put_x<NL, true>(g, ih0, hrb, xv, (unsigned *)xs0);
         gp_put_gs<CT>(gv, gs0);
         __syncthreads();
         for (i64 q = qb; q < qe; q++) {
@@ -1922,12 +1873,12 @@ __global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const 
             const bool more = q + 1 < qe;
             if (more) {
                 gp_tile(g, S, q + 1, n, p0, oh0, hrb, ih0);
-                hr_fetch_x<CT, NL>(x, g, tk, n, ih0, hrb, c0, C.I, xv);
+                hr_fetch_x<CT, NL>(x, g, n, ih0, hrb, c0, C.I, xv);
                 gp_fetch_gs<CT>(ghc, L.r, S, n, p0, a0, gv);
             }
             gp_rows_mma<CT, K3>(xs0 + cur * xs_elems, gs0 + cur * gs_elems, g, pc, ohc, acc);
             if (more) {
-                hr_put_x<NL, true>(g, tk, ih0, hrb, xv, (unsigned *)(xs0 + (cur ^ 1) * xs_elems));
+                hr_put_x<NL, true>(g, ih0, hrb, xv, (unsigned *)(xs0 + (cur ^ 1) * xs_elems));
                 gp_put_gs<CT>(gv, gs0 + (cur ^ 1) * gs_elems);
             }
             __syncthreads();
@@ -2394,9 +2345,6 @@ template <typename CT> static bool hr_fits(const lkc_conv &C, const lkc_act &x, 
     if (rows > g.out[0]) rows = g.out[0];
     h.HRR = (int)rows + h.kh - 1;
     h.tpi = (int)cdiv(g.sout, HR_PIX);
-    h.rtb = 1;   /* h_plan sets more */
-    /* hr_tasks: x offsets in int, shared words of a buffer below 2^16 */
-    if ((i64)h.HRR * x.ss[0] + W > 0x7fffffff || (i64)h.HRR * h.HWP * (HX_XP / 2) >= 0x10000) return false;
     const i64 tasks = 32 * cdiv(h.HRR, 4) * (W / 8);
     if (tasks > 4 * NT || C.N * h.tpi > 0x7fffffff) return false;
     *NL = tasks <= 2 * NT ? 2 : 4;
@@ -2433,15 +2381,8 @@ template <typename CT> static lkc_hplan h_plan(const lkc_conv &C, const lkc_act 
     if (z < 1) z = 1;
     h.kper = cdiv(nc, z);
     h.Z = (int)cdiv(nc, h.kper);
-    /* x resident (k_h_rows): with one k range of at most two chunks, a block takes rtb rank
-       tiles so the grid is one wave of ~264 blocks (the conv bypass backward's dx: r ≤ 32 ranks
-       in, 640 channels out were 640 blocks each staging the same GH halo for one 32-channel tile) */
-    if (h.rows && h.Z == 1 && nc <= 2) {
-        const i64 per = 264 / tiles > 1 ? 264 / tiles : 1;
-        h.rg.rtb = (int)cdiv(rt, per);
-    }
     h.gx = (unsigned)tiles;
-    h.gy = (unsigned)cdiv(rt, h.rows ? h.rg.rtb : 1);
+    h.gy = (unsigned)rt;
     return h;
 }
 

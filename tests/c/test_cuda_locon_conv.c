@@ -99,9 +99,9 @@ static const lyco_case cases[] = {
      .opts = CASE_SCALAR | CASE_RANK_MASK},
     {.name = "cu_conv2d_rows_w256", T_CONV, .conv_dims = 2, .O = 8, .I = 16, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 4, .tokens = 1, .spatial = {3, 256, 1}, .alpha = 2, .opts = CASE_NO_Y0},
-    /* dx with GH resident (k_h_rows, h_plan's rtb > 1): one 64-pixel tile, I = 8470 output
-       channels = 265 rank tiles of 32, two per block (the last block one), r = 20 = two chunks */
-    {.name = "cu_conv2d_rows_dx_resident", T_CONV, .conv_dims = 2, .O = 8, .I = 8470, .k = {3, 3, 1}, .stride = {1, 1, 1},
+    /* dx on the row tiles with many output-channel tiles: one 64-pixel tile, I = 8470 = 265 tiles
+       of 32 (the last one partial), r = 20 = two chunks of GH (session 36 tried two tiles per block) */
+    {.name = "cu_conv2d_rows_dx_wide", T_CONV, .conv_dims = 2, .O = 8, .I = 8470, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 20, .tokens = 1, .spatial = {8, 8, 1}, .alpha = 4, .multiplier = 0.9,
      .opts = CASE_SCALAR},
     /* empty batch: outputs empty, gradients zero */
