@@ -6,7 +6,10 @@
 #   1. (CR_TESTS=0 skips 1 and 2) test_cuda_locon_conv, every case (and with CR_OFF_TESTS=1 the rows_* cases switched off);
 #   2. lyco check --backend cuda --algo locon,dylora --require-fused (CR_OFF_CHECK=1: switched off too);
 #   3. Nsight Compute per-kernel device times of the bf16 conv bypass rows (ncu_rows.py), and with
-#      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel;
+#      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel
+#      (CR_NCU_SKIP launches skipped first, default 1: the accuracy proxy's; CR_NCU_COUNT profiled,
+#      default 1 — e.g. CR_NCU_FULL=k_h_rows CR_NCU_SKIP=3 CR_NCU_COUNT=4 for GH, dx and H of the
+#      backward's first timed call when BCMD is narrowed to bypass_bwd);
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
 #      off; "none": no bench); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
@@ -63,7 +66,7 @@ if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
     # the full section set of the first timed launch (the second one: the first is the accuracy proxy's)
     for k in ${CR_NCU_FULL:-}; do
         say "ncu --set full: $k"
-        ncu --set full --clock-control none -k "regex:$k" --launch-skip 1 -c 1 $BCMD >"$OUT/ncu-full-$k.txt" 2>&1
+        ncu --set full --clock-control none -k "regex:$k" --launch-skip ${CR_NCU_SKIP:-1} -c ${CR_NCU_COUNT:-1} $BCMD >"$OUT/ncu-full-$k.txt" 2>&1
         grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Memory Throughput|DRAM Throughput|L2 Hit|Block Limit|Stall|Warp Cycles Per Issued|Eligible Warps|No Eligible|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu-full-$k.txt" | head -40 | tee -a "$S"
     done
 fi
