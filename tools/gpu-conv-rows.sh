@@ -9,7 +9,7 @@
 #      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel
 #      (CR_NCU_SKIP launches skipped first, default 1: the accuracy proxy's; CR_NCU_COUNT profiled,
 #      default 1 — e.g. CR_NCU_FULL=k_h_rows CR_NCU_SKIP=3 CR_NCU_COUNT=4 for GH, dx and H of the
-#      backward's first timed call when BCMD is narrowed to bypass_bwd);
+#      backward's first timed call with CR_NCU_DIRS=bypass_bwd (the profiled directions);
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
 #      off; "none": no bench); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
@@ -56,7 +56,7 @@ if [ "${CR_OFF_CHECK:-0}" = 1 ]; then
 fi
 fi   # CR_TESTS
 
-BCMD="$L bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --quick --seed $SEED"
+BCMD="$L bench --backend cuda --algo lora-conv --dir ${CR_NCU_DIRS:-bypass_fwd,bypass_bwd} --dtypes bf16 --quick --seed $SEED"
 if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
     say "ncu bf16 conv bypass rows"
     ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
