@@ -8,7 +8,7 @@
 #   3. Nsight Compute per-kernel device times of the bf16 conv bypass rows (ncu_rows.py), and with
 #      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel
 #      (CR_NCU_SKIP launches skipped first, default 1: the accuracy proxy's; CR_NCU_COUNT profiled,
-#      default 1 — e.g. CR_NCU_FULL=k_h_rows CR_NCU_SKIP=3 CR_NCU_COUNT=4 for GH, dx and H of the
+#      default 1 — e.g. CR_NCU_FULL=k_h_rows CR_NCU_SKIP=3 CR_NCU_COUNT=3 for GH, dx and H of the
 #      backward's first timed call with CR_NCU_DIRS=bypass_bwd (the profiled directions);
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
