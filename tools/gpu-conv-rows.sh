@@ -19,7 +19,8 @@
 #      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above;
 #   7. CR_AB_BIN=path: another lyco binary (an older commit's, carried in build-carry): the bf16
 #      conv bypass rows by it and by this one, alternately, CR_AB_ROUNDS times (default 3), and
-#      with CR_AB_NCU=1 its per-kernel ncu times as in 3.
+#      with CR_AB_NCU=1 its per-kernel ncu times as in 3; CR_AB_ENV="VAR=value ..." instead: this
+#      binary with those variables set (e.g. LYCO_CUDA_CONV_DYPASS=0) as the other arm.
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
 set -u
@@ -115,19 +116,21 @@ if [ -n "${CR_TRY:-}" ]; then
         done
     fi
 fi
-if [ -n "${CR_AB_BIN:-}" ]; then
+if [ -n "${CR_AB_BIN:-}${CR_AB_ENV:-}" ]; then
     ABCMD="bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --no-scaling --seed $SEED"
+    if [ -n "${CR_AB_BIN:-}" ]; then ARM_A="$CR_AB_BIN"; NAME_A=$(basename "$CR_AB_BIN"); else ARM_A="env $CR_AB_ENV $L"; NAME_A=env; fi
     for i in $(seq 1 "${CR_AB_ROUNDS:-3}"); do
-        for b in "$CR_AB_BIN" "$L"; do
-            say "A/B round $i: $b"
-            $b $ABCMD >"$OUT/ab-$i-$(basename "$b").txt" 2>&1 || status=1
-            grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/ab-$i-$(basename "$b").txt" | awk -F'|' '{print $1 "|" $3 "|" $4}' | cut -c1-150 | tee -a "$S"
+        for arm in A B; do
+            if [ $arm = A ]; then cmd="$ARM_A"; name=$NAME_A; else cmd="$L"; name=lyco; fi
+            say "A/B round $i: $cmd"
+            $cmd $ABCMD >"$OUT/ab-$i-$name.txt" 2>&1 || status=1
+            grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/ab-$i-$name.txt" | awk -F'|' '{print $1 "|" $3 "|" $4}' | cut -c1-150 | tee -a "$S"
         done
     done
     if [ "${CR_AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
-        say "ncu bf16 conv bypass rows, $CR_AB_BIN"
+        say "ncu bf16 conv bypass rows, $ARM_A"
         ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-            ${BCMD/#$L/$CR_AB_BIN} >"$OUT/ncu-ab.csv" 2>"$OUT/ncu-ab.err"
+            ${BCMD/#$L/$ARM_A} >"$OUT/ncu-ab.csv" 2>"$OUT/ncu-ab.err"
         python3 tools/ncu_rows.py "$OUT/ncu-ab.csv" >"$OUT/ncu-ab.txt" 2>&1
         head -40 "$OUT/ncu-ab.txt" | tee -a "$S"
     fi

@@ -1906,6 +1906,156 @@ __global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const 
     }
 }
 
+
+/* =============================================================================================
+ * one pass over dy (session 37): dy0, GH and d_up's partials from one read of dy.
+ * The backward read dy three times (dy0 = RN(dy) by a copy, GH = c·q ⊙ Urᵀ·dy by k_h_rows on the
+ * 1 × 1 problem, d_up's partials Σ_p dy·Hᵀ by k_gp_rows): 51.7 µs by ncu at 3×3 640 ch 64² n2
+ * r32 bf16 for 3 × 10.5 MB. Here a block owns DP_O = 128 output channels (blockIdx.y, group g)
+ * and a range of kq pixel tiles of DP_P = 128 pixels (one image each, blockIdx.x); per tile it
+ * loads dy[g][tile] (16-byte vectors, CT = dy's dtype) and H[:, tile] (CT, the forward's H
+ * recomputed) into registers, writes dy0 from them (same dtype: a copy, or zeros), stores both
+ * in shared memory and forms on the tensor cores (warp_mma_ldm, fp32 accumulators)
+ *   GH tile  [a][p]  = Σ_{o ∈ g} Ur[o][a]·dy[o][p]   (M = RT ranks, N = 128 pixels, K = 128)
+ *   d_up acc [o][a] += Σ_{p ∈ tile} dy[o][p]·H[a][p] (M = 128 channels, N = RT, K = 128)
+ * GH's sum over o is split over the O groups: with one group it is final (hr_store2: GH and its
+ * CT copy, c·q and RN_CT applied); else partials part_gh[g][n][a][p] for k_h_fin (fixed order).
+ * d_up's accumulators stay in registers across the block's tiles (16 per thread at RT = 32) and
+ * are written once: part_up[z][o][a] (raw sums, finish_dup scales), Z = gridDim.x ≤ 64.
+ * The next tile's vectors are loaded before the current tile's products (register prefetch).
+ * Shapes: 16-bit CT, dy (and a fused dy0) pixel-contiguous, 16-byte aligned rows and images,
+ * S % 8 == 0, r ≤ 32 (RT = 16 or 32). Zero fill: channels ≥ O (dy, Ur), ranks ≥ r (Ur, H),
+ * pixels ≥ S (dy, H). Shared memory (dynamic): (128 + RT)·136 + 128·(RT + 8) CT = 53.8 KB at RT 32.
+ * Bytes at 640 ch 64² n2 r32: dy 10.5 MB read, dy0 10.5 written, GH partials 5 × 1 MB written and
+ * read, d_up partials 32 × 80 KB; predicted ~12 µs for the pass + ~4 for k_h_fin + ~2 k_fin_dup.
+ * =========================================================================================== */
+enum { DP_O = 128, DP_P = 128, DP_LD = DP_P + 8 };
+
+struct dp_args {
+    const char *dy;      /* element (n, o, p) at dy + (n·dsn + o·dsc + p)·2 */
+    i64 dsn, dsc;
+    char *dy0;           /* NULL = not here; same dtype as dy */
+    i64 zsn, zsc;
+    int dy0_zero;
+    const float *Ur;     /* RN_CT(U), O × r fp32 */
+    const void *H;       /* CT [n][a][p]; NULL = no d_up */
+    float *GH;           /* Zg == 1: GH (fp32) and e.H2 its CT copy; NULL = no GH */
+    float *part_gh;      /* Zg > 1: [g][n][a][p] */
+    float *part_up;      /* [z][o][a] */
+    i64 S, N, kq;        /* pixels per image, images, pixel tiles per block */
+    int tpi, zg;         /* tiles per image, O groups */
+    hr_epi e;
+};
+
+template <int RT> struct dp_regs {
+    uint4 d[DP_O * DP_P / 8 / NT];      /* 8 */
+    uint4 h[RT * DP_P / 8 / NT];        /* 1 (RT 16) or 2 (RT 32) */
+};
+
+/* the tile's dy and H vectors of this thread (zero outside) */
+template <int RT>
+__device__ __forceinline__ void dp_fetch(const dp_args &A, i64 O, i64 r, i64 tile, i64 o0, dp_regs<RT> &v) {
+    const i64 n = tile / A.tpi, p0 = (tile % A.tpi) * DP_P;
+#pragma unroll
+    for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) {
+        const int q = (int)threadIdx.x + k * NT, row = q / (DP_P / 8), c = (q % (DP_P / 8)) * 8;
+        const i64 o = o0 + row, p = p0 + c;
+        v.d[k] = o < O && p < A.S ? *(const uint4 *)(A.dy + (n * A.dsn + o * A.dsc + p) * 2) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (!A.H) return;
+#pragma unroll
+    for (int k = 0; k < RT * DP_P / 8 / NT; k++) {
+        const int q = (int)threadIdx.x + k * NT, a = q / (DP_P / 8), c = (q % (DP_P / 8)) * 8;
+        const i64 p = p0 + c;
+        v.h[k] = a < r && p < A.S ? *(const uint4 *)((const char *)A.H + ((n * r + a) * A.S + p) * 2) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* dy0 of the tile from the fetched vectors (a copy: dy0 has dy's dtype), or zeros */
+__device__ __forceinline__ void dp_dy0(const dp_args &A, i64 O, i64 tile, i64 o0, const uint4 (&d)[DP_O * DP_P / 8 / NT]) {
+    const i64 n = tile / A.tpi, p0 = (tile % A.tpi) * DP_P;
+#pragma unroll
+    for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) {
+        const int q = (int)threadIdx.x + k * NT, row = q / (DP_P / 8), c = (q % (DP_P / 8)) * 8;
+        const i64 o = o0 + row, p = p0 + c;
+        if (o < O && p < A.S) *(uint4 *)(A.dy0 + (n * A.zsn + o * A.zsc + p) * 2) = A.dy0_zero ? make_uint4(0u, 0u, 0u, 0u) : d[k];
+    }
+}
+
+template <typename CT, int RT>
+__global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
+    extern __shared__ __align__(16) char dp_sm[];
+    CT *ds = (CT *)dp_sm, *hs = ds + DP_O * DP_LD, *us = hs + RT * DP_LD;
+    const int UL = RT + 8;
+    const i64 O = L.O, r = L.r, o0 = (i64)blockIdx.y * DP_O, ntile = A.N * A.tpi;
+    const i64 qb = (i64)blockIdx.x * A.kq, qe = qb + A.kq < ntile ? qb + A.kq : ntile;
+    const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    /* Ur's rows of this group as us[o][a] (CT: exact, Ur is RN_CT) */
+    for (int i = (int)threadIdx.x; i < DP_O * RT; i += NT) {
+        const int ol = i / RT, a = i % RT;
+        const i64 o = o0 + ol;
+        us[ol * UL + a] = ct_of<CT>::from(o < O && a < r ? A.Ur[o * r + a] : 0.0f);
+    }
+    float up[1][RT / 8][4];
+#pragma unroll
+    for (int j = 0; j < RT / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) up[0][j][e] = 0.0f;
+    dp_regs<RT> v;
+    if (qb < qe) dp_fetch<RT>(A, O, r, qb, o0, v);
+    for (i64 q = qb; q < qe; q++) {
+        if (A.dy0) dp_dy0(A, O, q, o0, v.d);
+        __syncthreads();   /* the previous tile's products are done with ds / hs */
+#pragma unroll
+        for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) {
+            const int i = (int)threadIdx.x + k * NT;
+            *(uint4 *)(ds + (i / (DP_P / 8)) * DP_LD + (i % (DP_P / 8)) * 8) = v.d[k];
+        }
+        if (A.H)
+#pragma unroll
+            for (int k = 0; k < RT * DP_P / 8 / NT; k++) {
+                const int i = (int)threadIdx.x + k * NT;
+                *(uint4 *)(hs + (i / (DP_P / 8)) * DP_LD + (i % (DP_P / 8)) * 8) = v.h[k];
+            }
+        __syncthreads();
+        if (q + 1 < qe) dp_fetch<RT>(A, O, r, q + 1, o0, v);
+        if (A.GH || A.part_gh) {   /* GH tile: warp w owns pixels [16w, 16w + 16) */
+            float gh[RT / 16][2][4];
+#pragma unroll
+            for (int i = 0; i < RT / 16; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) gh[i][j][e] = 0.0f;
+            warp_mma_ldm<CT, RT / 16, 2, true, true>::run(gh, us, UL, ds, DP_LD, 0, w * 16, DP_O);
+            const i64 n = q / A.tpi, p0 = (q % A.tpi) * DP_P;
+            const int g8 = lane >> 2, t = lane & 3;
+#pragma unroll
+            for (int i = 0; i < RT / 16; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const i64 a = i * 16 + g8 + 8 * hf, p = p0 + w * 16 + j * 8 + 2 * t;
+                        if (a >= r || p >= A.S) continue;
+                        const i64 idx = (n * r + a) * A.S + p;
+                        if (A.zg == 1) hr_store2<CT, float>(L, A.e, A.GH, idx, a, gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
+                        else
+                            *(float2 *)(A.part_gh + (i64)blockIdx.y * A.N * r * A.S + idx) = make_float2(gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
+                    }
+        }
+        if (A.H) warp_mma_ldm<CT, 1, RT / 8, false, false>::run(up, ds, DP_LD, hs, DP_LD, w * 16, 0, DP_P);
+    }
+    if (!A.H) return;
+    const int g8 = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < RT / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const i64 o = o0 + w * 16 + g8 + 8 * (e >> 1), a = j * 8 + 2 * t + (e & 1);
+            if (o < O && a < r) A.part_up[((i64)blockIdx.x * O + o) * r + a] = up[0][j][e];
+        }
+}
 /* =============================================================================================
  * halo path for dx (default; LYCO_CUDA_CONV_DXHALO=0 = k_dx_tc): col2im as an implicit
  * GEMM over the input-pixel tile, dx[n,c,ih,iw] = Σ_{a,κ} P[a, c·K+κ]·GH[n, a, ih+π−dh, iw+π−dw]
@@ -2390,8 +2540,7 @@ template <typename CT> static lkc_hplan h_plan(const lkc_conv &C, const lkc_act 
 static i64 pk_floats(const lkc_conv &C, const lkc_hplan &h) { return h.halo ? cdiv(C.L.r * C.L.K * h.Ipad * 2, 4) : 0; }
 
 /* scratch bytes of H beyond H itself: Pk (halo path) and the k-split partials (Z > 1) */
-template <typename CT> static size_t h_scratch_bytes(const lkc_conv &C, const lkc_act &x) {
-    const lkc_hplan h = h_plan<CT>(C, x);
+static size_t h_scratch_bytes(const lkc_conv &C, const lkc_hplan &h) {
     size_t b = h.halo ? carve_bytes(pk_floats(C, h)) : 0;
     if (h.Z > 1) b += carve_bytes((i64)h.Z * C.L.r * C.N * C.g.sout);
     return b;
@@ -2450,12 +2599,12 @@ template <typename HT> struct hx_launch<float, HT> {
 };
 
 /* H = RN_CT(q ⊙ P·im2col(x)) in HT (fp32, or CT for the forward's expand); P = NULL: plain LoCon on
-   the halo path only, Pk from down (pk_src); hs:
-   h_scratch_bytes<CT>(C, x) of scratch (or NULL when that is 0) */
+   the halo path only, Pk from down (pk_src); h = h_plan<CT>(C, x); hs: h_scratch_bytes(C, h) of
+   scratch (or NULL when that is 0) */
 template <typename CT, typename HT>
-static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const float *P, HT *H, float *hs, cudaStream_t s) {
+static int launch_h_tc(const lkc_conv &C, const lkc_act &x, const lkc_hplan &h, const float *P, HT *H, float *hs,
+                       cudaStream_t s) {
     const i64 T = C.N * C.g.sout;
-    const lkc_hplan h = h_plan<CT>(C, x);
     lkc_carve cv = {(char *)hs, 0};
     CT *Pk = h.halo ? (CT *)carve_f(&cv, pk_floats(C, h)) : NULL;
     float *part = h.Z > 1 ? carve_f(&cv, (i64)h.Z * C.L.r * T) : NULL;
@@ -2550,9 +2699,10 @@ template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cu
     lk_expand_args e;
     const bool ex = conv_yexpand() && y_expand_args<CT>(a, NULL, 0, &e) && lk_expand_fits(&e, &dev);
     /* plain LoCon on the halo / row-tile path with the expand: Pk straight from down, no P */
-    const bool pk_from_d = ex && !C.M.p && h_plan<CT>(C, a->x).halo;
+    const lkc_hplan hx = h_plan<CT>(C, a->x);
+    const bool pk_from_d = ex && hx.halo;   /* the halo path is plain LoCon's */
     void *mem = NULL;
-    const size_t hpb = h_scratch_bytes<CT>(C, a->x);
+    const size_t hpb = h_scratch_bytes(C, hx);
     const i64 hfl = ex ? cdiv(T * C.L.r * (i64)sizeof(CT), 4) : T * C.L.r; /* H: CT for the expand, else fp32 */
     size_t bytes = (ex ? 0 : carve_bytes(C.L.O * C.L.r)) + (pk_from_d ? 0 : carve_bytes(C.L.r * C.L.IK)) + carve_bytes(hfl) + hpb;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
@@ -2565,12 +2715,12 @@ template <typename CT> static int bypass_fwd_tc(const lkc_bypass_fwd_args *a, cu
             cudaError_t le = cudaGetLastError();
             if (le != cudaSuccess) rc = lyco_fail(LYCO_ERR_BACKEND, "cuda: launch of conv locon prep P failed: %s", cudaGetErrorString(le));
         }
-        if (!rc) rc = launch_h_tc<CT, CT>(C, a->x, P, (CT *)H, hp, s);
+        if (!rc) rc = launch_h_tc<CT, CT>(C, a->x, hx, P, (CT *)H, hp, s);
         for (i64 n = 0; n < C.N && !rc; n++) {
             y_expand_args<CT>(a, (const CT *)H, n, &e);
             rc = lk_expand(&e, &dev, s);
         }
-    } else if (!(rc = prep<CT>(C, Ur, P, s)) && !(rc = launch_h_tc<CT, float>(C, a->x, P, H, hp, s))) {
+    } else if (!(rc = prep<CT>(C, Ur, P, s)) && !(rc = launch_h_tc<CT, float>(C, a->x, hx, P, H, hp, s))) {
         dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(C.L.O, BM));
         k_y_tc<CT><<<grid, NT, 0, s>>>(C, Ur, H, a->y0, a->y);
         cudaError_t le = cudaGetLastError();
@@ -2744,6 +2894,46 @@ typedef struct {
     unsigned ggx, ggy;
 } lkc_gpplan;
 
+/* k_dy_pass's plan: rank tile, O groups, pixel tiles (per image, per block), blocks along x,
+   whether dy0 is written there, its shared memory */
+typedef struct {
+    int rt, zg, zp, tpi, dy0, smem;
+    i64 kq;
+} lkc_dpplan;
+
+/* a 16-bit activation as k_dy_pass reads / writes it: dtype CT, pixels contiguous, 16-byte
+   aligned rows and images, S % 8 == 0 */
+template <typename CT> static bool dp_act_ok(const lkc_act &v, const lkc_conv &C, i64 Ch) {
+    const lk_view iv = act_image_view(v, C.g, 0, Ch);
+    return iv.p && v.dt == ct_of<CT>::dt && (iv.flags & LK_VEC) && C.g.sout % 8 == 0 && (C.N <= 1 || (v.sn * 2) % 16 == 0);
+}
+
+/* LYCO_CUDA_CONV_DYPASS=0 (read at each call): GH and d_up's partials by k_h_rows / k_gp_rows and
+   dy0 by a copy, as before session 37 (A/B) */
+template <typename CT> static bool dp_plan(const lkc_bypass_bwd_args *a, lkc_dpplan *p) {
+    const char *env = getenv("LYCO_CUDA_CONV_DYPASS");
+    const lkc_conv &C = a->C;
+    const i64 O = C.L.O, r = C.L.r, S = C.g.sout;
+    const bool want_gh = a->dx.p || a->gD.p || a->gM.p, want_up = a->gU.p || a->gsigma.p;
+    if ((env && env[0] == '0') || sizeof(CT) != 2 || r > 32 || (!want_gh && !want_up) || !dp_act_ok<CT>(a->dy, C, O))
+        return false;
+    p->rt = r <= 16 ? 16 : 32;
+    p->zg = (int)cdiv(O, DP_O);
+    p->tpi = (int)cdiv(S, DP_P);
+    const i64 tiles = C.N * p->tpi;
+    if (p->zg > 65535 || tiles > 0x7fffffff) return false;
+    /* about one wave at two blocks per H200 multiprocessor; ≤ 64 d_up partials */
+    i64 z = 264 / p->zg;
+    if (z > 64) z = 64;
+    if (z > tiles) z = tiles;
+    if (z < 1) z = 1;
+    p->kq = cdiv(tiles, z);
+    p->zp = (int)cdiv(tiles, p->kq);
+    p->dy0 = a->dy0.p && dp_act_ok<CT>(a->dy0, C, O);
+    p->smem = (int)(((DP_O + p->rt) * DP_LD + DP_O * (p->rt + 8)) * sizeof(CT));
+    return true;
+}
+
 typedef struct {
     int gh, dx;          /* GH / dx through k_h_rows */
     lkc_conv G, D;       /* their problems */
@@ -2753,6 +2943,8 @@ typedef struct {
     lkc_gpplan gpp;
     int up;              /* d_up's partials through k_gp_rows (dy with H in CT, as a 1 × 1 conv) */
     lkc_gpplan upp;
+    int dp;              /* dy0, GH and d_up's partials by k_dy_pass (replaces gh / up when set) */
+    lkc_dpplan dpp;
 } lkc_rplan;
 
 /* k_gp_rows's plan for the problem C with activation x (false when the call is not its own) */
@@ -2792,13 +2984,14 @@ template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) 
     p.G = gh_problem(C);
     p.hg = h_plan<CT>(p.G, a->dy);
     p.gh = p.hg.rows;
-    p.gp = p.gh && (a->gD.p || a->gM.p) && gpr_plan<CT>(C, a->x, &p.gpp);
+    p.dp = C.N * g.sout > 0 && C.L.O > 0 && dp_plan<CT>(a, &p.dpp);
+    p.gp = (p.gh || p.dp) && (a->gD.p || a->gM.p) && gpr_plan<CT>(C, a->x, &p.gpp);
     /* d_up = c·Σ dy·Hᵀ: k_gp_rows on GH's problem (dy, 1 × 1) with H (RN_CT, so CT) for GH;
        LYCO_CUDA_CONV_UPROWS=0 (read at each call): k_red_dup_tc instead (A/B) */
     const char *up = getenv("LYCO_CUDA_CONV_UPROWS");
     p.up = !(up && up[0] == '0') && p.gh && (a->gU.p || a->gsigma.p) && gpr_plan<CT>(p.G, a->dy, &p.upp);
     const lkc_act &dx = a->dx;
-    if (!p.gh || !dx.p || C.M.p || !halo_geom(C) || g.pad[0] > g.k[0] - 1 || g.pad[1] > g.k[1] - 1 || dx.unal ||
+    if (!(p.gh || p.dp) || !dx.p || C.M.p || !halo_geom(C) || g.pad[0] > g.k[0] - 1 || g.pad[1] > g.k[1] - 1 || dx.unal ||
         dx.dt != ct_of<CT>::dt || dx.sc != g.sin || dx.sn != C.I * g.sin || dx.ss[1] != 1 ||
         (g.in[0] > 1 && dx.ss[0] != g.in[1]))
         return p;
@@ -2818,10 +3011,23 @@ template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) 
 /* scratch bytes of the row-tile GH (Pk, partials), GH's CT copy (dx, G_P) and dx (Pk, partials) */
 static size_t rows_scratch_bytes(const lkc_conv &C, const lkc_rplan &p) {
     size_t b = 0;
-    if (p.gh) b += carve_bytes(pk_floats(p.G, p.hg)) + (p.hg.Z > 1 ? carve_bytes((i64)p.hg.Z * C.L.r * C.N * C.g.sout) : 0);
+    if (p.dp) b += p.dpp.zg > 1 ? carve_bytes((i64)p.dpp.zg * C.L.r * C.N * C.g.sout) : 0;
+    else if (p.gh) b += carve_bytes(pk_floats(p.G, p.hg)) + (p.hg.Z > 1 ? carve_bytes((i64)p.hg.Z * C.L.r * C.N * C.g.sout) : 0);
     if (p.dx || p.gp) b += carve_bytes(cdiv(C.N * C.L.r * C.g.sout, 2));
     if (p.dx) b += carve_bytes(pk_floats(p.D, p.hd)) + (p.hd.Z > 1 ? carve_bytes((i64)p.hd.Z * C.I * C.N * C.g.sin) : 0);
     return b;
+}
+
+/* dx by k_h_rows from GH's CT copy ghc */
+template <typename CT>
+static int rows_dx(const lkc_bypass_bwd_args *a, lkc_rplan p, const float *P, CT *ghc, lkc_carve *cv, cudaStream_t s) {
+    const lkc_conv &C = a->C;
+    CT *Pd = (CT *)carve_f(cv, pk_floats(p.D, p.hd));
+    float *pd = p.hd.Z > 1 ? carve_f(cv, (i64)p.hd.Z * C.I * C.N * C.g.sin) : NULL;
+    p.ghc.p = ghc;
+    const pk_src sd = {P, C.L.K - 1, C.L.K, C.L.IK, -1};
+    const hr_epi ed = {HR_RAW, NULL, ((uintptr_t)a->dx.p & 3) == 0};   /* dx: the caller's */
+    return hx_launch<CT, CT>::run(p.D, p.ghc, sd, p.hd, Pd, (CT *)a->dx.p, pd, ed, s);
 }
 
 /* GH (fp32, and its CT copy ghc when dx or G_P takes the rows) and dx by k_h_rows */
@@ -2831,17 +3037,68 @@ static int rows_gh_dx(const lkc_bypass_bwd_args *a, lkc_rplan p, const float *Ur
     const lkc_conv &C = a->C;
     CT *Pg = (CT *)carve_f(cv, pk_floats(p.G, p.hg));
     float *pg = p.hg.Z > 1 ? carve_f(cv, (i64)p.hg.Z * C.L.r * C.N * C.g.sout) : NULL;
-    CT *Pd = p.dx ? (CT *)carve_f(cv, pk_floats(p.D, p.hd)) : NULL;
-    float *pd = p.dx && p.hd.Z > 1 ? carve_f(cv, (i64)p.hd.Z * C.I * C.N * C.g.sin) : NULL;
     const pk_src sg = {Ur, 0, 1, C.L.r, 0};
     const hr_epi eg = {HR_GH, ghc, 1};   /* GH, ghc: scratch */
     int rc = hx_launch<CT, float>::run(p.G, a->dy, sg, p.hg, Pg, GH, pg, eg, s);
     if (rc || !p.dx) return rc;
-    p.ghc.p = ghc;
-    const pk_src sd = {P, C.L.K - 1, C.L.K, C.L.IK, -1};
-    const hr_epi ed = {HR_RAW, NULL, ((uintptr_t)a->dx.p & 3) == 0};   /* dx: the caller's */
-    return hx_launch<CT, CT>::run(p.D, p.ghc, sd, p.hd, Pd, (CT *)a->dx.p, pd, ed, s);
+    return rows_dx<CT>(a, p, P, ghc, cv, s);
 }
+
+/* k_dy_pass (H in CT first when d_up is wanted), then k_h_fin over its GH partials (O > 128) */
+template <typename CT> struct dp_launch {
+    static int run(const lkc_bypass_bwd_args *a, const lkc_dpplan &p, const lkc_hplan &hx, const float *Ur, const float *P,
+                   float *GH, CT *ghc, CT *Hc, float *pu, float *hp, lkc_carve *cv, cudaStream_t s) {
+        const lkc_conv &C = a->C;
+        const lk_locon &L = C.L;
+        const i64 S = C.g.sout, T = C.N * S;
+        const bool want_gh = a->dx.p || a->gD.p || a->gM.p, want_up = a->gU.p || a->gsigma.p;
+        int rc;
+        if (want_up && (rc = launch_h_tc<CT, CT>(C, a->x, hx, P, Hc, hp, s))) return rc;
+        dp_args A;
+        memset(&A, 0, sizeof A);
+        A.dy = (const char *)a->dy.p;
+        A.dsn = a->dy.sn;
+        A.dsc = a->dy.sc;
+        if (p.dy0) {
+            A.dy0 = (char *)a->dy0.p;
+            A.zsn = a->dy0.sn;
+            A.zsc = a->dy0.sc;
+            A.dy0_zero = a->dy0_zero;
+        }
+        A.Ur = Ur;
+        A.H = want_up ? Hc : NULL;
+        A.GH = want_gh && p.zg == 1 ? GH : NULL;
+        A.part_gh = want_gh && p.zg > 1 ? carve_f(cv, (i64)p.zg * L.r * T) : NULL;
+        A.part_up = pu;
+        A.S = S;
+        A.N = C.N;
+        A.kq = p.kq;
+        A.tpi = p.tpi;
+        A.zg = p.zg;
+        A.e.mode = HR_GH;
+        A.e.H2 = ghc;
+        A.e.pair = 1;
+        dim3 grid((unsigned)p.zp, (unsigned)p.zg);
+        if (p.rt == 16) {
+            LK_SMEM_OPTIN(p.smem, k_dy_pass<CT, 16>);
+            k_dy_pass<CT, 16><<<grid, NT, p.smem, s>>>(L, A);
+        } else {
+            LK_SMEM_OPTIN(p.smem, k_dy_pass<CT, 32>);
+            k_dy_pass<CT, 32><<<grid, NT, p.smem, s>>>(L, A);
+        }
+        LK_LAUNCHED("conv locon one pass over dy (dy0, gh, d_up partials)");
+        if (!A.part_gh) return LYCO_OK;
+        k_h_fin<CT, float><<<nblk_grid(L.r * T), NT, 0, s>>>(L, S, T, A.part_gh, p.zg, GH, A.e);
+        LK_LAUNCHED("conv locon gh finalise (one pass over dy)");
+        return LYCO_OK;
+    }
+};
+template <> struct dp_launch<float> {
+    static int run(const lkc_bypass_bwd_args *, const lkc_dpplan &, const lkc_hplan &, const float *, const float *, float *,
+                   float *, float *, float *, float *, lkc_carve *, cudaStream_t) {
+        return lyco_fail(LYCO_ERR_BACKEND, "cuda: conv locon one pass over dy planned for fp32 compute (internal error)");
+    }
+};
 
 /* k_gp_rows's launch (16-bit CT only: rows_plan) */
 template <typename CT, bool K3, int NL>
@@ -2864,13 +3121,13 @@ template <> struct gpr_launch<float> {
 };
 
 template <typename CT>
-static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, const lkc_rplan &rp, const lkc_bwd_split &b, lkc_carve *cv,
-                              cudaStream_t s) {
+static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, const lkc_rplan &rp, const lkc_bwd_split &b, const lkc_hplan &hx,
+                              lkc_carve *cv, cudaStream_t s) {
     const lkc_conv &C = a->C;
     const lk_locon &L = C.L;
     const i64 S = C.g.sout, T = C.N * S;
     const bool want_up = a->gU.p || a->gsigma.p, want_p = a->gD.p || a->gM.p;
-    const size_t hpb = h_scratch_bytes<CT>(C, a->x);
+    const size_t hpb = h_scratch_bytes(C, hx);
     float *Ur = carve_f(cv, L.O * L.r), *P = carve_f(cv, L.r * L.IK), *H = carve_f(cv, T * L.r), *GH = carve_f(cv, T * L.r);
     float *pu = carve_f(cv, (i64)b.Zu * L.O * L.r), *pp = carve_f(cv, (i64)b.Zp * L.r * L.IK), *Gp = carve_f(cv, L.r * L.IK);
     float *sigpart = carve_f(cv, (i64)nblk(L.O * L.r));
@@ -2881,7 +3138,9 @@ static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, const lkc_rplan &rp,
     int rc;
     if ((rc = prep<CT>(C, Ur, P, s))) return rc;
     lk_view dv, sv;
-    if (a->dy0.p && T > 0 && L.O > 0 && act_rows_view(a->dy0, C, L.O, &dv) && act_rows_view(a->dy, C, L.O, &sv)) {
+    if (rp.dp && rp.dpp.dy0) {
+        /* written by k_dy_pass below */
+    } else if (a->dy0.p && T > 0 && L.O > 0 && act_rows_view(a->dy0, C, L.O, &dv) && act_rows_view(a->dy, C, L.O, &sv)) {
         if ((rc = lk_copy_round(&dv, a->dy0_zero ? NULL : &sv, L.ct, s))) return rc; /* 16-byte rows */
     } else if (a->dy0.p && T > 0 && L.O > 0) {
         i64 ny = cdiv(L.O, 16);
@@ -2890,7 +3149,10 @@ static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, const lkc_rplan &rp,
         k_dy0_tc<CT><<<dim3((unsigned)cdiv(T, NT), (unsigned)cdiv(L.O, och)), NT, 0, s>>>(C, a->dy, a->dy0, a->dy0_zero, och);
         LK_LAUNCHED("conv locon dy0");
     }
-    if (rp.gh && (a->dx.p || want_p)) {
+    if (rp.dp) {
+        if ((rc = dp_launch<CT>::run(a, rp.dpp, hx, Ur, P, GH, ghc, (CT *)H, pu, hp, cv, s))) return rc;
+        if (rp.dx && (rc = rows_dx<CT>(a, rp, P, ghc, cv, s))) return rc;
+    } else if (rp.gh && (a->dx.p || want_p)) {
         if ((rc = rows_gh_dx<CT>(a, rp, Ur, P, GH, ghc, cv, s))) return rc;
     } else if (T > 0 && (a->dx.p || want_p)) {
         dim3 grid((unsigned)cdiv(T, BN), (unsigned)cdiv(L.r, BM));
@@ -2898,12 +3160,14 @@ static int bypass_bwd_tc_body(const lkc_bypass_bwd_args *a, const lkc_rplan &rp,
         LK_LAUNCHED("conv locon gh (tensor cores)");
     }
     if (a->dx.p && !rp.dx && C.N * C.I * C.g.sin > 0 && (rc = launch_dx_tc<CT>(C, P, GH, a->dx, ws, s))) return rc;
-    if (want_up && rp.up) {   /* H in CT (H's buffer), then k_gp_rows: partials [z][a][o] */
-        if ((rc = launch_h_tc<CT, CT>(C, a->x, P, (CT *)H, hp, s))) return rc;
+    if (want_up && rp.dp) {   /* k_dy_pass's partials [z][o][a] */
+        if ((rc = finish_dup(L, 0, pu, b.Zu, Ur, a->gU, a->gsigma, sigpart, s))) return rc;
+    } else if (want_up && rp.up) {   /* H in CT (H's buffer), then k_gp_rows: partials [z][a][o] */
+        if ((rc = launch_h_tc<CT, CT>(C, a->x, hx, P, (CT *)H, hp, s))) return rc;
         if ((rc = gpr_launch<CT>::run(rp.G, a->dy, (const CT *)H, rp.upp, pu, s))) return rc;
         if ((rc = finish_dup(L, 0, pu, b.Zu, Ur, a->gU, a->gsigma, sigpart, s, 1))) return rc;
     } else if (want_up) {
-        if (T > 0 && (rc = launch_h_tc<CT, float>(C, a->x, P, H, hp, s))) return rc;
+        if (T > 0 && (rc = launch_h_tc<CT, float>(C, a->x, hx, P, H, hp, s))) return rc;
         dim3 grid((unsigned)cdiv(L.r, BN), (unsigned)cdiv(L.O, BM), (unsigned)b.Zu);
         k_red_dup_tc<CT><<<grid, NT, 0, s>>>(C, a->dy, H, pu, b.ku);
         LK_LAUNCHED("conv locon d_up partials (tensor cores)");
@@ -2930,17 +3194,19 @@ template <typename CT> static int bypass_bwd_tc(const lkc_bypass_bwd_args *a, cu
     const lk_locon &L = C.L;
     const i64 T = C.N * C.g.sout;
     const lkc_rplan rp = rows_plan<CT>(a);
+    const lkc_hplan hx = h_plan<CT>(C, a->x);
     lkc_bwd_split b = bwd_split_tc<CT>(C);
     if (rp.gp) b.Zp = rp.gpp.gz;
     if (rp.up) b.Zu = rp.upp.gz;
+    if (rp.dp) b.Zu = rp.dpp.zp;
     size_t bytes = carve_bytes(L.O * L.r) + 2 * carve_bytes(L.r * L.IK) + 2 * carve_bytes(T * L.r) +
                    carve_bytes((i64)b.Zu * L.O * L.r) + carve_bytes((i64)b.Zp * L.r * L.IK) + carve_bytes((i64)nblk(L.O * L.r)) +
-                   h_scratch_bytes<CT>(C, a->x) + rows_scratch_bytes(C, rp) + (a->dx.p && !rp.dx ? dx_scratch_bytes<CT>(C) : 0);
+                   h_scratch_bytes(C, hx) + rows_scratch_bytes(C, rp) + (a->dx.p && !rp.dx ? dx_scratch_bytes<CT>(C) : 0);
     void *mem = NULL;
     int rc;
     if ((rc = lk_scratch_alloc(&mem, bytes, s))) return rc;
     lkc_carve cv = {(char *)mem, 0};
-    rc = bypass_bwd_tc_body<CT>(a, rp, b, &cv, s);
+    rc = bypass_bwd_tc_body<CT>(a, rp, b, hx, &cv, s);
     int rf = lk_scratch_free(mem, s);
     return rc ? rc : rf;
 }

@@ -104,6 +104,17 @@ static const lyco_case cases[] = {
     {.name = "cu_conv2d_rows_dx_wide", T_CONV, .conv_dims = 2, .O = 8, .I = 8470, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 20, .tokens = 1, .spatial = {8, 8, 1}, .alpha = 4, .multiplier = 0.9,
      .opts = CASE_SCALAR},
+    /* the backward's one pass over dy (k_dy_pass: dy0, GH and d_up's partials from one read; 16-bit
+       dy, S % 8 == 0, r ≤ 32): O = 300 = three 128-channel groups (the last 44: GH through three
+       partials and k_h_fin), rank 32 = the whole rank tile, 3 images × 3600 pixels = 29 tiles of
+       128 each (the last 16 wide), 87 tiles in 44 blocks of two (d_up's accumulators carried
+       across tiles, the last block one tile); O = 128 = one group (GH final in the kernel), rank
+       12 in a 16-rank tile, 320 pixels (2½ tiles), Δ alone (dy0 = 0 written by the pass) */
+    {.name = "cu_conv2d_rows_dypass_o300", T_CONV, .conv_dims = 2, .O = 300, .I = 12, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 32, .tokens = 3, .spatial = {50, 72, 1}, .alpha = 8, .multiplier = 0.9,
+     .opts = CASE_SCALAR | CASE_RANK_MASK},
+    {.name = "cu_conv2d_rows_dypass_o128_r12", T_CONV, .conv_dims = 2, .O = 128, .I = 10, .k = {3, 3, 1}, .stride = {1, 1, 1},
+     .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 12, .tokens = 2, .spatial = {8, 40, 1}, .alpha = 4, .opts = CASE_NO_Y0},
     /* empty batch: outputs empty, gradients zero */
     {.name = "cu_conv2d_empty_batch", T_CONV, .conv_dims = 2, .O = 6, .I = 4, .k = {3, 3, 1}, .stride = {1, 1, 1},
      .pad = {1, 1, 0}, .dil = {1, 1, 1}, .rank = 2, .tokens = 0, .spatial = {5, 5, 1}, .opts = CASE_TUCKER},
