@@ -2928,6 +2928,9 @@ template <typename CT> static bool dp_plan(const lkc_bypass_bwd_args *a, lkc_dpp
     if (z > tiles) z = tiles;
     if (z < 1) z = 1;
     p->kq = cdiv(tiles, z);
+    /* LYCO_CUDA_CONV_DYPASS_KQ=n (read at each call): n pixel tiles per block (A/B) */
+    const char *kq = getenv("LYCO_CUDA_CONV_DYPASS_KQ");
+    if (kq && atoi(kq) > 0) p->kq = atoi(kq) < tiles ? atoi(kq) : tiles;
     p->zp = (int)cdiv(tiles, p->kq);
     p->dy0 = a->dy0.p && dp_act_ok<CT>(a->dy0, C, O);
     p->smem = (int)(((DP_O + p->rt) * DP_LD + DP_O * (p->rt + 8)) * sizeof(CT));
