@@ -1952,34 +1952,49 @@ template <int RT> struct dp_regs {
     uint4 h[RT * DP_P / 8 / NT];        /* 1 (RT 16) or 2 (RT 32) */
 };
 
+/* a pixel tile's image and first pixel (tile < 2^31: dp_plan) */
+struct dp_tile {
+    i64 n, p0;
+};
+__device__ __forceinline__ dp_tile dp_at(const dp_args &A, i64 q) {
+    const unsigned t = (unsigned)q, tpi = (unsigned)A.tpi;
+    dp_tile r;
+    r.n = (i64)(t / tpi);
+    r.p0 = (i64)(t % tpi) * DP_P;
+    return r;
+}
+
+/* Chunk k of this thread: channel row (threadIdx.x / 16) + 16·k of the group, pixels
+   8·(threadIdx.x % 16) … + 7 of the tile (one 256-byte row per 16 threads) */
+enum { DP_RSTEP = NT / (DP_P / 8) };
+
 /* the tile's dy and H vectors of this thread (zero outside) */
 template <int RT>
-__device__ __forceinline__ void dp_fetch(const dp_args &A, i64 O, i64 r, i64 tile, i64 o0, dp_regs<RT> &v) {
-    const i64 n = tile / A.tpi, p0 = (tile % A.tpi) * DP_P;
+__device__ __forceinline__ void dp_fetch(const dp_args &A, i64 O, i64 r, dp_tile T, i64 o0, dp_regs<RT> &v) {
+    const int row = (int)threadIdx.x / (DP_P / 8), c = ((int)threadIdx.x % (DP_P / 8)) * 8;
+    const i64 p = T.p0 + c;
+    const bool pin = p < A.S;
+    const char *src = A.dy + (T.n * A.dsn + (o0 + row) * A.dsc + p) * 2;
 #pragma unroll
-    for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) {
-        const int q = (int)threadIdx.x + k * NT, row = q / (DP_P / 8), c = (q % (DP_P / 8)) * 8;
-        const i64 o = o0 + row, p = p0 + c;
-        v.d[k] = o < O && p < A.S ? *(const uint4 *)(A.dy + (n * A.dsn + o * A.dsc + p) * 2) : make_uint4(0u, 0u, 0u, 0u);
-    }
+    for (int k = 0; k < DP_O * DP_P / 8 / NT; k++)
+        v.d[k] = pin && o0 + row + k * DP_RSTEP < O ? *(const uint4 *)(src + (i64)k * DP_RSTEP * A.dsc * 2) : make_uint4(0u, 0u, 0u, 0u);
     if (!A.H) return;
+    const char *hsrc = (const char *)A.H + ((T.n * r + row) * A.S + p) * 2;
 #pragma unroll
-    for (int k = 0; k < RT * DP_P / 8 / NT; k++) {
-        const int q = (int)threadIdx.x + k * NT, a = q / (DP_P / 8), c = (q % (DP_P / 8)) * 8;
-        const i64 p = p0 + c;
-        v.h[k] = a < r && p < A.S ? *(const uint4 *)((const char *)A.H + ((n * r + a) * A.S + p) * 2) : make_uint4(0u, 0u, 0u, 0u);
-    }
+    for (int k = 0; k < RT * DP_P / 8 / NT; k++)
+        v.h[k] = pin && row + k * DP_RSTEP < r ? *(const uint4 *)(hsrc + (i64)k * DP_RSTEP * A.S * 2) : make_uint4(0u, 0u, 0u, 0u);
 }
 
 /* dy0 of the tile from the fetched vectors (a copy: dy0 has dy's dtype), or zeros */
-__device__ __forceinline__ void dp_dy0(const dp_args &A, i64 O, i64 tile, i64 o0, const uint4 (&d)[DP_O * DP_P / 8 / NT]) {
-    const i64 n = tile / A.tpi, p0 = (tile % A.tpi) * DP_P;
+__device__ __forceinline__ void dp_dy0(const dp_args &A, i64 O, dp_tile T, i64 o0, const uint4 (&d)[DP_O * DP_P / 8 / NT]) {
+    const int row = (int)threadIdx.x / (DP_P / 8), c = ((int)threadIdx.x % (DP_P / 8)) * 8;
+    const i64 p = T.p0 + c;
+    if (p >= A.S) return;
+    char *dst = A.dy0 + (T.n * A.zsn + (o0 + row) * A.zsc + p) * 2;
 #pragma unroll
-    for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) {
-        const int q = (int)threadIdx.x + k * NT, row = q / (DP_P / 8), c = (q % (DP_P / 8)) * 8;
-        const i64 o = o0 + row, p = p0 + c;
-        if (o < O && p < A.S) *(uint4 *)(A.dy0 + (n * A.zsn + o * A.zsc + p) * 2) = A.dy0_zero ? make_uint4(0u, 0u, 0u, 0u) : d[k];
-    }
+    for (int k = 0; k < DP_O * DP_P / 8 / NT; k++)
+        if (o0 + row + k * DP_RSTEP < O)
+            *(uint4 *)(dst + (i64)k * DP_RSTEP * A.zsc * 2) = A.dy0_zero ? make_uint4(0u, 0u, 0u, 0u) : d[k];
 }
 
 template <typename CT, int RT>
@@ -1990,6 +2005,9 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
     const i64 O = L.O, r = L.r, o0 = (i64)blockIdx.y * DP_O, ntile = A.N * A.tpi;
     const i64 qb = (i64)blockIdx.x * A.kq, qe = qb + A.kq < ntile ? qb + A.kq : ntile;
     const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    dp_regs<RT> v;
+    dp_tile T = dp_at(A, qb);
+    if (qb < qe) dp_fetch<RT>(A, O, r, T, o0, v);   /* in flight while Ur is staged */
     /* Ur's rows of this group as us[o][a] (CT: exact, Ur is RN_CT) */
     for (int i = (int)threadIdx.x; i < DP_O * RT; i += NT) {
         const int ol = i / RT, a = i % RT;
@@ -2001,24 +2019,21 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
     for (int j = 0; j < RT / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) up[0][j][e] = 0.0f;
-    dp_regs<RT> v;
-    if (qb < qe) dp_fetch<RT>(A, O, r, qb, o0, v);
+    const int srow = (int)threadIdx.x / (DP_P / 8), scol = ((int)threadIdx.x % (DP_P / 8)) * 8;
     for (i64 q = qb; q < qe; q++) {
-        if (A.dy0) dp_dy0(A, O, q, o0, v.d);
-        __syncthreads();   /* the previous tile's products are done with ds / hs */
+        const dp_tile cur = T;
+        if (A.dy0) dp_dy0(A, O, cur, o0, v.d);
+        __syncthreads();   /* the previous tile's products are done with ds / hs (and us is staged) */
 #pragma unroll
-        for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) {
-            const int i = (int)threadIdx.x + k * NT;
-            *(uint4 *)(ds + (i / (DP_P / 8)) * DP_LD + (i % (DP_P / 8)) * 8) = v.d[k];
-        }
+        for (int k = 0; k < DP_O * DP_P / 8 / NT; k++) *(uint4 *)(ds + (srow + k * DP_RSTEP) * DP_LD + scol) = v.d[k];
         if (A.H)
 #pragma unroll
-            for (int k = 0; k < RT * DP_P / 8 / NT; k++) {
-                const int i = (int)threadIdx.x + k * NT;
-                *(uint4 *)(hs + (i / (DP_P / 8)) * DP_LD + (i % (DP_P / 8)) * 8) = v.h[k];
-            }
+            for (int k = 0; k < RT * DP_P / 8 / NT; k++) *(uint4 *)(hs + (srow + k * DP_RSTEP) * DP_LD + scol) = v.h[k];
         __syncthreads();
-        if (q + 1 < qe) dp_fetch<RT>(A, O, r, q + 1, o0, v);
+        if (q + 1 < qe) {
+            T = dp_at(A, q + 1);
+            dp_fetch<RT>(A, O, r, T, o0, v);
+        }
         if (A.GH || A.part_gh) {   /* GH tile: warp w owns pixels [16w, 16w + 16) */
             float gh[RT / 16][2][4];
 #pragma unroll
@@ -2028,21 +2043,23 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) gh[i][j][e] = 0.0f;
             warp_mma_ldm<CT, RT / 16, 2, true, true>::run(gh, us, UL, ds, DP_LD, 0, w * 16, DP_O);
-            const i64 n = q / A.tpi, p0 = (q % A.tpi) * DP_P;
             const int g8 = lane >> 2, t = lane & 3;
+            const i64 pw = cur.p0 + w * 16 + 2 * t, base = cur.n * r * A.S;
+            float *pg = A.part_gh ? A.part_gh + (i64)blockIdx.y * A.N * r * A.S : NULL;
 #pragma unroll
             for (int i = 0; i < RT / 16; i++)
 #pragma unroll
-                for (int j = 0; j < 2; j++)
+                for (int hf = 0; hf < 2; hf++) {
+                    const int a = i * 16 + g8 + 8 * hf;
+                    if (a >= r) continue;
 #pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const i64 a = i * 16 + g8 + 8 * hf, p = p0 + w * 16 + j * 8 + 2 * t;
-                        if (a >= r || p >= A.S) continue;
-                        const i64 idx = (n * r + a) * A.S + p;
-                        if (A.zg == 1) hr_store2<CT, float>(L, A.e, A.GH, idx, a, gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
-                        else
-                            *(float2 *)(A.part_gh + (i64)blockIdx.y * A.N * r * A.S + idx) = make_float2(gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
+                    for (int j = 0; j < 2; j++) {
+                        const i64 p = pw + j * 8, idx = base + a * A.S + p;
+                        if (p >= A.S) continue;
+                        if (!pg) hr_store2<CT, float>(L, A.e, A.GH, idx, a, gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
+                        else *(float2 *)(pg + idx) = make_float2(gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
                     }
+                }
         }
         if (A.H) warp_mma_ldm<CT, 1, RT / 8, false, false>::run(up, ds, DP_LD, hs, DP_LD, w * 16, 0, DP_P);
     }
@@ -2056,6 +2073,7 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
             if (o < O && a < r) A.part_up[((i64)blockIdx.x * O + o) * r + a] = up[0][j][e];
         }
 }
+
 /* =============================================================================================
  * halo path for dx (default; LYCO_CUDA_CONV_DXHALO=0 = k_dx_tc): col2im as an implicit
  * GEMM over the input-pixel tile, dx[n,c,ih,iw] = Σ_{a,κ} P[a, c·K+κ]·GH[n, a, ih+π−dh, iw+π−dw]
