@@ -72,6 +72,10 @@
  * problem on dy, H recomputed in CT as its "GH"; partials [z][a][o], k_fin_dup's trans) instead of
  * k_red_dup_tc (session 35: bypass backward 184.7 → 160.1 µs at 3×3 640 ch 64² r32 bf16, 277.3 →
  * 228.2 at 320 ch 128² r16); LYCO_CUDA_CONV_UPROWS=0 restores k_red_dup_tc.
+ * Session 37: the backward's three passes over dy (dy0 copy, GH by k_h_rows on the 1 × 1 problem,
+ * d_up's partials by k_gp_rows) are one, k_dy_pass (its section below; 16-bit dy with 16-byte
+ * rows, r ≤ 32): bypass backward 160.2 → 134.6 µs at 3×3 640 ch 64² n2 r32 bf16, 228.0 → 181.3 at
+ * 320 ch 128² r16; LYCO_CUDA_CONV_DYPASS=0 restores the three passes (A/B).
  * Session 36: the forward (plain LoCon, row-tile path, expand) builds Pk straight from down (no
  * k_prep_p launch, no P scratch: 72.2 → 69.4 µs at 320 ch 128² r16). Tried and reverted (A/B in
  * one call, docs/kernels.md): k_h_rows's x tasks set once per block (no divisions in the chunk
@@ -132,7 +136,8 @@
  * also Z_h·N·r·pixels H partials when H's k range is split (Z_h > 1; Z·cells < 2^24 floats);
  * halo path also Pk (r·K·⌈I/16⌉·16 CT elements); row tiles (backward) also GH's Pk (r·⌈O/16⌉·16
  * CT) and its partials (Z_g·N·r·pixels fp32), GH's CT copy (N·r·pixels), dx's Pk (I·K·⌈r/16⌉·16
- * CT) and partials (Z_d·N·I·in-pixels fp32, Z_d > 1 only for r > 64 on small images).
+ * CT) and partials (Z_d·N·I·in-pixels fp32, Z_d > 1 only for r > 64 on small images); k_dy_pass
+ * instead of GH's row tiles: ⌈O/128⌉·N·r·pixels GH partials (O > 128) and ≤ 64 d_up partials.
  * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80 (k_gp_halo,
  * k_dx_halo, k_h_rows, k_gp_rows: ≤ 128, __launch_bounds__(NT, 2)); dynamic shared memory of
  * the row-tile kernels ≤ 200 KB (57 KB / 73 KB at OW = 64, 3 × 3); no spills (sm_90) except
@@ -1927,7 +1932,11 @@ __global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const 
  * S % 8 == 0, r ≤ 32 (RT = 16 or 32). Zero fill: channels ≥ O (dy, Ur), ranks ≥ r (Ur, H),
  * pixels ≥ S (dy, H). Shared memory (dynamic): (128 + RT)·136 + 128·(RT + 8) CT = 53.8 KB at RT 32.
  * Bytes at 640 ch 64² n2 r32: dy 10.5 MB read, dy0 10.5 written, GH partials 5 × 1 MB written and
- * read, d_up partials 32 × 80 KB; predicted ~12 µs for the pass + ~4 for k_h_fin + ~2 k_fin_dup.
+ * read, d_up partials 32 × 80 KB. Predicted ~12 µs for the pass + ~4 for k_h_fin + ~2 k_fin_dup;
+ * measured (H200, ncu) 16.8 + 5.2 + 5.2 µs (20.2 + 6.9 + 6.7 at 320 ch 128² r16) against 51.7 for
+ * the three passes. What holds it: latency, not bytes (14 % of DRAM bandwidth; two blocks per
+ * multiprocessor by registers and shared memory, 0.4 eligible warps per scheduler); one tile per
+ * block (twice the blocks) was no faster (LYCO_CUDA_CONV_DYPASS_KQ=n sets the tiles per block).
  * =========================================================================================== */
 enum { DP_O = 128, DP_P = 128, DP_LD = DP_P + 8 };
 
