@@ -9,7 +9,9 @@
 #      CR_NCU_FULL=regex the full section set of the first timed launch of each matching kernel
 #      (CR_NCU_SKIP launches skipped first, default 1: the accuracy proxy's; CR_NCU_COUNT profiled,
 #      default 1 — e.g. CR_NCU_FULL=k_h_rows CR_NCU_SKIP=3 CR_NCU_COUNT=3 for GH, dx and H of the
-#      backward's first timed call with CR_NCU_DIRS=bypass_bwd (the profiled directions);
+#      backward's first timed call with CR_NCU_DIRS=bypass_bwd (the profiled directions); with
+#      CR_NCU_STALL=regex the stall reasons per issued instruction of the same launches (e.g.
+#      CR_NCU_STALL=k_dy_pass); CR_TAR=1 leaves $OUT as one archive $OUT.tgz;
 #   4. lyco bench --algo lora-conv in the modes of CR_BENCH_MODES (default "default events off":
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
 #      off; "none": no bench); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
@@ -65,6 +67,17 @@ if [ "${CR_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
     python3 tools/ncu_rows.py "$OUT/ncu-default.csv" >"$OUT/ncu-default.txt" 2>&1
     head -40 "$OUT/ncu-default.txt" | tee -a "$S"
     # the full section set of the first timed launch (the second one: the first is the accuracy proxy's)
+    # the stall reasons per issued instruction (and issue activity) of the matching kernels' launches
+    STALLS=$(for r in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected selected \
+        dispatch_stall lg_throttle tex_throttle no_instruction branch_resolving membar drain sleeping imc_miss; do
+        printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' $r; done)
+    for k in ${CR_NCU_STALL:-}; do
+        say "ncu stall reasons: $k"
+        ncu --clock-control none -k "regex:$k" --launch-skip ${CR_NCU_SKIP:-1} -c ${CR_NCU_COUNT:-1} \
+            --metrics ${STALLS}smsp__average_warps_active_per_issue_active.ratio,smsp__issue_active.avg.per_cycle_active,smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,gpu__time_duration.sum \
+            $BCMD >"$OUT/ncu-stall-$k.txt" 2>&1
+        grep -E "^  [a-z_]+<|k_[a-z_]+|stalled|issue_active|inst_executed|duration" "$OUT/ncu-stall-$k.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -80 | tee -a "$S"
+    done
     for k in ${CR_NCU_FULL:-}; do
         say "ncu --set full: $k"
         ncu --set full --clock-control none -k "regex:$k" --launch-skip ${CR_NCU_SKIP:-1} -c ${CR_NCU_COUNT:-1} $BCMD >"$OUT/ncu-full-$k.txt" 2>&1
@@ -136,4 +149,6 @@ if [ -n "${CR_AB_BIN:-}${CR_AB_ENV:-}" ]; then
     fi
 fi
 say "done (status $status)"
+# CR_TAR=1: $OUT as one archive $OUT.tgz (the device tool returns a limited number of files)
+if [ "${CR_TAR:-0}" = 1 ]; then tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"; fi
 exit $status
