@@ -1976,12 +1976,14 @@ __device__ __forceinline__ dp_tile dp_at(const dp_args &A, i64 q) {
 /* Chunk k of this thread: channel row (threadIdx.x / 16) + 16·k of the group, pixels
    8·(threadIdx.x % 16) … + 7 of the tile (one 256-byte row per 16 threads) */
 enum { DP_RSTEP = NT / (DP_P / 8) };
+__device__ __forceinline__ int dp_row() { return (int)threadIdx.x / (DP_P / 8); }
+__device__ __forceinline__ int dp_col() { return ((int)threadIdx.x % (DP_P / 8)) * 8; }
 
 /* the tile's dy and H vectors of this thread (zero outside) */
 template <int RT>
 __device__ __forceinline__ void dp_fetch(const dp_args &A, i64 O, i64 r, dp_tile T, i64 o0, dp_regs<RT> &v) {
-    const int row = (int)threadIdx.x / (DP_P / 8), c = ((int)threadIdx.x % (DP_P / 8)) * 8;
-    const i64 p = T.p0 + c;
+    const int row = dp_row();
+    const i64 p = T.p0 + dp_col();
     const bool pin = p < A.S;
     const char *src = A.dy + (T.n * A.dsn + (o0 + row) * A.dsc + p) * 2;
 #pragma unroll
@@ -1996,8 +1998,8 @@ __device__ __forceinline__ void dp_fetch(const dp_args &A, i64 O, i64 r, dp_tile
 
 /* dy0 of the tile from the fetched vectors (a copy: dy0 has dy's dtype), or zeros */
 __device__ __forceinline__ void dp_dy0(const dp_args &A, i64 O, dp_tile T, i64 o0, const uint4 (&d)[DP_O * DP_P / 8 / NT]) {
-    const int row = (int)threadIdx.x / (DP_P / 8), c = ((int)threadIdx.x % (DP_P / 8)) * 8;
-    const i64 p = T.p0 + c;
+    const int row = dp_row();
+    const i64 p = T.p0 + dp_col();
     if (p >= A.S) return;
     char *dst = A.dy0 + (T.n * A.zsn + (o0 + row) * A.zsc + p) * 2;
 #pragma unroll
@@ -2013,7 +2015,7 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
     const int UL = RT + 8;
     const i64 O = L.O, r = L.r, o0 = (i64)blockIdx.y * DP_O, ntile = A.N * A.tpi;
     const i64 qb = (i64)blockIdx.x * A.kq, qe = qb + A.kq < ntile ? qb + A.kq : ntile;
-    const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int w = (int)(threadIdx.x >> 5);
     dp_regs<RT> v;
     dp_tile T = dp_at(A, qb);
     if (qb < qe) dp_fetch<RT>(A, O, r, T, o0, v);   /* in flight while Ur is staged */
@@ -2024,11 +2026,8 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
         us[ol * UL + a] = ct_of<CT>::from(o < O && a < r ? A.Ur[o * r + a] : 0.0f);
     }
     float up[1][RT / 8][4];
-#pragma unroll
-    for (int j = 0; j < RT / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) up[0][j][e] = 0.0f;
-    const int srow = (int)threadIdx.x / (DP_P / 8), scol = ((int)threadIdx.x % (DP_P / 8)) * 8;
+    acc_zero<1, RT / 8>(up);
+    const int srow = dp_row(), scol = dp_col();
     for (i64 q = qb; q < qe; q++) {
         const dp_tile cur = T;
         if (A.dy0) dp_dy0(A, O, cur, o0, v.d);
@@ -2045,40 +2044,34 @@ __global__ __launch_bounds__(NT, 2) void k_dy_pass(lk_locon L, dp_args A) {
         }
         if (A.GH || A.part_gh) {   /* GH tile: warp w owns pixels [16w, 16w + 16) */
             float gh[RT / 16][2][4];
-#pragma unroll
-            for (int i = 0; i < RT / 16; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) gh[i][j][e] = 0.0f;
+            acc_zero<RT / 16, 2>(gh);
             warp_mma_ldm<CT, RT / 16, 2, true, true>::run(gh, us, UL, ds, DP_LD, 0, w * 16, DP_O);
-            const int g8 = lane >> 2, t = lane & 3;
-            const i64 pw = cur.p0 + w * 16 + 2 * t, base = cur.n * r * A.S;
+            const i64 base = cur.n * r * A.S;
             float *pg = A.part_gh ? A.part_gh + (i64)blockIdx.y * A.N * r * A.S : NULL;
+            /* elements e, e + 1 (e even) of each fragment: adjacent pixels of rank a */
 #pragma unroll
             for (int i = 0; i < RT / 16; i++)
 #pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int a = i * 16 + g8 + 8 * hf;
+                for (int e = 0; e < 4; e += 2) {
+                    const int a = acc_row(0, i, e);
                     if (a >= r) continue;
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
-                        const i64 p = pw + j * 8, idx = base + a * A.S + p;
+                        const i64 p = cur.p0 + acc_col(w * 16, j, e), idx = base + a * A.S + p;
                         if (p >= A.S) continue;
-                        if (!pg) hr_store2<CT, float>(L, A.e, A.GH, idx, a, gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
-                        else *(float2 *)(pg + idx) = make_float2(gh[i][j][2 * hf], gh[i][j][2 * hf + 1]);
+                        if (!pg) hr_store2<CT, float>(L, A.e, A.GH, idx, a, gh[i][j][e], gh[i][j][e + 1]);
+                        else *(float2 *)(pg + idx) = make_float2(gh[i][j][e], gh[i][j][e + 1]);
                     }
                 }
         }
         if (A.H) warp_mma_ldm<CT, 1, RT / 8, false, false>::run(up, ds, DP_LD, hs, DP_LD, w * 16, 0, DP_P);
     }
     if (!A.H) return;
-    const int g8 = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int j = 0; j < RT / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const i64 o = o0 + w * 16 + g8 + 8 * (e >> 1), a = j * 8 + 2 * t + (e & 1);
+            const i64 o = o0 + acc_row(w * 16, 0, e), a = acc_col(0, j, e);
             if (o < O && a < r) A.part_up[((i64)blockIdx.x * O + o) * r + a] = up[0][j][e];
         }
 }
@@ -2924,6 +2917,7 @@ typedef struct {
 /* k_dy_pass's plan: rank tile, O groups, pixel tiles (per image, per block), blocks along x,
    whether dy0 is written there, its shared memory */
 typedef struct {
+    int gh, up;          /* GH wanted (dx, d_down / d_mid), d_up wanted (d_up, dσs) */
     int rt, zg, zp, tpi, dy0, smem;
     i64 kq;
 } lkc_dpplan;
@@ -2936,14 +2930,15 @@ template <typename CT> static bool dp_act_ok(const lkc_act &v, const lkc_conv &C
 }
 
 /* LYCO_CUDA_CONV_DYPASS=0 (read at each call): GH and d_up's partials by k_h_rows / k_gp_rows and
-   dy0 by a copy, as before session 37 (A/B) */
+   dy0 by a copy, as before session 37 (A/B). After rows_plan's own conditions (16-bit CT, pixels,
+   ranks and channels). */
 template <typename CT> static bool dp_plan(const lkc_bypass_bwd_args *a, lkc_dpplan *p) {
     const char *env = getenv("LYCO_CUDA_CONV_DYPASS");
     const lkc_conv &C = a->C;
     const i64 O = C.L.O, r = C.L.r, S = C.g.sout;
-    const bool want_gh = a->dx.p || a->gD.p || a->gM.p, want_up = a->gU.p || a->gsigma.p;
-    if ((env && env[0] == '0') || sizeof(CT) != 2 || r > 32 || (!want_gh && !want_up) || !dp_act_ok<CT>(a->dy, C, O))
-        return false;
+    p->gh = a->dx.p || a->gD.p || a->gM.p;
+    p->up = a->gU.p || a->gsigma.p;
+    if ((env && env[0] == '0') || r > 32 || (!p->gh && !p->up) || !dp_act_ok<CT>(a->dy, C, O)) return false;
     p->rt = r <= 16 ? 16 : 32;
     p->zg = (int)cdiv(O, DP_O);
     p->tpi = (int)cdiv(S, DP_P);
@@ -3014,7 +3009,7 @@ template <typename CT> static lkc_rplan rows_plan(const lkc_bypass_bwd_args *a) 
     p.G = gh_problem(C);
     p.hg = h_plan<CT>(p.G, a->dy);
     p.gh = p.hg.rows;
-    p.dp = C.N * g.sout > 0 && C.L.O > 0 && dp_plan<CT>(a, &p.dpp);
+    p.dp = dp_plan<CT>(a, &p.dpp);
     p.gp = (p.gh || p.dp) && (a->gD.p || a->gM.p) && gpr_plan<CT>(C, a->x, &p.gpp);
     /* d_up = c·Σ dy·Hᵀ: k_gp_rows on GH's problem (dy, 1 × 1) with H (RN_CT, so CT) for GH;
        LYCO_CUDA_CONV_UPROWS=0 (read at each call): k_red_dup_tc instead (A/B) */
@@ -3081,9 +3076,8 @@ template <typename CT> struct dp_launch {
         const lkc_conv &C = a->C;
         const lk_locon &L = C.L;
         const i64 S = C.g.sout, T = C.N * S;
-        const bool want_gh = a->dx.p || a->gD.p || a->gM.p, want_up = a->gU.p || a->gsigma.p;
         int rc;
-        if (want_up && (rc = launch_h_tc<CT, CT>(C, a->x, hx, P, Hc, hp, s))) return rc;
+        if (p.up && (rc = launch_h_tc<CT, CT>(C, a->x, hx, P, Hc, hp, s))) return rc;
         dp_args A;
         memset(&A, 0, sizeof A);
         A.dy = (const char *)a->dy.p;
@@ -3096,9 +3090,9 @@ template <typename CT> struct dp_launch {
             A.dy0_zero = a->dy0_zero;
         }
         A.Ur = Ur;
-        A.H = want_up ? Hc : NULL;
-        A.GH = want_gh && p.zg == 1 ? GH : NULL;
-        A.part_gh = want_gh && p.zg > 1 ? carve_f(cv, (i64)p.zg * L.r * T) : NULL;
+        A.H = p.up ? Hc : NULL;
+        A.GH = p.gh && p.zg == 1 ? GH : NULL;
+        A.part_gh = p.gh && p.zg > 1 ? carve_f(cv, (i64)p.zg * L.r * T) : NULL;
         A.part_up = pu;
         A.S = S;
         A.N = C.N;
