@@ -21,8 +21,9 @@
 #      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above;
 #   7. CR_AB_BIN=path: another lyco binary (an older commit's, carried in build-carry): the bf16
 #      conv bypass rows by it and by this one, alternately, CR_AB_ROUNDS times (default 3), and
-#      with CR_AB_NCU=1 its per-kernel ncu times as in 3; CR_AB_ENV="VAR=value ..." instead: this
-#      binary with those variables set (e.g. LYCO_CUDA_CONV_DYPASS=0) as the other arm.
+#      with CR_AB_NCU=1 its per-kernel ncu times as in 3; CR_AB_ENV="VAR=value ...": this binary
+#      with those variables set (e.g. LYCO_CUDA_CONV_DYPASS=0) as another arm (with or without
+#      CR_AB_BIN: up to three arms).
 # Binaries from build-carry/prebuilt.tar.xz (gpu-tier.sh --pack-prebuilt). Everything in $OUT;
 # summary.txt is the digest. Usage: OUT=dir bash tools/gpu-conv-rows.sh
 set -u
@@ -105,7 +106,7 @@ if [ "${CR_QUICK_ALL:-0}" = 1 ]; then
     grep -E "graph capture failed|\[events\]" "$OUT/bench-quick.txt" | head -5 | tee -a "$S"
 fi
 
-if command -v compute-sanitizer >/dev/null; then
+if command -v compute-sanitizer >/dev/null && [ "${CR_SAN:-rows_}" != none ]; then   # CR_SAN=none: no sanitizer
     SAN=${CR_SAN:-rows_}
     say "memcheck LYCO_CASES=$SAN"
     LYCO_CASES=$SAN LYCO_SEED=$SEED timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $T >"$OUT/memcheck.txt" 2>&1 || status=1
@@ -132,21 +133,30 @@ if [ -n "${CR_TRY:-}" ]; then
 fi
 if [ -n "${CR_AB_BIN:-}${CR_AB_ENV:-}" ]; then
     ABCMD="bench --backend cuda --algo lora-conv --dir bypass_fwd,bypass_bwd --dtypes bf16 --no-scaling --seed $SEED"
-    if [ -n "${CR_AB_BIN:-}" ]; then ARM_A="$CR_AB_BIN"; NAME_A=$(basename "$CR_AB_BIN"); else ARM_A="env $CR_AB_ENV $L"; NAME_A=env; fi
+    # the arms: the other binary (CR_AB_BIN), this binary with CR_AB_ENV set, this binary as it is
+    ARMS=""
+    [ -n "${CR_AB_BIN:-}" ] && ARMS="bin"
+    [ -n "${CR_AB_ENV:-}" ] && ARMS="$ARMS env"
+    ARMS="$ARMS lyco"
+    arm_cmd() { case $1 in bin) echo "$CR_AB_BIN" ;; env) echo "env $CR_AB_ENV $L" ;; *) echo "$L" ;; esac; }
     for i in $(seq 1 "${CR_AB_ROUNDS:-3}"); do
-        for arm in A B; do
-            if [ $arm = A ]; then cmd="$ARM_A"; name=$NAME_A; else cmd="$L"; name=lyco; fi
+        for arm in $ARMS; do
+            cmd=$(arm_cmd $arm); name=$arm; [ $arm = bin ] && name=$(basename "$CR_AB_BIN")
             say "A/B round $i: $cmd"
             $cmd $ABCMD >"$OUT/ab-$i-$name.txt" 2>&1 || status=1
             grep -E "^[a-z0-9-]+ +(merge|bypass)" "$OUT/ab-$i-$name.txt" | awk -F'|' '{print $1 "|" $3 "|" $4}' | cut -c1-150 | tee -a "$S"
         done
     done
     if [ "${CR_AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
-        say "ncu bf16 conv bypass rows, $ARM_A"
-        ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-            ${BCMD/#$L/$ARM_A} >"$OUT/ncu-ab.csv" 2>"$OUT/ncu-ab.err"
-        python3 tools/ncu_rows.py "$OUT/ncu-ab.csv" >"$OUT/ncu-ab.txt" 2>&1
-        head -40 "$OUT/ncu-ab.txt" | tee -a "$S"
+        for arm in $ARMS; do
+            [ $arm = lyco ] && continue
+            cmd=$(arm_cmd $arm)
+            say "ncu bf16 conv bypass rows, $cmd"
+            ncu -c 800 --clock-control none --csv --page raw --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+                ${BCMD/#$L/$cmd} >"$OUT/ncu-ab-$arm.csv" 2>"$OUT/ncu-ab-$arm.err"
+            python3 tools/ncu_rows.py "$OUT/ncu-ab-$arm.csv" >"$OUT/ncu-ab-$arm.txt" 2>&1
+            head -40 "$OUT/ncu-ab-$arm.txt" | tee -a "$S"
+        done
     fi
 fi
 say "done (status $status)"

@@ -1435,6 +1435,19 @@ __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *
  * span + kh − 1): 57 KB at OW = 64, 3 × 3, RT = 32.
  * =========================================================================================== */
 #define HR_PIX 256    /* output pixels per block */
+/* blocks per multiprocessor that k_h_rows (HR_MINB) and k_gp_rows (GP_MINB) are compiled for
+   (their register cap: 65536 / (NT · blocks)), and the waves their grids are sized to on an H200
+   (132 multiprocessors) */
+#ifndef LYCO_CONV_HROWS_MINB
+#define LYCO_CONV_HROWS_MINB 2
+#endif
+#ifndef LYCO_CONV_GPROWS_MINB
+#define LYCO_CONV_GPROWS_MINB 2
+#endif
+#define HR_MINB LYCO_CONV_HROWS_MINB
+#define GP_MINB LYCO_CONV_GPROWS_MINB
+#define HR_WAVE (132 * HR_MINB)
+#define GP_WAVE (132 * GP_MINB)
 
 namespace {
 
@@ -1537,7 +1550,7 @@ __device__ __forceinline__ void hr_mma(const CT *xs, const CT *as, const hr_geo 
 /* H (Z = 1, HT = CT or float) or the partials of channel-chunk range z; grid (N · tpi, rank
    tiles of 16·MI, Z); kc chunks of HX_CC channels per z; dynamic shared memory as above */
 template <typename CT, int MI, bool K3, int NL, typename HT>
-__global__ __launch_bounds__(NT, 2) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
+__global__ __launch_bounds__(NT, HR_MINB) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
                                                   i64 kc, hr_epi e) {
     const int RT = 16 * MI;
     extern __shared__ __align__(16) char hr_sm[];
@@ -1845,7 +1858,7 @@ __device__ __forceinline__ void gp_tile(const hr_geo &g, i64 S, i64 q, i64 &n, i
 
 /* partials part[z][a][c·K+κ] of G_P; grid (channel chunks, rank tiles of 32, Z ranges of kq tiles) */
 template <typename CT, bool K3, int NL>
-__global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const CT *ghc, hr_geo g, float *part, i64 kq) {
+__global__ __launch_bounds__(NT, GP_MINB) void k_gp_rows(lkc_conv C, lkc_act x, const CT *ghc, hr_geo g, float *part, i64 kq) {
     extern __shared__ __align__(16) char gp_sm[];
     const int xs_elems = g.HRR * g.HWP * HX_XP, gs_elems = 32 * GP_PITCH;
     CT *xs0 = (CT *)gp_sm, *gs0 = xs0 + 2 * xs_elems;
@@ -2544,7 +2557,7 @@ template <typename CT> static lkc_hplan h_plan(const lkc_conv &C, const lkc_act 
     /* ~512 blocks (≈ 4 per H200 multiprocessor; k_h_rows: ~264, 2 per multiprocessor), at least 4
        chunks each, Z·r·T < 2^24 */
     const i64 nc = h.Ipad / HX_CC, zmax = ((i64)1 << 24) / (r * T > 0 ? r * T : 1);
-    i64 z = cdiv(h.rows ? 264 : 512, tiles * rt);
+    i64 z = cdiv(h.rows ? HR_WAVE : 512, tiles * rt);
     if (z > cdiv(nc, 4)) z = cdiv(nc, 4);
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
@@ -2985,7 +2998,7 @@ template <typename CT> static bool gpr_plan(const lkc_conv &C, const lkc_act &x,
     if (tasks > 4 * NT || bytes > 200 * 1024 || rt > 65535 || nc > 0x7fffffff) return false;
     /* one wave of ≤ 264 blocks (2 per H200 multiprocessor), ≥ 2 tiles each, Z·r·I·K < 2^24 */
     const i64 zmax = ((i64)1 << 24) / (C.L.r * C.L.IK);
-    i64 z = 264 / (nc * rt);
+    i64 z = GP_WAVE / (nc * rt);
     if (z > cdiv(tiles, 2)) z = cdiv(tiles, 2);
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
