@@ -139,7 +139,8 @@
  * CT) and partials (Z_d·N·I·in-pixels fp32, Z_d > 1 only for r > 64 on small images); k_dy_pass
  * instead of GH's row tiles: ⌈O/128⌉·N·r·pixels GH partials (O > 128) and ≤ 64 d_up partials.
  * Static shared memory ≤ 41 KB per block (tensor-core kernels), registers ≤ 80 (k_gp_halo,
- * k_dx_halo, k_h_rows, k_gp_rows: ≤ 128, __launch_bounds__(NT, 2)); dynamic shared memory of
+ * k_dx_halo, k_h_rows, k_gp_rows: ≤ 128, __launch_bounds__(NT, 2); k_h_rows's MI = 1, NL = 2
+ * instances ≤ 80, three blocks per multiprocessor, HR_MINB); dynamic shared memory of
  * the row-tile kernels ≤ 200 KB (57 KB / 73 KB at OW = 64, 3 × 3); no spills (sm_90) except
  * k_h_rows's four MI = 2, 3 × 3, NL = 4 instances (images wider than 128: 4 bytes, one register,
  * since the paired stores of session 34), and (older) k_h_halo<*, 2, 3 × 3> and k_red_dp_tc<half>.
@@ -1435,19 +1436,12 @@ __global__ __launch_bounds__(NT) void k_h_halo(lkc_conv C, lkc_act x, const CT *
  * span + kh − 1): 57 KB at OW = 64, 3 × 3, RT = 32.
  * =========================================================================================== */
 #define HR_PIX 256    /* output pixels per block */
-/* blocks per multiprocessor that k_h_rows (HR_MINB) and k_gp_rows (GP_MINB) are compiled for
-   (their register cap: 65536 / (NT · blocks)), and the waves their grids are sized to on an H200
-   (132 multiprocessors) */
-#ifndef LYCO_CONV_HROWS_MINB
-#define LYCO_CONV_HROWS_MINB 2
-#endif
-#ifndef LYCO_CONV_GPROWS_MINB
-#define LYCO_CONV_GPROWS_MINB 2
-#endif
-#define HR_MINB LYCO_CONV_HROWS_MINB
-#define GP_MINB LYCO_CONV_GPROWS_MINB
-#define HR_WAVE (132 * HR_MINB)
-#define GP_WAVE (132 * GP_MINB)
+/* blocks per multiprocessor an instance of k_h_rows is compiled for (its register cap: 65536 /
+   (NT · blocks)): three for one rank tile (MI = 1) with two x tasks per thread (NL = 2) — 80
+   registers without a spill, H 43.2 → 35.3 µs by ncu at 3×3 320 ch 128² n2 r16 (session 38) —,
+   two otherwise: at three, the MI = 2 instances spill (3 × 3) or run slower (H 22.0 → 25.3 µs at
+   640 ch 64² r32), and so did k_gp_rows (37.6 → 52.1), which keeps two */
+#define HR_MINB(MI, NL) ((MI) == 1 && (NL) == 2 ? 3 : 2)
 
 namespace {
 
@@ -1550,7 +1544,7 @@ __device__ __forceinline__ void hr_mma(const CT *xs, const CT *as, const hr_geo 
 /* H (Z = 1, HT = CT or float) or the partials of channel-chunk range z; grid (N · tpi, rank
    tiles of 16·MI, Z); kc chunks of HX_CC channels per z; dynamic shared memory as above */
 template <typename CT, int MI, bool K3, int NL, typename HT>
-__global__ __launch_bounds__(NT, HR_MINB) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
+__global__ __launch_bounds__(NT, HR_MINB(MI, NL)) void k_h_rows(lkc_conv C, lkc_act x, const CT *Pk, i64 Ipad, hr_geo g, HT *H, float *part,
                                                   i64 kc, hr_epi e) {
     const int RT = 16 * MI;
     extern __shared__ __align__(16) char hr_sm[];
@@ -1858,7 +1852,7 @@ __device__ __forceinline__ void gp_tile(const hr_geo &g, i64 S, i64 q, i64 &n, i
 
 /* partials part[z][a][c·K+κ] of G_P; grid (channel chunks, rank tiles of 32, Z ranges of kq tiles) */
 template <typename CT, bool K3, int NL>
-__global__ __launch_bounds__(NT, GP_MINB) void k_gp_rows(lkc_conv C, lkc_act x, const CT *ghc, hr_geo g, float *part, i64 kq) {
+__global__ __launch_bounds__(NT, 2) void k_gp_rows(lkc_conv C, lkc_act x, const CT *ghc, hr_geo g, float *part, i64 kq) {
     extern __shared__ __align__(16) char gp_sm[];
     const int xs_elems = g.HRR * g.HWP * HX_XP, gs_elems = 32 * GP_PITCH;
     CT *xs0 = (CT *)gp_sm, *gs0 = xs0 + 2 * xs_elems;
@@ -2537,6 +2531,13 @@ template <typename CT> static bool hr_fits(const lkc_conv &C, const lkc_act &x, 
     return true;
 }
 
+/* the blocks per H200 multiprocessor k_h_rows's grid is sized for: three where the instance is
+   compiled for three (HR_MINB) and the shared memory holds three (228 KB per multiprocessor, 1 KB
+   of it reserved per block), else two (as before session 38) */
+static int hr_blocks_per_sm(const lkc_hplan &h) {
+    return HR_MINB(h.MI, h.NL) == 3 && 3 * (h.smem + 1024) <= 228 * 1024 ? 3 : 2;
+}
+
 template <typename CT> static lkc_hplan h_plan(const lkc_conv &C, const lkc_act &x) {
     const lkc_geom &g = C.g;
     const i64 T = C.N * g.sout, r = C.L.r;
@@ -2554,10 +2555,10 @@ template <typename CT> static lkc_hplan h_plan(const lkc_conv &C, const lkc_act 
         return h;
     }
     h.Ipad = cdiv(C.I, HX_CC) * HX_CC;
-    /* ~512 blocks (≈ 4 per H200 multiprocessor; k_h_rows: ~264, 2 per multiprocessor), at least 4
-       chunks each, Z·r·T < 2^24 */
+    /* ~512 blocks (≈ 4 per H200 multiprocessor; k_h_rows: one wave of the blocks per multiprocessor
+       its instance and shared memory allow), at least 4 chunks each, Z·r·T < 2^24 */
     const i64 nc = h.Ipad / HX_CC, zmax = ((i64)1 << 24) / (r * T > 0 ? r * T : 1);
-    i64 z = cdiv(h.rows ? HR_WAVE : 512, tiles * rt);
+    i64 z = cdiv(h.rows ? 132 * hr_blocks_per_sm(h) : 512, tiles * rt);
     if (z > cdiv(nc, 4)) z = cdiv(nc, 4);
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
@@ -2998,7 +2999,7 @@ template <typename CT> static bool gpr_plan(const lkc_conv &C, const lkc_act &x,
     if (tasks > 4 * NT || bytes > 200 * 1024 || rt > 65535 || nc > 0x7fffffff) return false;
     /* one wave of ≤ 264 blocks (2 per H200 multiprocessor), ≥ 2 tiles each, Z·r·I·K < 2^24 */
     const i64 zmax = ((i64)1 << 24) / (C.L.r * C.L.IK);
-    i64 z = GP_WAVE / (nc * rt);
+    i64 z = 264 / (nc * rt);
     if (z > cdiv(tiles, 2)) z = cdiv(tiles, 2);
     if (z > 64) z = 64;
     if (z > zmax) z = zmax;
