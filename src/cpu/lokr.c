@@ -280,16 +280,110 @@ static lyco_status lokr_prepare(const lyco_call *c, lokr_t *s, bool grads) {
     return LYCO_OK;
 }
 
+#define LK_RED_BLOCK 2048   /* elements per task of the partials' reduction */
+
+/* G1 (n1 doubles) and G2 (n2) = the sum of the np partial slots, in slot order, each element by
+   one thread (blocks of LK_RED_BLOCK elements over the threads: the same bits at any count) */
+static void reduce_partials(const lokr_t *s, int64_t n1, int64_t n2, double *G1, double *G2) {
+    const int64_t n = n1 + n2, nb = (n + LK_RED_BLOCK - 1) / LK_RED_BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (int64_t bi = 0; bi < nb; bi++) {
+        const int64_t e0 = bi * LK_RED_BLOCK, e1 = e0 + LK_RED_BLOCK < n ? e0 + LK_RED_BLOCK : n;
+        const int64_t a0 = e0 < n1 ? e0 : n1, a1 = e1 < n1 ? e1 : n1;     /* [a0, a1) of G1 */
+        const int64_t b0 = (e0 > n1 ? e0 : n1) - n1, b1 = (e1 > n1 ? e1 : n1) - n1; /* [b0, b1) of G2 */
+        for (int th = 0; th < s->np; th++) {
+            const double *p1 = s->gW1 + (size_t)th * (size_t)n1;
+            const float *p2 = s->gW2 + (size_t)th * (size_t)n2;
+            for (int64_t e = a0; e < a1; e++) G1[e] += p1[e];
+            for (int64_t e = b0; e < b1; e++) G2[e] += p2[e];
+        }
+    }
+}
+
+/* W1's gradients from G_W1 (a × c): itself, or G_w1a = G_W1·w1_bᵀ and G_w1b = w1_aᵀ·G_W1 (tmp: a·r +
+   r·c doubles, stage: as many floats) */
+static void w1_grads(const lokr_t *s, const double *G1, double *tmp, float *stage) {
+    DLTensor *const *g = s->c->g->grad;
+    int64_t a = s->a, cc = s->cc, r = s->r;
+    if (s->c->dims.lk_w1_full) {
+        if (g[LYCO_LOKR_W1]) store_d(g[LYCO_LOKR_W1], G1, a * cc, stage);
+        return;
+    }
+    if (g[LYCO_LOKR_W1_A]) {
+        dmm(a, r, cc, G1, cc, 1, s->w1b, 1, cc, tmp);
+        store_d(g[LYCO_LOKR_W1_A], tmp, a * r, stage);
+    }
+    if (g[LYCO_LOKR_W1_B]) {
+        dmm(r, cc, a, s->w1a, 1, r, G1, cc, 1, tmp + a * r);
+        store_d(g[LYCO_LOKR_W1_B], tmp + a * r, r * cc, stage + a * r);
+    }
+}
+
+/* W2's first factor from G_W2 (b × dK): G_w2a = G_W2·w2_bᵀ (b × r), or under Tucker P·G_W2ᵀ (r × b);
+   the full half's G_W2 itself (tmp, stage: b·r) */
+static void w2a_grads(const lokr_t *s, const double *G2, double *tmp, float *stage) {
+    DLTensor *const *g = s->c->g->grad;
+    int64_t b = s->b, dK = s->dK, r = s->r;
+    if (s->c->dims.lk_w2_full) {
+        if (g[LYCO_LOKR_W2]) store_d(g[LYCO_LOKR_W2], G2, b * dK, stage);
+        return;
+    }
+    if (!g[LYCO_LOKR_W2_A]) return;
+    if (s->c->dims.tucker) dmm(r, b, dK, s->P, dK, 1, G2, 1, dK, tmp);
+    else dmm(b, r, dK, G2, dK, 1, s->w2b, 1, dK, tmp);
+    store_d(g[LYCO_LOKR_W2_A], tmp, b * r, stage);
+}
+
+/* W2's other factors from G_W2: G_w2b = w2_aᵀ·G_W2 (r × dK); under Tucker G_P = w2_a·G_W2 (r × dK),
+   G_t2[i,l,κ] = Σ_q G_P[i,q·K+κ]·w2_b[l,q], G_w2b[l,q] = Σ_{i,κ} t2[i,l,κ]·G_P[i,q·K+κ] (tmp: 2·r·dK +
+   r·r·K + r·d doubles, stage: r·r·K + r·d floats at most) */
+static void w2b_grads(const lokr_t *s, const double *G2, double *tmp, float *stage) {
+    DLTensor *const *g = s->c->g->grad;
+    int64_t b = s->b, d = s->d, K = s->K, dK = s->dK, r = s->r;
+    if (s->c->dims.lk_w2_full) return;
+    if (!s->c->dims.tucker) {
+        if (g[LYCO_LOKR_W2_B]) {
+            dmm(r, dK, b, s->w2a, 1, r, G2, dK, 1, tmp);
+            store_d(g[LYCO_LOKR_W2_B], tmp, r * dK, stage);
+        }
+        return;
+    }
+    if (!g[LYCO_LOKR_W2_B] && !g[LYCO_LOKR_T2]) return;
+    double *GP = tmp, *out = tmp + r * dK;
+    dmm(r, dK, b, s->w2a, b, 1, G2, dK, 1, GP);
+    if (g[LYCO_LOKR_T2]) {
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t l = 0; l < r; l++)
+                for (int64_t k = 0; k < K; k++) {
+                    double acc = 0.0;
+                    for (int64_t q = 0; q < d; q++) acc += GP[i * dK + q * K + k] * s->w2b[l * d + q];
+                    out[(i * r + l) * K + k] = acc;
+                }
+        store_d(g[LYCO_LOKR_T2], out, r * r * K, stage);
+    }
+    if (g[LYCO_LOKR_W2_B]) {
+        for (int64_t l = 0; l < r; l++)
+            for (int64_t q = 0; q < d; q++) {
+                double acc = 0.0;
+                for (int64_t i = 0; i < r; i++)
+                    for (int64_t k = 0; k < K; k++) acc += s->t2[(i * r + l) * K + k] * GP[i * dK + q * K + k];
+                out[l * d + q] = acc;
+            }
+        store_d(g[LYCO_LOKR_W2_B], out, r * d, stage);
+    }
+}
+
 /* Reduces the partials in slot order (fp64) and chains G_W1 (a × c, scaled by g1) and G_W2
-   (b × dK) into the factors' gradients, stored once in their leaf dtypes. */
+   (b × dK) into the factors' gradients, stored once in their leaf dtypes. The three chains (W1's,
+   W2's first factor, W2's others) are independent and run as parallel sections, each with its own
+   slices of tmp and stage (each product by one thread in its fixed order: the same bits). */
 static lyco_status store_grads(const lokr_t *s, double g1) {
-    const lyco_call *c = s->c;
-    const lyco_dims *dm = &c->dims;
-    DLTensor *const *g = c->g->grad;
     int64_t a = s->a, b = s->b, cc = s->cc, d = s->d, K = s->K, dK = s->dK, r = s->r, n1 = a * cc, n2 = b * dK;
-    int64_t ntmp = a * r + r * cc + b * r + 2 * r * dK + r * r * K + r * d;
-    double *G1 = alloc_d(n1), *G2 = alloc_d(n2), *tmp = alloc_d(ntmp);
-    float *stage = alloc_f(n1 + n2 + ntmp);
+    int64_t t1 = a * r + r * cc, t2a = b * r, t2b = 2 * r * dK + r * r * K + r * d;
+    if (t1 < n1) t1 = n1;   /* stage slices hold the full halves' stores too */
+    if (t2a < n2) t2a = n2;
+    double *G1 = alloc_d(n1), *G2 = alloc_d(n2), *tmp = alloc_d(t1 + t2a + t2b);
+    float *stage = alloc_f(t1 + t2a + t2b);
     if (!G1 || !G2 || !tmp || !stage) {
         free(G1);
         free(G2);
@@ -297,65 +391,16 @@ static lyco_status store_grads(const lokr_t *s, double g1) {
         free(stage);
         return lyco_fail(LYCO_ERR_NOMEM, "cpu lokr: out of memory");
     }
-    for (int th = 0; th < s->np; th++) {
-        for (int64_t n = 0; n < n1; n++) G1[n] += s->gW1[(size_t)th * (size_t)n1 + n];
-        for (int64_t n = 0; n < n2; n++) G2[n] += s->gW2[(size_t)th * (size_t)n2 + n];
-    }
+    reduce_partials(s, n1, n2, G1, G2);
     for (int64_t n = 0; n < n1; n++) G1[n] *= g1;
-    /* W1 */
-    if (dm->lk_w1_full) {
-        if (g[LYCO_LOKR_W1]) store_d(g[LYCO_LOKR_W1], G1, n1, stage);
-    } else {
-        if (g[LYCO_LOKR_W1_A]) { /* G_W1·w1_bᵀ */
-            dmm(a, r, cc, G1, cc, 1, s->w1b, 1, cc, tmp);
-            store_d(g[LYCO_LOKR_W1_A], tmp, a * r, stage);
-        }
-        if (g[LYCO_LOKR_W1_B]) { /* w1_aᵀ·G_W1 */
-            dmm(r, cc, a, s->w1a, 1, r, G1, cc, 1, tmp);
-            store_d(g[LYCO_LOKR_W1_B], tmp, r * cc, stage);
-        }
-    }
-    /* W2 */
-    if (dm->lk_w2_full) {
-        if (g[LYCO_LOKR_W2]) store_d(g[LYCO_LOKR_W2], G2, n2, stage);
-    } else if (!dm->tucker) {
-        if (g[LYCO_LOKR_W2_A]) { /* G_W2·w2_bᵀ */
-            dmm(b, r, dK, G2, dK, 1, s->w2b, 1, dK, tmp);
-            store_d(g[LYCO_LOKR_W2_A], tmp, b * r, stage);
-        }
-        if (g[LYCO_LOKR_W2_B]) { /* w2_aᵀ·G_W2 */
-            dmm(r, dK, b, s->w2a, 1, r, G2, dK, 1, tmp);
-            store_d(g[LYCO_LOKR_W2_B], tmp, r * dK, stage);
-        }
-    } else {
-        if (g[LYCO_LOKR_W2_A]) { /* P·G_W2ᵀ (r × b) */
-            dmm(r, b, dK, s->P, dK, 1, G2, 1, dK, tmp);
-            store_d(g[LYCO_LOKR_W2_A], tmp, r * b, stage);
-        }
-        if (g[LYCO_LOKR_W2_B] || g[LYCO_LOKR_T2]) {
-            double *GP = tmp, *out = tmp + r * dK;
-            dmm(r, dK, b, s->w2a, b, 1, G2, dK, 1, GP);                    /* G_P = w2_a·G_W2 */
-            if (g[LYCO_LOKR_T2]) {
-                for (int64_t i = 0; i < r; i++)
-                    for (int64_t l = 0; l < r; l++)
-                        for (int64_t k = 0; k < K; k++) {
-                            double acc = 0.0;
-                            for (int64_t q = 0; q < d; q++) acc += GP[i * dK + q * K + k] * s->w2b[l * d + q];
-                            out[(i * r + l) * K + k] = acc;
-                        }
-                store_d(g[LYCO_LOKR_T2], out, r * r * K, stage);
-            }
-            if (g[LYCO_LOKR_W2_B]) {
-                for (int64_t l = 0; l < r; l++)
-                    for (int64_t q = 0; q < d; q++) {
-                        double acc = 0.0;
-                        for (int64_t i = 0; i < r; i++)
-                            for (int64_t k = 0; k < K; k++) acc += s->t2[(i * r + l) * K + k] * GP[i * dK + q * K + k];
-                        out[l * d + q] = acc;
-                    }
-                store_d(g[LYCO_LOKR_W2_B], out, r * d, stage);
-            }
-        }
+#pragma omp parallel sections
+    {
+#pragma omp section
+        w1_grads(s, G1, tmp, stage);
+#pragma omp section
+        w2a_grads(s, G2, tmp + t1, stage + t1);
+#pragma omp section
+        w2b_grads(s, G2, tmp + t1 + t2a, stage + t1 + t2a);
     }
     free(G1);
     free(G2);
