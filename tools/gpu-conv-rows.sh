@@ -16,7 +16,7 @@
 #      CUDA-graph replay, plain calls timed by events (LYCO_BENCH_GRAPH=0), graph replay switched
 #      off; "none": no bench); CR_QUICK_ALL=1 then times every family's bf16 rows (--quick, 240 s at most);
 #   5. compute-sanitizer memcheck and racecheck over the cases matching CR_SAN (default rows_;
-#      racecheck over CR_RACE_CASES if set, stopped after CR_RACE_S seconds, default 200);
+#      racecheck over CR_RACE_CASES if set, stopped after CR_RACE_S seconds, default 200; CR_SAN=none: neither);
 #   6. CR_TRY="VAR=value ...": a switched path (e.g. LYCO_CUDA_CONV_UPROWS=0) through the rows_* cases,
 #      the locon,dylora check, the lora-conv bench and both sanitizers, beside the default above;
 #   7. CR_AB_BIN=path: another lyco binary (an older commit's, carried in build-carry): the bf16
